@@ -1,0 +1,190 @@
+// CPU Ops: shape checks, then oneDNN or the SIMD kernel table.
+#include "kernels/cpu/cpu_ops.h"
+
+#include "kernels/cpu/attention_glue.h"
+
+namespace zero::cpu {
+
+namespace {
+
+void check_f32(const Tensor& t) { ZE_CHECK(t.dtype() == DType::kF32) << t.debug_string(); }
+void check_float(const Tensor& t) { ZE_CHECK(dtype_is_float(t.dtype())) << t.debug_string(); }
+void check_same_numel(const Tensor& a, const Tensor& b) {
+  ZE_CHECK(a.numel() == b.numel()) << a.debug_string() << " vs " << b.debug_string();
+}
+
+}  // namespace
+
+CpuOps::CpuOps(Backend& backend)
+    : simd_(simd_kernels()),
+      workspace_(backend),
+      matmul_(workspace_),
+      layernorm_(workspace_),
+      gelu_(workspace_) {}
+
+void CpuOps::matmul(const Tensor& a, const Tensor& b, const Tensor& c, const MatmulSpec& spec,
+                    const Tensor& bias) {
+  matmul_.run(a, b, c, spec, bias);
+}
+
+void CpuOps::layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
+                               const Tensor& y, const Tensor& mean, const Tensor& var) {
+  check_f32(x), check_f32(y), check_f32(mean), check_f32(var);
+  layernorm_.forward(x, gamma, beta, eps, y, mean, var);
+}
+
+void CpuOps::layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
+                                const Tensor& mean, const Tensor& var, float eps, const Tensor& dx,
+                                const Tensor& dgamma, const Tensor& dbeta) {
+  check_f32(dy), check_f32(x), check_f32(dx);
+  layernorm_.backward(dy, x, gamma, mean, var, eps, dx, dgamma, dbeta);
+}
+
+void CpuOps::gelu_forward(const Tensor& x, const Tensor& y) { gelu_.forward(x, y); }
+
+void CpuOps::gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
+  check_f32(dy), check_f32(dx);
+  gelu_.backward(x, dy, dx);
+}
+
+void CpuOps::causal_softmax_forward(const Tensor& scores, const Tensor& probs) {
+  ZE_CHECK(scores.ndim() == 3 && scores.dim(1) == scores.dim(2)) << scores.debug_string();
+  check_f32(scores), check_f32(probs), check_same_numel(scores, probs);
+  simd_.causal_softmax_forward(scores.f32(), probs.f32(), scores.dim(0), scores.dim(1));
+}
+
+void CpuOps::causal_softmax_backward(const Tensor& probs, const Tensor& dprobs,
+                                     const Tensor& dscores) {
+  ZE_CHECK(probs.ndim() == 3 && probs.dim(1) == probs.dim(2)) << probs.debug_string();
+  check_f32(probs), check_f32(dprobs), check_f32(dscores);
+  check_same_numel(probs, dprobs), check_same_numel(probs, dscores);
+  simd_.causal_softmax_backward(probs.f32(), dprobs.f32(), dscores.f32(), probs.dim(0),
+                                probs.dim(1));
+}
+
+void CpuOps::split_qkv(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v) {
+  ZE_CHECK(q.ndim() == 4 && qkv.ndim() == 3) << q.debug_string() << " " << qkv.debug_string();
+  const int64_t b = q.dim(0), h = q.dim(1), t = q.dim(2), d = q.dim(3);
+  ZE_CHECK(qkv.dim(0) == b && qkv.dim(1) == t && qkv.dim(2) == 3 * h * d);
+  check_same_numel(q, k), check_same_numel(q, v);
+  cpu::split_qkv(qkv.f32(), q.f32(), k.f32(), v.f32(), b, t, h, d);
+}
+
+void CpuOps::merge_qkv(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dqkv) {
+  ZE_CHECK(dq.ndim() == 4 && dqkv.ndim() == 3);
+  const int64_t b = dq.dim(0), h = dq.dim(1), t = dq.dim(2), d = dq.dim(3);
+  ZE_CHECK(dqkv.dim(0) == b && dqkv.dim(1) == t && dqkv.dim(2) == 3 * h * d);
+  cpu::merge_qkv(dq.f32(), dk.f32(), dv.f32(), dqkv.f32(), b, t, h, d);
+}
+
+void CpuOps::transpose12(const Tensor& src, const Tensor& dst) {
+  ZE_CHECK(src.ndim() == 4 && dst.ndim() == 4 && dst.dim(0) == src.dim(0) &&
+           dst.dim(1) == src.dim(2) && dst.dim(2) == src.dim(1) && dst.dim(3) == src.dim(3))
+      << src.debug_string() << " -> " << dst.debug_string();
+  cpu::transpose12(src.f32(), dst.f32(), src.dim(0), src.dim(1), src.dim(2), src.dim(3));
+}
+
+void CpuOps::embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out) {
+  ZE_CHECK(table.ndim() == 2 && out.numel() == ids.numel() * table.dim(1));
+  check_float(table), check_f32(out);
+  simd_.embedding_forward(ids.i32(), ids.numel(), table.data(), table.dtype(), table.dim(1),
+                          out.f32());
+}
+
+void CpuOps::embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable) {
+  ZE_CHECK(dtable.ndim() == 2 && dout.numel() == ids.numel() * dtable.dim(1));
+  check_f32(dout), check_float(dtable);
+  simd_.embedding_backward(ids.i32(), ids.numel(), dout.f32(), dtable.dim(1), dtable.data(),
+                           dtable.dtype());
+}
+
+void CpuOps::add_positional(const Tensor& x, const Tensor& table) {
+  ZE_CHECK(x.ndim() == 3 && table.ndim() == 2 && table.dim(1) == x.dim(2) &&
+           table.dim(0) >= x.dim(1));
+  check_f32(x);
+  simd_.add_positional(x.f32(), x.dim(0), x.dim(1), x.dim(2), table.data(), table.dtype());
+}
+
+void CpuOps::positional_backward(const Tensor& dy, const Tensor& dtable) {
+  ZE_CHECK(dy.ndim() == 3 && dtable.ndim() == 2 && dtable.dim(1) == dy.dim(2) &&
+           dtable.dim(0) >= dy.dim(1));
+  check_f32(dy);
+  simd_.positional_backward(dy.f32(), dy.dim(0), dy.dim(1), dy.dim(2), dtable.data(),
+                            dtable.dtype());
+}
+
+void CpuOps::add(const Tensor& a, const Tensor& b, const Tensor& out) {
+  check_f32(a), check_f32(b), check_f32(out);
+  check_same_numel(a, b), check_same_numel(a, out);
+  simd_.add(a.f32(), b.f32(), out.f32(), a.numel());
+}
+
+void CpuOps::accumulate(const Tensor& dst, const Tensor& src) {
+  check_float(dst), check_f32(src), check_same_numel(dst, src);
+  simd_.accumulate(dst.data(), dst.dtype(), src.f32(), src.numel());
+}
+
+void CpuOps::bias_backward(const Tensor& dy, const Tensor& dbias) {
+  check_f32(dy), check_float(dbias);
+  const int64_t cols = dbias.numel();
+  ZE_CHECK(dy.dim(-1) == cols);
+  simd_.bias_backward(dy.f32(), dy.numel() / cols, cols, dbias.data(), dbias.dtype());
+}
+
+void CpuOps::scale(const Tensor& x, float s) {
+  check_float(x);
+  simd_.scale(x.data(), x.dtype(), s, x.numel());
+}
+
+void CpuOps::fill(const Tensor& x, float v) {
+  check_float(x);
+  simd_.fill(x.data(), x.dtype(), v, x.numel());
+}
+
+void CpuOps::cast(const Tensor& src, const Tensor& dst) {
+  check_float(src), check_float(dst), check_same_numel(src, dst);
+  simd_.cast(src.data(), src.dtype(), dst.data(), dst.dtype(), src.numel());
+}
+
+void CpuOps::cross_entropy(const Tensor& logits, const Tensor& targets, float grad_scale,
+                           const Tensor& losses) {
+  check_f32(logits), check_f32(losses);
+  const int64_t vocab = logits.dim(-1), n = logits.numel() / vocab;
+  ZE_CHECK(targets.numel() == n && losses.numel() == n);
+  const int32_t* t = targets.i32();
+  for (int64_t i = 0; i < n; ++i) ZE_CHECK(t[i] < vocab) << "target " << t[i] << " >= vocab " << vocab;
+  simd_.cross_entropy(logits.f32(), t, n, vocab, grad_scale, losses.f32());
+}
+
+void CpuOps::adamw(const Tensor& master, const Tensor& grad, const Tensor& m, const Tensor& v,
+                   const Tensor& param_out, const AdamWHyper& hyper) {
+  check_f32(master), check_f32(m), check_f32(v), check_float(grad);
+  check_same_numel(master, grad), check_same_numel(master, m), check_same_numel(master, v);
+  if (param_out.defined()) check_float(param_out), check_same_numel(master, param_out);
+  simd_.adamw(master.f32(), grad.data(), grad.dtype(), m.f32(), v.f32(),
+              param_out.defined() ? param_out.data() : nullptr, param_out.dtype(), master.numel(),
+              hyper);
+}
+
+void CpuOps::sgd(const Tensor& master, const Tensor& grad, const Tensor& momentum_buf,
+                 const Tensor& param_out, const SgdHyper& hyper) {
+  check_f32(master), check_float(grad), check_same_numel(master, grad);
+  if (hyper.momentum != 0.0f) check_f32(momentum_buf), check_same_numel(master, momentum_buf);
+  if (param_out.defined()) check_float(param_out), check_same_numel(master, param_out);
+  simd_.sgd(master.f32(), grad.data(), grad.dtype(),
+            hyper.momentum != 0.0f ? momentum_buf.f32() : nullptr,
+            param_out.defined() ? param_out.data() : nullptr, param_out.dtype(), master.numel(),
+            hyper);
+}
+
+double CpuOps::sum_squares(const Tensor& x) {
+  check_float(x);
+  return simd_.sum_squares(x.data(), x.dtype(), x.numel());
+}
+
+int64_t CpuOps::count_nonfinite(const Tensor& x) {
+  check_float(x);
+  return simd_.count_nonfinite(x.data(), x.dtype(), x.numel());
+}
+
+}  // namespace zero::cpu

@@ -1,0 +1,67 @@
+// The CPU implementation of the Ops interface: oneDNN for GEMMs, layer norm
+// and GELU; our SIMD kernels (simd_kernels.h) for everything else. Ops run on
+// the calling thread (the CPU backend's compute stream) using the OpenMP pool.
+#pragma once
+
+#include "kernels/cpu/onednn_eltwise_norm.h"
+#include "kernels/cpu/onednn_matmul.h"
+#include "kernels/cpu/simd_kernels.h"
+#include "kernels/cpu/workspace_arena.h"
+#include "kernels/ops.h"
+
+namespace zero {
+class Backend;
+}
+
+namespace zero::cpu {
+
+class CpuOps final : public Ops {
+ public:
+  explicit CpuOps(Backend& backend);
+
+  void matmul(const Tensor& a, const Tensor& b, const Tensor& c, const MatmulSpec& spec,
+              const Tensor& bias) override;
+  void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
+                         const Tensor& y, const Tensor& mean, const Tensor& var) override;
+  void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
+                          const Tensor& mean, const Tensor& var, float eps, const Tensor& dx,
+                          const Tensor& dgamma, const Tensor& dbeta) override;
+  void gelu_forward(const Tensor& x, const Tensor& y) override;
+  void gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) override;
+  void causal_softmax_forward(const Tensor& scores, const Tensor& probs) override;
+  void causal_softmax_backward(const Tensor& probs, const Tensor& dprobs,
+                               const Tensor& dscores) override;
+  void split_qkv(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v) override;
+  void merge_qkv(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dqkv) override;
+  void transpose12(const Tensor& src, const Tensor& dst) override;
+  void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out) override;
+  void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable) override;
+  void add_positional(const Tensor& x, const Tensor& table) override;
+  void positional_backward(const Tensor& dy, const Tensor& dtable) override;
+  void add(const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void accumulate(const Tensor& dst, const Tensor& src) override;
+  void bias_backward(const Tensor& dy, const Tensor& dbias) override;
+  void scale(const Tensor& x, float s) override;
+  void fill(const Tensor& x, float v) override;
+  void cast(const Tensor& src, const Tensor& dst) override;
+  void cross_entropy(const Tensor& logits, const Tensor& targets, float grad_scale,
+                     const Tensor& losses) override;
+  void adamw(const Tensor& master, const Tensor& grad, const Tensor& m, const Tensor& v,
+             const Tensor& param_out, const AdamWHyper& hyper) override;
+  void sgd(const Tensor& master, const Tensor& grad, const Tensor& momentum_buf,
+           const Tensor& param_out, const SgdHyper& hyper) override;
+  double sum_squares(const Tensor& x) override;
+  int64_t count_nonfinite(const Tensor& x) override;
+
+  const SimdKernels& simd() const { return simd_; }
+  const std::string& last_matmul_impl() const { return matmul_.last_impl(); }
+
+ private:
+  const SimdKernels& simd_;
+  WorkspaceArena workspace_;
+  OneDnnMatmul matmul_;
+  OneDnnLayerNorm layernorm_;
+  OneDnnGelu gelu_;
+};
+
+}  // namespace zero::cpu

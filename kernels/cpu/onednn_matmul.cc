@@ -1,0 +1,122 @@
+// oneDNN matmul wrapper; see onednn_matmul.h.
+#include "kernels/cpu/onednn_matmul.h"
+
+#include "kernels/cpu/onednn_context.h"
+
+namespace zero::cpu {
+
+namespace {
+
+using dims = dnnl::memory::dims;
+
+// Row-major [batch?, rows, cols] as stored; `transposed` describes the logical
+// [cols, rows] view of it, which is how oneDNN expresses A^T / B^T.
+dnnl::memory::desc matrix_md(int64_t batch, int64_t rows, int64_t cols, bool transposed, DType t) {
+  const auto dt = to_dnnl(t);
+  if (!transposed) {
+    if (batch == 0) return dnnl::memory::desc(dims{rows, cols}, dt, dims{cols, 1});
+    return dnnl::memory::desc(dims{batch, rows, cols}, dt, dims{rows * cols, cols, 1});
+  }
+  if (batch == 0) return dnnl::memory::desc(dims{cols, rows}, dt, dims{1, cols});
+  return dnnl::memory::desc(dims{batch, cols, rows}, dt, dims{rows * cols, 1, cols});
+}
+
+}  // namespace
+
+OneDnnMatmul::Entry& OneDnnMatmul::lookup(const Key& key) {
+  auto it = cache_.find(key);
+  if (it != cache_.end()) return it->second;
+  Entry e;
+  // A logical [M, K]: stored [M, K], or [K, M] when transposed.
+  e.a_md = key.trans_a ? matrix_md(key.batch, key.k, key.m, true, key.gemm)
+                       : matrix_md(key.batch, key.m, key.k, false, key.gemm);
+  e.b_md = key.trans_b ? matrix_md(key.batch, key.n, key.k, true, key.gemm)
+                       : matrix_md(key.batch, key.k, key.n, false, key.gemm);
+  e.c_md = matrix_md(key.batch, key.m, key.n, false, key.out);
+  if (key.has_bias) {
+    e.bias_md = key.batch == 0
+                    ? dnnl::memory::desc(dims{1, key.n}, dnnl::memory::data_type::f32, dims{key.n, 1})
+                    : dnnl::memory::desc(dims{1, 1, key.n}, dnnl::memory::data_type::f32,
+                                         dims{key.n, key.n, 1});
+  }
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (key.alpha != 1.0f) attr.set_output_scales(0, {key.alpha});
+  if (key.accumulate) {
+    dnnl::post_ops po;
+    po.append_sum(1.0f);
+    attr.set_post_ops(po);
+  }
+  OneDnn& ctx = OneDnn::get();
+  auto desc = key.has_bias ? dnnl::matmul::desc(e.a_md, e.b_md, e.bias_md, e.c_md)
+                           : dnnl::matmul::desc(e.a_md, e.b_md, e.c_md);
+  dnnl::matmul::primitive_desc pd(desc, attr, ctx.engine);
+  e.scratch_md = pd.scratchpad_desc();
+  e.impl = pd.impl_info_str();
+  e.primitive = dnnl::matmul(pd);
+  return cache_.emplace(key, std::move(e)).first->second;
+}
+
+void OneDnnMatmul::run(const Tensor& a, const Tensor& b, const Tensor& c, const MatmulSpec& spec,
+                       const Tensor& bias) {
+  ZE_CHECK(a.ndim() == b.ndim() && a.ndim() == c.ndim() && (a.ndim() == 2 || a.ndim() == 3))
+      << a.debug_string() << " " << b.debug_string() << " " << c.debug_string();
+  const bool batched = a.ndim() == 3;
+  const int64_t batch = batched ? a.dim(0) : 0;
+  if (batched) ZE_CHECK(b.dim(0) == batch && c.dim(0) == batch);
+  const int64_t m = spec.trans_a ? a.dim(-1) : a.dim(-2);
+  const int64_t k = spec.trans_a ? a.dim(-2) : a.dim(-1);
+  const int64_t kb = spec.trans_b ? b.dim(-1) : b.dim(-2);
+  const int64_t n = spec.trans_b ? b.dim(-2) : b.dim(-1);
+  ZE_CHECK(k == kb && c.dim(-2) == m && c.dim(-1) == n)
+      << "matmul shapes " << a.debug_string() << (spec.trans_a ? "^T" : "") << " x "
+      << b.debug_string() << (spec.trans_b ? "^T" : "") << " -> " << c.debug_string();
+  ZE_CHECK(!bias.defined() || (bias.numel() == n && spec.alpha == 1.0f));
+
+  // fp16 GEMMs need avx512_core_fp16, which these CPUs lack: they run as fp32.
+  const DType gemm = spec.compute == DType::kBF16 ? DType::kBF16 : DType::kF32;
+  const bool direct_out = c.dtype() == DType::kF32 || c.dtype() == gemm;
+  const DType out = direct_out ? c.dtype() : DType::kF32;
+
+  Key key{batch, m, n, k, spec.trans_a, spec.trans_b, spec.accumulate && direct_out,
+          bias.defined(), gemm, out, spec.alpha};
+  Entry& e = lookup(key);
+  last_impl_ = e.impl;
+
+  const SimdKernels& simd = simd_kernels();
+  const size_t gemm_size = dtype_size(gemm);
+  const size_t sizes[5] = {
+      a.dtype() == gemm ? 0 : static_cast<size_t>(a.numel()) * gemm_size,
+      b.dtype() == gemm ? 0 : static_cast<size_t>(b.numel()) * gemm_size,
+      bias.defined() && bias.dtype() != DType::kF32 ? static_cast<size_t>(n) * 4 : 0,
+      direct_out ? 0 : static_cast<size_t>(c.numel()) * 4,
+      e.scratch_md.get_size(),
+  };
+  void* buf[5];
+  workspace_.carve(sizes, buf);
+  void* a_ptr = a.data();
+  void* b_ptr = b.data();
+  void* bias_ptr = bias.defined() ? bias.data() : nullptr;
+  void* c_ptr = direct_out ? c.data() : buf[3];
+  if (buf[0] != nullptr) simd.cast(a.data(), a.dtype(), a_ptr = buf[0], gemm, a.numel());
+  if (buf[1] != nullptr) simd.cast(b.data(), b.dtype(), b_ptr = buf[1], gemm, b.numel());
+  if (buf[2] != nullptr) simd.cast(bias.data(), bias.dtype(), bias_ptr = buf[2], DType::kF32, n);
+
+  OneDnn& ctx = OneDnn::get();
+  std::unordered_map<int, dnnl::memory> args{
+      {DNNL_ARG_SRC, dnnl::memory(e.a_md, ctx.engine, a_ptr)},
+      {DNNL_ARG_WEIGHTS, dnnl::memory(e.b_md, ctx.engine, b_ptr)},
+      {DNNL_ARG_DST, dnnl::memory(e.c_md, ctx.engine, c_ptr)},
+  };
+  if (buf[4] != nullptr) args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(e.scratch_md, ctx.engine, buf[4]));
+  if (bias_ptr != nullptr) args.emplace(DNNL_ARG_BIAS, dnnl::memory(e.bias_md, ctx.engine, bias_ptr));
+  e.primitive.execute(ctx.stream, args);
+  ctx.stream.wait();
+
+  if (!direct_out) {
+    if (spec.accumulate) simd.accumulate(c.data(), c.dtype(), static_cast<float*>(c_ptr), c.numel());
+    else simd.cast(c_ptr, DType::kF32, c.data(), c.dtype(), c.numel());
+  }
+}
+
+}  // namespace zero::cpu

@@ -1,0 +1,55 @@
+// GEMMs on the CPU through oneDNN's matmul primitive: fp32, and bf16 inputs
+// with fp32 accumulation (brgemm on AVX512-BF16 / AMX). Primitives are built
+// once per shape and cached. Operands not already in the GEMM dtype are cast
+// into the workspace first; an output dtype oneDNN cannot write directly is
+// staged in fp32. Scratchpads are user-managed, so they are tracked too.
+#pragma once
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "kernels/cpu/simd_kernels.h"
+#include "kernels/cpu/workspace_arena.h"
+#include "kernels/ops.h"
+
+namespace zero::cpu {
+
+class OneDnnMatmul {
+ public:
+  explicit OneDnnMatmul(WorkspaceArena& workspace) : workspace_(workspace) {}
+
+  void run(const Tensor& a, const Tensor& b, const Tensor& c, const MatmulSpec& spec,
+           const Tensor& bias);
+
+  // oneDNN's name for the implementation the last run used ("brg:avx512_core").
+  const std::string& last_impl() const { return last_impl_; }
+
+ private:
+  struct Key {
+    int64_t batch, m, n, k;
+    bool trans_a, trans_b, accumulate, has_bias;
+    DType gemm, out;
+    float alpha;
+    bool operator==(const Key&) const = default;
+    template <typename H>
+    friend H AbslHashValue(H h, const Key& k) {
+      return H::combine(std::move(h), k.batch, k.m, k.n, k.k, k.trans_a, k.trans_b, k.accumulate,
+                        k.has_bias, k.gemm, k.out, k.alpha);
+    }
+  };
+  struct Entry {
+    dnnl::matmul primitive;
+    dnnl::memory::desc a_md, b_md, c_md, bias_md, scratch_md;
+    std::string impl;
+  };
+
+  Entry& lookup(const Key& key);
+
+  WorkspaceArena& workspace_;
+  absl::flat_hash_map<Key, Entry> cache_;
+  std::string last_impl_;
+};
+
+}  // namespace zero::cpu

@@ -1,0 +1,60 @@
+// The hand-written CPU kernels (what no library does well), as a table of
+// function pointers with one instance per ISA: AVX-512 and an AVX2+FMA+F16C
+// fallback. simd_kernels() returns the best table this CPU runs, chosen once by
+// CPUID; ZE_SIMD=avx2 in the environment forces the fallback (tests run both).
+//
+// Every kernel is multi-threaded with OpenMP over contiguous ranges and
+// vectorised; tails run the same arithmetic one lane wide, so a result never
+// depends on where a range boundary falls.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "kernels/optimizer_hyper.h"
+#include "runtime/core/dtype.h"
+
+namespace zero::cpu {
+
+struct SimdKernels {
+  const char* isa;  // "avx512" or "avx2"
+
+  // ---- elementwise (elementwise_impl.h)
+  void (*add)(const float* a, const float* b, float* out, int64_t n);
+  void (*accumulate)(void* dst, DType dst_dtype, const float* src, int64_t n);
+  void (*scale)(void* x, DType dtype, float s, int64_t n);
+  void (*fill)(void* x, DType dtype, float v, int64_t n);
+  void (*cast)(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n);
+  void (*bias_backward)(const float* dy, int64_t rows, int64_t cols, void* dbias, DType dtype);
+  void (*embedding_forward)(const int32_t* ids, int64_t n, const void* table, DType dtype,
+                            int64_t cols, float* out);
+  void (*embedding_backward)(const int32_t* ids, int64_t n, const float* dout, int64_t cols,
+                             void* dtable, DType dtype);
+  void (*add_positional)(float* x, int64_t batch, int64_t seq, int64_t cols, const void* table,
+                         DType dtype);
+  void (*positional_backward)(const float* dy, int64_t batch, int64_t seq, int64_t cols,
+                              void* dtable, DType dtype);
+  double (*sum_squares)(const void* x, DType dtype, int64_t n);
+  int64_t (*count_nonfinite)(const void* x, DType dtype, int64_t n);
+
+  // ---- softmax family (softmax_impl.h)
+  void (*causal_softmax_forward)(const float* scores, float* probs, int64_t rows_bh, int64_t seq);
+  void (*causal_softmax_backward)(const float* probs, const float* dprobs, float* dscores,
+                                  int64_t rows_bh, int64_t seq);
+  void (*cross_entropy)(float* logits, const int32_t* targets, int64_t n, int64_t vocab,
+                        float grad_scale, float* losses);
+
+  // ---- optimizers (adamw_impl.h)
+  void (*adamw)(float* master, const void* grad, DType grad_dtype, float* m, float* v,
+                void* param_out, DType param_dtype, int64_t n, const AdamWHyper& hyper);
+  void (*sgd)(float* master, const void* grad, DType grad_dtype, float* momentum_buf,
+              void* param_out, DType param_dtype, int64_t n, const SgdHyper& hyper);
+};
+
+// The table for this CPU (AVX-512 when present, else AVX2); aborts with a
+// clear message on a CPU without AVX2.
+const SimdKernels& simd_kernels();
+// A table by name ("avx512", "avx2"), or nullptr when the CPU cannot run it.
+const SimdKernels* simd_kernels_for(std::string_view isa);
+
+}  // namespace zero::cpu

@@ -1,0 +1,124 @@
+// The op launch interface: every computation the engine and the built-in
+// modules perform, as one abstract class that each backend implements
+// (kernels/cpu: oneDNN + our SIMD code; kernels/cuda: cuBLAS + CUDA kernels).
+//
+// Contract shared by every op:
+//  * Operands are contiguous row-major Tensors in the backend's compute tier.
+//  * Ops run on the backend's compute stream, in issue order. On the CPU backend
+//    they complete before returning; on CUDA they are asynchronous, except the
+//    ops that return a host value (sum_squares, count_nonfinite), which wait.
+//  * Activations are fp32. Parameters and gradients are fp32, bf16 or fp16 (the
+//    model dtype); ops that read a parameter or write a parameter gradient
+//    accept any of the three.
+//  * Outputs named d<param> (parameter gradients) are ACCUMULATED (+=), so a
+//    parameter used twice (tied embeddings) or over several micro-batches sums
+//    its gradient in place. All other outputs are overwritten.
+//  * Shapes are checked (internal invariant: a mismatch aborts with file:line).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/optimizer_hyper.h"
+#include "runtime/core/tensor.h"
+
+namespace zero {
+
+struct MatmulSpec {
+  bool trans_a = false;     // use A^T; A is stored [.., K, M]
+  bool trans_b = false;     // use B^T; B is stored [.., N, K]
+  float alpha = 1.0f;       // C = alpha * op(A) op(B) (+ bias)
+  bool accumulate = false;  // C += ... instead of C = ...
+  // Precision of the multiply: operands are converted to this dtype first when
+  // they are not already in it. fp32 accumulation always. On CPUs without fp16
+  // GEMMs an fp16 compute dtype runs as fp32.
+  DType compute = DType::kF32;
+};
+
+class Ops {
+ public:
+  virtual ~Ops() = default;
+
+  // C[b] = alpha * op(A[b]) @ op(B[b]) (+ bias) (+ C). 2-D, or 3-D with a shared
+  // leading batch dimension on A, B and C. A and B: fp32/bf16/fp16; C: fp32 or
+  // the compute dtype; bias: [N] any float dtype, or an undefined Tensor.
+  virtual void matmul(const Tensor& a, const Tensor& b, const Tensor& c, const MatmulSpec& spec,
+                      const Tensor& bias = Tensor()) = 0;
+
+  // Layer norm over the last dimension of x [N, C]:
+  //   y = (x - mean) / sqrt(var + eps) * gamma + beta
+  // mean and var [N] (fp32, biased variance) are written for the backward pass.
+  virtual void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                 float eps, const Tensor& y, const Tensor& mean,
+                                 const Tensor& var) = 0;
+  // dx is overwritten; dgamma, dbeta accumulate.
+  virtual void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
+                                  const Tensor& mean, const Tensor& var, float eps,
+                                  const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta) = 0;
+
+  // GELU, GPT-2's tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+  virtual void gelu_forward(const Tensor& x, const Tensor& y) = 0;
+  virtual void gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) = 0;
+
+  // Row softmax of scores [BH, T, T] where row t only sees columns <= t (the
+  // rest of the row is written as 0). probs may alias scores.
+  virtual void causal_softmax_forward(const Tensor& scores, const Tensor& probs) = 0;
+  // dscores = probs * (dprobs - sum(probs * dprobs)); dscores may alias dprobs.
+  virtual void causal_softmax_backward(const Tensor& probs, const Tensor& dprobs,
+                                       const Tensor& dscores) = 0;
+
+  // qkv [B, T, 3*H*D] -> q, k, v [B, H, T, D]   (the attention glue)
+  virtual void split_qkv(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v) = 0;
+  // dq, dk, dv [B, H, T, D] -> dqkv [B, T, 3*H*D] (overwritten)
+  virtual void merge_qkv(const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                         const Tensor& dqkv) = 0;
+  // dst[a, c, b, d] = src[a, b, c, d]: [B,H,T,D] <-> [B,T,H,D]
+  virtual void transpose12(const Tensor& src, const Tensor& dst) = 0;
+
+  // out[n, :] = table[ids[n], :]; ids int32 [N], table [V, C], out fp32 [N, C].
+  virtual void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out) = 0;
+  // dtable[ids[n], :] += dout[n, :]
+  virtual void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable) = 0;
+  // x[b, t, :] += table[t, :] in place; x [B, T, C], table [>=T, C].
+  virtual void add_positional(const Tensor& x, const Tensor& table) = 0;
+  // dtable[t, :] += sum_b dy[b, t, :]
+  virtual void positional_backward(const Tensor& dy, const Tensor& dtable) = 0;
+
+  // out = a + b (fp32; out may alias a or b).
+  virtual void add(const Tensor& a, const Tensor& b, const Tensor& out) = 0;
+  // dst += src; dst any float dtype, src fp32, same numel.
+  virtual void accumulate(const Tensor& dst, const Tensor& src) = 0;
+  // dbias[c] += sum_n dy[n, c]; dy [N, C].
+  virtual void bias_backward(const Tensor& dy, const Tensor& dbias) = 0;
+  // x *= s in place (any float dtype).
+  virtual void scale(const Tensor& x, float s) = 0;
+  // x = v (any float dtype).
+  virtual void fill(const Tensor& x, float v) = 0;
+  // dst = convert(src) between any two float dtypes of equal numel (round to
+  // nearest even).
+  virtual void cast(const Tensor& src, const Tensor& dst) = 0;
+
+  // Fused softmax cross-entropy over the last dimension of logits [N, V]:
+  // losses[n] = -log softmax(logits[n])[targets[n]], and logits is overwritten
+  // with grad_scale * (softmax(logits[n]) - onehot(targets[n])). A negative
+  // target marks an ignored row: loss 0 and gradient 0.
+  virtual void cross_entropy(const Tensor& logits, const Tensor& targets, float grad_scale,
+                             const Tensor& losses) = 0;
+
+  // One AdamW/Adam step on fp32 master weights with fp32 moments m, v; grad in
+  // any float dtype. When param_out is defined (bf16/fp16/fp32, same numel) the
+  // updated master is also written there, fused into the same pass.
+  virtual void adamw(const Tensor& master, const Tensor& grad, const Tensor& m, const Tensor& v,
+                     const Tensor& param_out, const AdamWHyper& hyper) = 0;
+
+  // One SGD step (SgdHyper) on fp32 master weights; momentum_buf (fp32) is
+  // ignored when hyper.momentum == 0; param_out as for adamw.
+  virtual void sgd(const Tensor& master, const Tensor& grad, const Tensor& momentum_buf,
+                   const Tensor& param_out, const SgdHyper& hyper) = 0;
+
+  // Sum of squares of x (any float dtype), accumulated in double. Waits.
+  virtual double sum_squares(const Tensor& x) = 0;
+  // Number of inf/NaN elements of x (any float dtype). Waits.
+  virtual int64_t count_nonfinite(const Tensor& x) = 0;
+};
+
+}  // namespace zero

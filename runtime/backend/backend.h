@@ -1,0 +1,81 @@
+// The backend interface: how memory is allocated, how work is ordered on
+// streams, how bytes are copied, and (through ops()) how ops run. The engine
+// decides what moves where and when; a backend only decides how.
+//
+// Streams and events follow CUDA's model, so the CUDA backend maps onto them
+// one to one and the CPU backend emulates them:
+//  * work on one stream runs in issue order;
+//  * record_event(s) marks the current end of stream s; wait_event(s2, e) makes
+//    later work on s2 wait for e without blocking the host; synchronize(e)
+//    blocks the host until e has completed;
+//  * ops() always launch on the compute stream (kComputeStream).
+// Ownership rule for every asynchronous call: the caller keeps the source and
+// destination buffers alive, and does not touch them, until an event recorded
+// after the call has completed.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "kernels/ops.h"
+#include "runtime/core/allocator.h"
+#include "runtime/core/tensor.h"
+
+namespace zero {
+
+using StreamId = int;
+inline constexpr StreamId kComputeStream = 0;
+
+// Opaque completion marker; backends derive their own.
+class Event {
+ public:
+  virtual ~Event() = default;
+  // True once the work before the event has finished (never blocks).
+  virtual bool query() const = 0;
+};
+using EventPtr = std::shared_ptr<Event>;
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual std::string_view name() const = 0;  // "cpu", "cuda:0"
+  // The tier op operands live in: kHost for the CPU backend, kDevice for CUDA.
+  virtual Tier compute_tier() const = 0;
+  virtual Ops& ops() = 0;
+
+  // ---- memory: every tracked byte of the engine and the model comes from here.
+  // Fails with RESOURCE_EXHAUSTED naming the size, category and tier.
+  absl::StatusOr<std::shared_ptr<Storage>> allocate(size_t bytes, Tier tier, MemCategory category,
+                                                    size_t alignment = kDefaultAlignment);
+  // Uninitialised tensor; aborts on out-of-memory (for internal buffers whose
+  // size the memory planner has already checked).
+  Tensor empty(const Shape& shape, DType dtype, MemCategory category);
+  Tensor empty(const Shape& shape, DType dtype, MemCategory category, Tier tier);
+  Tensor zeros(const Shape& shape, DType dtype, MemCategory category);
+  // Returns cached blocks of every tier to the OS/driver.
+  void release_cached();
+
+  // ---- streams and events
+  virtual StreamId create_stream() = 0;
+  virtual EventPtr record_event(StreamId stream) = 0;
+  virtual void wait_event(StreamId stream, const EventPtr& event) = 0;
+  virtual void synchronize(const EventPtr& event) = 0;
+  virtual void synchronize_stream(StreamId stream) = 0;
+
+  // ---- copies between any two tiers this backend serves (host <-> device,
+  // host <-> host, device <-> device), ordered on `stream`.
+  virtual void copy_async(void* dst, const void* src, size_t bytes, StreamId stream) = 0;
+  // Copy and wait; convenience for set-up and tests.
+  void copy(void* dst, const void* src, size_t bytes);
+  // Copies a tensor's bytes into another of equal size (any tiers).
+  void copy(const Tensor& dst, const Tensor& src);
+
+ protected:
+  // The allocator behind each tier this backend serves, or nullptr.
+  virtual RawAllocator* raw_allocator(Tier tier) = 0;
+};
+
+}  // namespace zero

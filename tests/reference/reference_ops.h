@@ -1,0 +1,45 @@
+// Plain double-precision reference implementations of the ops and of a GPT
+// forward pass. They are written for readability (no SIMD, no threads, no
+// fusion) and are what the real kernels and models are compared against; the
+// gradient tests differentiate them numerically (central differences in
+// double, which are accurate to ~1e-9 here, so the comparison measures the
+// fp32 kernel, not the finite-difference error).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+namespace zero::ref {
+
+using Vec = std::vector<double>;
+
+// y[n, o] = sum_i x[n, i] * w[o, i] + b[o]   (w is [out, in], like nn.Linear)
+Vec linear(const Vec& x, const Vec& w, const Vec* b, int64_t n, int64_t in, int64_t out);
+// C[M,N] = op(A) op(B), A [M,K] (or [K,M] if trans_a), B [K,N] (or [N,K] if trans_b)
+Vec matmul(const Vec& a, const Vec& b, int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b);
+Vec layernorm(const Vec& x, const Vec& gamma, const Vec& beta, double eps, int64_t n, int64_t c);
+Vec gelu(const Vec& x);  // tanh form
+// Causal row softmax of scores [BH, T, T]; masked entries are 0.
+Vec causal_softmax(const Vec& scores, int64_t bh, int64_t t);
+// Full causal self-attention core: qkv [B, T, 3C] -> y [B, T, C], scale 1/sqrt(D).
+Vec attention(const Vec& qkv, int64_t b, int64_t t, int64_t heads, int64_t head_dim);
+Vec embedding(const std::vector<int32_t>& ids, const Vec& table, int64_t cols);
+// Per-row losses -log softmax(logits)[target]; negative targets give 0.
+Vec cross_entropy(const Vec& logits, const std::vector<int32_t>& targets, int64_t vocab);
+
+// Central-difference vector-Jacobian product: returns d(sum_j dy[j] * f(x)[j])/dx.
+Vec numeric_vjp(const std::function<Vec(const Vec&)>& f, const Vec& x, const Vec& dy,
+                double h = 1e-6);
+
+// GPT-2 forward in double (the structure of runtime/graph/gpt.h): token and
+// position embeddings, pre-LN blocks (attention, GELU MLP), final LN, LM head
+// tied to the token embedding. Returns the mean cross-entropy over B*T.
+struct GptShape {
+  int64_t n_layer, n_head, d_model, vocab, seq;
+};
+// Parameters in the model's registration order (see Gpt::parameters()).
+double gpt_loss(const GptShape& s, const std::vector<Vec>& params, const std::vector<int32_t>& inputs,
+                const std::vector<int32_t>& targets, int64_t batch);
+
+}  // namespace zero::ref
