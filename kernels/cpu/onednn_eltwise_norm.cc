@@ -99,13 +99,15 @@ void OneDnnLayerNorm::backward(const Tensor& dy, const Tensor& x, const Tensor& 
   workspace_.carve(sizes, buf);
   void* g = gamma.data();
   if (buf[0] != nullptr) simd_kernels().cast(gamma.data(), gamma.dtype(), g = buf[0], DType::kF32, cols);
-  // oneDNN takes the shift argument only to check shapes in backward.
+  // With use_shift, oneDNN's backward also expects the shift argument, though
+  // the gradients do not depend on it; gamma's buffer stands in (read-only).
   execute(e.bwd,
           {{DNNL_ARG_SRC, mem(e.bwd_pd.src_desc(), x.data())},
            {DNNL_ARG_DIFF_DST, mem(e.bwd_pd.diff_dst_desc(), dy.data())},
            {DNNL_ARG_MEAN, mem(e.bwd_pd.mean_desc(), mean.data())},
            {DNNL_ARG_VARIANCE, mem(e.bwd_pd.variance_desc(), var.data())},
            {DNNL_ARG_SCALE, mem(vec_md(cols), g)},
+           {DNNL_ARG_SHIFT, mem(vec_md(cols), g)},
            {DNNL_ARG_DIFF_SRC, mem(e.bwd_pd.diff_src_desc(), dx.data())},
            {DNNL_ARG_DIFF_SCALE, mem(vec_md(cols), buf[1])},
            {DNNL_ARG_DIFF_SHIFT, mem(vec_md(cols), buf[2])}},

@@ -1,0 +1,77 @@
+// The Context a forward and backward pass run through. It owns the saved
+// activations (one frame per module call) and is the single place where the
+// engine's hooks run around every module: Context::forward(m, x) runs
+// pre_forward(m), m.forward, post_forward(m); Context::backward(m, dy) runs
+// pre_backward(m), m.backward, post_backward(m), then frees m's frame.
+//
+// Frames are kept per module as a stack, so a module may be called several
+// times in one forward; backward must visit calls in reverse order (which the
+// tree structure of forward/backward gives for free).
+#pragma once
+
+#include <deque>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/backend/backend.h"
+#include "runtime/graph/module.h"
+
+namespace zero {
+
+// What the engine does around each module call (ZeRO-3 gathers and releases
+// parameters here; gradient buckets fill in post_backward).
+class ModuleHooks {
+ public:
+  virtual ~ModuleHooks() = default;
+  virtual void pre_forward(Module& m) {}
+  virtual void post_forward(Module& m) {}
+  virtual void pre_backward(Module& m) {}
+  virtual void post_backward(Module& m) {}
+};
+
+class Context {
+ public:
+  // param_dtype: the model dtype, which is also the precision GEMMs run in.
+  Context(Backend& backend, DType param_dtype) : backend_(backend), param_dtype_(param_dtype) {}
+
+  Backend& backend() { return backend_; }
+  Ops& ops() { return backend_.ops(); }
+  DType param_dtype() const { return param_dtype_; }
+
+  void set_hooks(ModuleHooks* hooks) { hooks_ = hooks; }
+  // With grad disabled (evaluation), modules save nothing and no frames exist.
+  void set_grad_enabled(bool enabled) { grad_enabled_ = enabled; }
+  bool grad_enabled() const { return grad_enabled_; }
+
+  Tensor forward(Module& m, const Tensor& x);
+  Tensor backward(Module& m, const Tensor& dy);
+
+  // ---- for use inside Module::forward / Module::backward
+  // Keeps t for this module call's backward (no-op when grad is disabled).
+  void save(const Tensor& t);
+  // The i-th tensor this module call saved.
+  const Tensor& saved(size_t i) const;
+  // A new fp32 activation (tracked as activations).
+  Tensor activation(const Shape& shape, DType dtype = DType::kF32) {
+    return backend_.empty(shape, dtype, MemCategory::kActivations);
+  }
+
+  // Frames not yet consumed by backward (0 after a full forward + backward).
+  size_t live_frames() const;
+  // Drops every saved activation (e.g. after an evaluation or an aborted step).
+  void clear();
+
+ private:
+  struct Frame {
+    std::vector<Tensor> saved;
+  };
+
+  Backend& backend_;
+  DType param_dtype_;
+  ModuleHooks* hooks_ = nullptr;
+  bool grad_enabled_ = true;
+  std::unordered_map<const Module*, std::deque<Frame>> frames_;  // deque: stable frame addresses
+  std::vector<Frame*> current_;  // the frame of each module call in progress
+};
+
+}  // namespace zero

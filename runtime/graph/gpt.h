@@ -1,0 +1,52 @@
+// GPT-2: token + position embeddings, n_layer pre-LN transformer blocks, a
+// final layer norm and an LM head tied to the token embedding.
+// forward(ids int32 [B, T]) -> logits fp32 [B, T, vocab_size].
+// Parameter names follow GPT-2's checkpoints ("wte.weight", "h.0.ln_1.weight",
+// "h.0.attn.c_attn.weight", ...); Linear weights are [out, in].
+// Initialisation as GPT-2: N(0, 0.02) for weights and embeddings, the two
+// residual projections per block N(0, 0.02 / sqrt(2 n_layer)), biases 0,
+// layer-norm weights 1.
+#pragma once
+
+#include <memory>
+
+#include "runtime/graph/transformer.h"
+
+namespace zero {
+
+struct GptConfig {
+  int64_t n_layer = 12;
+  int64_t n_head = 12;
+  int64_t d_model = 768;
+  int64_t vocab_size = 50304;
+  int64_t seq_len = 1024;  // maximum sequence length (size of the position table)
+
+  // Parameters, counted exactly (tied head counted once).
+  int64_t num_parameters() const;
+  // Training FLOPs per token at sequence length seq: 6 per parameter plus
+  // 12 n_layer d_model seq for attention (PaLM's and llm.c's accounting).
+  double flops_per_token(int64_t seq) const;
+};
+
+class Gpt : public Module {
+ public:
+  explicit Gpt(const GptConfig& config);
+  Tensor forward(Context& ctx, const Tensor& ids) override;
+  Tensor backward(Context& ctx, const Tensor& dlogits) override;
+  const GptConfig& config() const { return config_; }
+
+ private:
+  GptConfig config_;
+  Embedding* wte_;
+  PositionalEmbedding* wpe_;
+  std::vector<TransformerBlock*> blocks_;
+  LayerNorm* ln_f_;
+  TiedLMHead* lm_head_;
+};
+
+// A plain MLP classifier for small tests: Linear(in, h) GELU ... Linear(h, classes).
+// forward(x fp32 [B, in]) -> logits [B, classes].
+std::unique_ptr<Sequential> make_mlp_classifier(int64_t in, const std::vector<int64_t>& hidden,
+                                                int64_t classes, float init_std = 0.1f);
+
+}  // namespace zero
