@@ -1,0 +1,90 @@
+// Typed, strict reading of a JSON config, one section at a time.
+//
+// A ConfigReader is a view of one JSON object (a section) at a key path. Every
+// get_*() names a key the program understands, returns its value or the
+// default, and records the effective value (for --print-config). finish()
+// then reports every key of the section that nothing asked for, with a
+// did-you-mean among the keys that were asked for. Errors and warnings
+// accumulate in ConfigDiagnostics, so one run reports all of them, each
+// naming the full key path, the value and what is expected.
+//
+// DeepSpeed conventions kept here: a value of exactly "auto" means the key's
+// default; integer keys accept integral floats such as 1e9 but not 1.5.
+#pragma once
+
+#include <initializer_list>
+#include <memory>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "runtime/config/json_file.h"
+
+namespace zero {
+
+struct ConfigDiagnostics {
+  std::vector<std::string> errors;
+  std::vector<std::string> warnings;
+  bool allow_unknown_keys = false;  // unknown keys become warnings
+  Json effective = Json::object();  // every key read, with the value in effect
+  std::set<std::string> derived;    // paths whose value the program derived
+
+  // OK, or INVALID_ARGUMENT listing every error.
+  absl::Status status() const;
+};
+
+class ConfigReader {
+ public:
+  ConfigReader(const Json& root, ConfigDiagnostics& diag) : ConfigReader(&root, "", &diag) {}
+
+  // A nested section; an absent key reads as an empty section.
+  ConfigReader section(std::string_view key);
+  bool has(std::string_view key) const;
+  const std::string& path() const { return path_; }
+  std::string key_path(std::string_view key) const;
+  ConfigDiagnostics& diagnostics() { return *diag_; }
+
+  int64_t get_int(std::string_view key, int64_t def, int64_t min_value = INT64_MIN);
+  double get_float(std::string_view key, double def);
+  bool get_bool(std::string_view key, bool def);
+  std::string get_string(std::string_view key, const std::string& def);
+  // A string from a fixed set; the error lists the choices.
+  std::string get_choice(std::string_view key, const std::string& def,
+                         std::initializer_list<std::string_view> choices);
+  std::vector<double> get_float_list(std::string_view key, const std::vector<double>& def,
+                                     size_t expected_size);
+  // The raw value (null when absent), marking the key as known.
+  const Json& get_raw(std::string_view key);
+
+  // A key we know but do not support unless it has `allowed` (its disabled
+  // default): any other value is an error "<path>: <value> is not supported (<why>)".
+  void refuse_unless(std::string_view key, const Json& allowed, std::string_view why);
+  // Marks key as understood without reading it (read elsewhere).
+  void mark_known(std::string_view key);
+
+  void error(std::string_view key, std::string_view message);
+  void warn(std::string_view key, std::string_view message);
+  // Records a value the program derived (shown as derived by --print-config).
+  void set_derived(std::string_view key, const Json& value);
+  void set_effective(std::string_view key, const Json& value);
+
+  // Reports unknown keys of this section (with did-you-mean).
+  void finish();
+
+ private:
+  ConfigReader(const Json* obj, std::string path, ConfigDiagnostics* diag);
+  // The value at key, or nullptr when absent or "auto".
+  const Json* lookup(std::string_view key);
+
+  const Json* obj_;
+  std::string path_;
+  ConfigDiagnostics* diag_;
+  std::shared_ptr<std::set<std::string>> known_;
+};
+
+// The closest of `candidates` to `word` by edit distance, or "" when none is close.
+std::string closest_match(std::string_view word, const std::vector<std::string>& candidates);
+
+}  // namespace zero

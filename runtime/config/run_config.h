@@ -1,0 +1,59 @@
+// The whole configuration of a zero-train run: ZeroEngine's own sections
+// (model, data, run) beside DeepSpeed's keys, parsed strictly (see
+// config_reader.h) into typed structs. The DeepSpeed keys mean what they mean
+// in DeepSpeed, with its current defaults.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "runtime/config/json_file.h"
+#include "runtime/engine/engine_config.h"
+#include "runtime/graph/gpt.h"
+
+namespace zero {
+
+// "model": which network to build.
+struct ModelSection {
+  std::string type = "gpt";
+  GptConfig gpt;
+};
+
+// "data": where training tokens come from.
+struct DataSection {
+  std::string format = "text";  // "text": bytes of text files (vocab 256); "llmc": llm.c token shards
+  std::string path;             // a file, a directory, or a glob pattern
+  uint64_t seed = 1234;         // sampling is a function of (seed, step, sample index)
+};
+
+// "run": the loop around the engine.
+struct RunSection {
+  int64_t steps = 100;    // optimizer steps
+  std::string metrics;    // JSON-lines file, one object per optimizer step ("" = none)
+};
+
+struct RunConfig {
+  ModelSection model;
+  DataSection data;
+  RunSection run;
+  EngineConfig engine;
+  int64_t train_batch_size = 0;  // global: micro x accumulation x world
+  int64_t steps_per_print = 10;  // DeepSpeed's default is None (no progress log); ours prints
+  Json effective;                // every key with its value in effect, for --print-config
+  std::vector<std::string> derived_keys;
+  std::vector<std::string> warnings;
+};
+
+struct ConfigOptions {
+  int world_size = 1;               // data-parallel ranks (the batch triple depends on it)
+  bool allow_unknown_keys = false;  // unknown keys warn instead of failing
+};
+
+absl::StatusOr<RunConfig> parse_run_config(const Json& config, const ConfigOptions& options);
+
+// Loads and merges the files in order, then applies the --set overrides.
+absl::StatusOr<Json> load_merged_config(const std::vector<std::string>& files,
+                                        const std::vector<std::string>& overrides);
+
+}  // namespace zero

@@ -1,0 +1,74 @@
+// zero-train's loop; see train_loop.h.
+#include "runtime/tools/train_loop.h"
+
+#include <omp.h>
+
+#include <chrono>
+
+#include "absl/strings/str_format.h"
+#include "kernels/cpu/simd_kernels.h"
+#include "runtime/base/status.h"
+#include "runtime/base/strings.h"
+#include "runtime/data/data_loader.h"
+#include "runtime/engine/engine.h"
+#include "runtime/engine/progress.h"
+
+namespace zero {
+
+namespace {
+
+absl::StatusOr<std::unique_ptr<DataLoader>> open_data(const RunConfig& c) {
+  std::unique_ptr<TokenSource> source;
+  if (c.data.format == "llmc") {
+    ZE_ASSIGN_OR_RETURN(source, open_llmc_shards(c.data.path, c.model.gpt.vocab_size));
+  } else {
+    ZE_ASSIGN_OR_RETURN(source, open_text_bytes(c.data.path));
+  }
+  if (source->vocab_bound() > c.model.gpt.vocab_size) {
+    return absl::InvalidArgumentError(cat("data (", source->describe(), ") has token ids up to ",
+                                          source->vocab_bound() - 1, " but model.vocab_size is ",
+                                          c.model.gpt.vocab_size));
+  }
+  return DataLoader::create(std::move(source), c.model.gpt.seq_len, c.data.seed);
+}
+
+}  // namespace
+
+absl::Status run_training(const RunConfig& c, Backend& backend, std::ostream& out) {
+  const int64_t rss_baseline = process_rss_bytes();
+  ZE_ASSIGN_OR_RETURN(std::unique_ptr<DataLoader> data, open_data(c));
+  ZE_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
+                      initialize(std::make_unique<Gpt>(c.model.gpt), c.engine, backend));
+  const GptConfig& g = c.model.gpt;
+  out << absl::StrFormat("model: GPT n_layer=%d n_head=%d d_model=%d vocab=%d seq_len=%d, %.2fM parameters (%s)\n",
+                         g.n_layer, g.n_head, g.d_model, g.vocab_size, g.seq_len,
+                         static_cast<double>(engine->num_parameters()) / 1e6, dtype_name(c.engine.param_dtype));
+  out << "data: " << data->source().describe() << "\n";
+  out << absl::StrFormat("batch: %d sequences/step = micro %d x accumulation %d x 1 rank; %s, %d threads, %s kernels\n",
+                         c.train_batch_size, c.engine.micro_batch_size, c.engine.gradient_accumulation_steps,
+                         backend.name(), omp_get_max_threads(), cpu::simd_kernels().isa);
+  out << absl::StrFormat("optimizer: %s lr %g, clipping %g; %d steps\n", c.engine.optimizer.type,
+                         c.engine.optimizer.lr, c.engine.gradient_clipping, c.run.steps);
+  out.flush();
+
+  ProgressReporter progress(out, c.run.steps, c.steps_per_print, backend.compute_tier(), rss_baseline);
+  if (!c.run.metrics.empty()) ZE_RETURN_IF_ERROR(progress.open_metrics(c.run.metrics));
+  const double tokens_per_step = static_cast<double>(c.train_batch_size * g.seq_len);
+  for (int64_t step = 0; step < c.run.steps; ++step) {
+    const auto t0 = std::chrono::steady_clock::now();
+    StepResult r;
+    for (int64_t micro = 0; micro < c.engine.gradient_accumulation_steps; ++micro) {
+      const Batch batch = data->micro_batch(step, micro, /*rank=*/0, /*world=*/1, c.engine.micro_batch_size,
+                                            c.engine.gradient_accumulation_steps);
+      engine->forward(batch);
+      engine->backward();
+      r = engine->step();
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    progress.on_step(r, {seconds, tokens_per_step});
+  }
+  progress.summary();
+  return absl::OkStatus();
+}
+
+}  // namespace zero

@@ -1,0 +1,103 @@
+// zero-train: train a model from a JSON config.
+//
+//   zero-train --config run.json [--config ds_config.json] [--set key.path=value]...
+//              [--steps N] [--metrics FILE] [--print-config] [--allow-unknown-keys]
+//
+// Exit status: 0 on success, 2 for bad usage or a bad config, 1 for any
+// other failure (data, memory, disk). Every error names what it is about.
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "runtime/backend/cpu_backend.h"
+#include "runtime/base/strings.h"
+#include "runtime/config/run_config.h"
+#include "runtime/tools/train_loop.h"
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: zero-train --config FILE [options]
+
+  --config FILE          JSON config (comments allowed); repeat to layer files,
+                         later ones override earlier ones key by key
+  --set KEY.PATH=VALUE   override one key (repeatable), e.g. --set optimizer.params.lr=3e-4
+  --steps N              optimizer steps (overrides run.steps)
+  --metrics FILE         write one JSON object per optimizer step (overrides run.metrics)
+  --print-config         print the effective config (defaults filled in) and exit
+  --allow-unknown-keys   warn about unknown keys instead of failing
+  --help                 this text
+)";
+
+struct Args {
+  std::vector<std::string> configs, overrides;
+  bool print_config = false, allow_unknown = false;
+};
+
+int usage_error(const std::string& msg) {
+  std::fprintf(stderr, "zero-train: %s\n\n%s", msg.c_str(), kUsage);
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&](std::string& out) {
+      if (i + 1 >= argc) return false;
+      out = argv[++i];
+      return true;
+    };
+    std::string v;
+    if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else if (a == "--config") {
+      if (!value(v)) return usage_error("--config needs a file");
+      args.configs.push_back(v);
+    } else if (a == "--set") {
+      if (!value(v)) return usage_error("--set needs KEY.PATH=VALUE");
+      args.overrides.push_back(v);
+    } else if (a == "--steps") {
+      if (!value(v)) return usage_error("--steps needs a number");
+      args.overrides.push_back("run.steps=" + v);
+    } else if (a == "--metrics") {
+      if (!value(v)) return usage_error("--metrics needs a file");
+      args.overrides.push_back("run.metrics=\"" + v + "\"");
+    } else if (a == "--print-config") {
+      args.print_config = true;
+    } else if (a == "--allow-unknown-keys") {
+      args.allow_unknown = true;
+    } else {
+      return usage_error(zero::cat("unknown argument ", a));
+    }
+  }
+  if (args.configs.empty()) return usage_error("no config given (--config FILE)");
+
+  absl::StatusOr<zero::Json> merged = zero::load_merged_config(args.configs, args.overrides);
+  if (!merged.ok()) {
+    std::fprintf(stderr, "zero-train: %s\n", std::string(merged.status().message()).c_str());
+    return 2;
+  }
+  zero::ConfigOptions options;
+  options.allow_unknown_keys = args.allow_unknown;
+  absl::StatusOr<zero::RunConfig> config = zero::parse_run_config(*merged, options);
+  if (!config.ok()) {
+    std::fprintf(stderr, "zero-train: %s\n", std::string(config.status().message()).c_str());
+    return 2;
+  }
+  for (const std::string& w : config->warnings) std::fprintf(stderr, "zero-train: warning: %s\n", w.c_str());
+  if (args.print_config) {
+    std::cout << config->effective.dump(2) << "\n";
+    return 0;
+  }
+  zero::CpuBackend backend;
+  const absl::Status s = zero::run_training(*config, backend, std::cout);
+  if (!s.ok()) {
+    std::fprintf(stderr, "zero-train: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,188 @@
+// Config parsing: what a user sees when a config is wrong (the message names
+// the key path, the value and what is expected, with a did-you-mean), and
+// DeepSpeed's rules where we follow them ("auto", integral floats, duplicate
+// keys, the batch-size triple and its messages, file layering, --set).
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "runtime/config/run_config.h"
+
+namespace zero {
+namespace {
+
+absl::StatusOr<RunConfig> parse(std::string_view text, int world = 1) {
+  absl::StatusOr<Json> j = parse_json_text(text, "test.json");
+  if (!j.ok()) return j.status();
+  return parse_run_config(*j, {.world_size = world});
+}
+
+std::string error_of(std::string_view text, int world = 1) {
+  absl::StatusOr<RunConfig> c = parse(text, world);
+  EXPECT_FALSE(c.ok()) << text;
+  return c.ok() ? "" : std::string(c.status().message());
+}
+
+TEST(ConfigTest, MinimalConfigGetsDeepSpeedDefaults) {
+  absl::StatusOr<RunConfig> c = parse(R"({"train_micro_batch_size_per_gpu": 4})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->engine.micro_batch_size, 4);
+  EXPECT_EQ(c->engine.gradient_accumulation_steps, 1);
+  EXPECT_EQ(c->train_batch_size, 4);
+  EXPECT_FLOAT_EQ(c->engine.gradient_clipping, 1.0f);  // DeepSpeed HEAD default
+  EXPECT_EQ(c->engine.param_dtype, DType::kF32);
+  EXPECT_EQ(c->engine.optimizer.type, "AdamW");
+  EXPECT_EQ(c->effective["gradient_accumulation_steps"], 1);
+  EXPECT_EQ(c->effective["model"]["n_layer"], 12);
+}
+
+TEST(ConfigTest, CommentsAreAccepted) {
+  absl::StatusOr<RunConfig> c = parse(R"(// a comment
+    { /* block */ "train_micro_batch_size_per_gpu": 2, // trailing
+      "model": {"n_layer": 2} })");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->model.gpt.n_layer, 2);
+}
+
+TEST(ConfigTest, MalformedJsonNamesFileLineAndColumn) {
+  const std::string msg = error_of("{\n  \"train_micro_batch_size_per_gpu\": 4,\n  \"model\": {\"n_layer\": }\n}");
+  EXPECT_NE(msg.find("test.json:3:"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("invalid JSON"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("\"model\": {\"n_layer\": }"), std::string::npos) << msg;  // quotes the line
+}
+
+TEST(ConfigTest, DuplicateKeysAreRejected) {
+  const std::string msg = error_of(R"({"train_micro_batch_size_per_gpu": 4, "train_micro_batch_size_per_gpu": 8})");
+  EXPECT_NE(msg.find("duplicate key \"train_micro_batch_size_per_gpu\""), std::string::npos) << msg;
+}
+
+TEST(ConfigTest, TypoAtTopLevelGetsDidYouMean) {
+  const std::string msg = error_of(R"({"train_micro_batch_size_per_gpu": 4, "gradient_clipp1ng": 1.0})");
+  EXPECT_NE(msg.find("unknown key \"gradient_clipp1ng\" (did you mean \"gradient_clipping\"?)"), std::string::npos)
+      << msg;
+}
+
+TEST(ConfigTest, TypoInSectionGetsDidYouMeanWithFullPath) {
+  const std::string msg = error_of(R"({"train_micro_batch_size_per_gpu": 4, "model": {"n_layers": 2}})");
+  EXPECT_NE(msg.find("unknown key \"model.n_layers\" (did you mean \"model.n_layer\"?)"), std::string::npos) << msg;
+}
+
+TEST(ConfigTest, AllErrorsAreReportedTogether) {
+  const std::string msg =
+      error_of(R"({"train_micro_batch_size_per_gpu": 4, "model": {"n_layer": "two", "seq_len": 0}})");
+  EXPECT_NE(msg.find("2 errors"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("model.n_layer: expected an integer, got \"two\""), std::string::npos) << msg;
+  EXPECT_NE(msg.find("model.seq_len: 0 is out of range (must be >= 1)"), std::string::npos) << msg;
+}
+
+TEST(ConfigTest, AutoMeansDefaultInsideSections) {
+  absl::StatusOr<RunConfig> c = parse(R"({"train_micro_batch_size_per_gpu": 4, "model": {"n_layer": "auto"}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->model.gpt.n_layer, 12);
+}
+
+TEST(ConfigTest, IntegralFloatsAreIntegersButFractionsAreNot) {
+  absl::StatusOr<RunConfig> c = parse(R"({"train_micro_batch_size_per_gpu": 4, "model": {"d_model": 7.68e2}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->model.gpt.d_model, 768);
+  EXPECT_NE(error_of(R"({"train_micro_batch_size_per_gpu": 4.5})").find("expected an integer, got 4.5"),
+            std::string::npos);
+}
+
+// DeepSpeed's TestBatchConfig cases at world size 2.
+TEST(ConfigTest, BatchTripleFollowsDeepSpeed) {
+  struct Case {
+    int64_t tb, mb, gas;
+    bool ok;
+  };
+  for (const Case& k : {Case{32, 16, 1, true}, Case{32, 8, 2, true}, Case{33, 17, 2, false}, Case{32, 18, 1, false}}) {
+    const std::string text = "{\"train_batch_size\": " + std::to_string(k.tb) +
+                             ", \"train_micro_batch_size_per_gpu\": " + std::to_string(k.mb) +
+                             ", \"gradient_accumulation_steps\": " + std::to_string(k.gas) + "}";
+    absl::StatusOr<RunConfig> c = parse(text, 2);
+    EXPECT_EQ(c.ok(), k.ok) << text << " " << c.status();
+    if (!k.ok) {
+      EXPECT_NE(std::string(c.status().message())
+                    .find("train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * world_size"),
+                std::string::npos)
+          << c.status();
+    }
+  }
+  // Derivations, as in DeepSpeed's table (floor division).
+  absl::StatusOr<RunConfig> c = parse(R"({"train_batch_size": 64})", 1);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->engine.micro_batch_size, 64);
+  EXPECT_EQ(c->engine.gradient_accumulation_steps, 1);
+  c = parse(R"({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4})", 2);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->engine.gradient_accumulation_steps, 4);
+  EXPECT_EQ(c->derived_keys, std::vector<std::string>{"gradient_accumulation_steps"});
+  // tb=33, mb=17 at world 2 derives gas=0, which fails the positivity check.
+  EXPECT_NE(error_of(R"({"train_batch_size": 33, "train_micro_batch_size_per_gpu": 17})", 2)
+                .find("Gradient accumulation steps: 0 has to be greater than 0"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"gradient_accumulation_steps": 2})")
+                .find("either train_batch_size or train_micro_batch_size_per_gpu needs to be provided"),
+            std::string::npos);
+}
+
+TEST(ConfigTest, TopLevelAutoBatchWithoutValuesSaysWhatToSet) {
+  const std::string msg = error_of(R"({"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto"})");
+  EXPECT_NE(msg.find("train_batch_size: \"auto\" needs a value"), std::string::npos) << msg;
+}
+
+TEST(ConfigTest, OptimizerKeysFollowDeepSpeed) {
+  absl::StatusOr<RunConfig> c = parse(R"({"train_micro_batch_size_per_gpu": 1,
+      "optimizer": {"type": "Adam", "params": {"lr": 0.01, "betas": [0.8, 0.9], "weight_decay": 0.1}}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->engine.optimizer.adam_w_mode);  // "Adam" is AdamW unless adam_w_mode is false
+  EXPECT_FLOAT_EQ(c->engine.optimizer.beta1, 0.8f);
+  EXPECT_NE(error_of(R"({"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "Adam", "params": {"max_grad_norm": 1}}})")
+                .find("optimizer.params.max_grad_norm: is not supported as an optimizer parameter; use the top-level "
+                      "\"gradient_clipping\""),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "Lamb"}})")
+                .find("optimizer.type: \"Lamb\" is not one of"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "SGD", "params": {"betas": [0.9, 0.99]}}})")
+                .find("unknown key \"optimizer.params.betas\""),
+            std::string::npos);
+}
+
+TEST(ConfigTest, LaterFilesAndSetOverridesWin) {
+  const std::string dir = ::testing::TempDir();
+  const std::string a = dir + "/a.json", b = dir + "/b.json";
+  std::ofstream(a) << R"({"model": {"n_layer": 2, "n_head": 2}, "train_micro_batch_size_per_gpu": 4})";
+  std::ofstream(b) << R"({"model": {"n_layer": 3}, "bf16": {"enabled": true}})";
+  absl::StatusOr<Json> j = load_merged_config({a, b}, {"model.d_model=64", "run.metrics=m.jsonl"});
+  ASSERT_TRUE(j.ok()) << j.status();
+  absl::StatusOr<RunConfig> c = parse_run_config(*j, {});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->model.gpt.n_layer, 3);  // b overrides a
+  EXPECT_EQ(c->model.gpt.n_head, 2);   // a's other keys stay
+  EXPECT_EQ(c->model.gpt.d_model, 64);
+  EXPECT_EQ(c->run.metrics, "m.jsonl");
+  EXPECT_EQ(c->engine.param_dtype, DType::kBF16);
+  const absl::StatusOr<Json> missing = load_merged_config({dir + "/nope.json"}, {});
+  EXPECT_NE(std::string(missing.status().message()).find("nope.json: cannot open"), std::string::npos);
+}
+
+TEST(ConfigTest, UnsupportedFeatureIsRefusedByName) {
+  EXPECT_NE(error_of(R"({"train_micro_batch_size_per_gpu": 1, "fp16": {"enabled": true}})").find("fp16.enabled: true is not supported"),
+            std::string::npos);
+  // The disabled default is accepted.
+  EXPECT_TRUE(parse(R"({"train_micro_batch_size_per_gpu": 1, "fp16": {"enabled": false}})").ok());
+}
+
+TEST(ConfigTest, AllowUnknownKeysTurnsErrorsIntoWarnings) {
+  absl::StatusOr<Json> j = parse_json_text(R"({"train_micro_batch_size_per_gpu": 1, "cuda_visible_devices": "0"})", "x");
+  ASSERT_TRUE(j.ok());
+  EXPECT_FALSE(parse_run_config(*j, {}).ok());
+  absl::StatusOr<RunConfig> c = parse_run_config(*j, {.allow_unknown_keys = true});
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->warnings.size(), 1u);
+  EXPECT_NE(c->warnings[0].find("cuda_visible_devices"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace zero
