@@ -1,0 +1,164 @@
+// GEMM rates and full GPT training steps, with the step's FLOP rate reported as
+// a ratio to the GEMM rate measured in the same process.
+//
+//  * BM_Gemm/<shape>/<dtype>: every GEMM of a GPT-2 124M training step at
+//    micro-batch 4, seq 64 (256 tokens): forward y = x W^T, backward dX = dY W
+//    and dW += dY^T X, for the qkv, attention-projection, MLP and LM-head
+//    shapes; fp32 and bf16 (bf16 inputs, fp32 accumulation and output).
+//  * BM_GptStep/<dtype>: one optimizer step of configs/gpt2-124m.json's model
+//    (forward, backward, AdamW) on synthetic tokens. Counters: achieved
+//    GFLOP/s (6 x parameters x tokens + 12 x layers x d_model x seq x tokens),
+//    the fp32 GEMM rate of the same step's GEMM set measured between steps in
+//    this run, their ratio, and the peak tracked memory.
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <vector>
+
+#include "runtime/backend/cpu_backend.h"
+#include "runtime/engine/engine.h"
+#include "runtime/graph/gpt.h"
+
+namespace zero {
+namespace {
+
+constexpr int64_t kTokens = 256;  // micro-batch 4 x seq 64
+const GptConfig kGpt2{.n_layer = 12, .n_head = 12, .d_model = 768, .vocab_size = 50304, .seq_len = 64};
+
+struct GemmShape {
+  const char* name;
+  int64_t out, in;  // weight [out, in]
+  int64_t per_step; // occurrences per training step
+};
+const GemmShape kShapes[] = {{"qkv", 2304, 768, 12},
+                             {"attn_proj", 768, 768, 12},
+                             {"fc", 3072, 768, 12},
+                             {"fc_proj", 768, 3072, 12},
+                             {"lm_head", 50304, 768, 1}};
+
+// The three GEMMs of one Linear layer's forward and backward.
+struct LinearGemms {
+  Tensor x, w, y, dy, dx, dw;
+  LinearGemms(Backend& b, const GemmShape& s, DType wdtype)
+      : x(b.zeros({kTokens, s.in}, DType::kF32, MemCategory::kActivations)),
+        w(b.zeros({s.out, s.in}, wdtype, MemCategory::kParameters)),
+        y(b.zeros({kTokens, s.out}, DType::kF32, MemCategory::kActivations)),
+        dy(b.zeros({kTokens, s.out}, DType::kF32, MemCategory::kActivations)),
+        dx(b.zeros({kTokens, s.in}, DType::kF32, MemCategory::kActivations)),
+        dw(b.zeros({s.out, s.in}, wdtype, MemCategory::kGradients)) {
+    b.ops().fill(x, 0.01f);
+    b.ops().fill(w, 0.02f);
+    b.ops().fill(dy, 0.001f);
+  }
+  void run(Ops& ops, DType compute) {
+    ops.matmul(x, w, y, {.trans_b = true, .compute = compute});
+    ops.matmul(dy, w, dx, {.compute = compute});
+    ops.matmul(dy, x, dw, {.trans_a = true, .accumulate = true, .compute = compute});
+  }
+  static double flops(const GemmShape& s) { return 3 * 2.0 * kTokens * s.in * s.out; }
+};
+
+void BM_Gemm(benchmark::State& state, const GemmShape& shape, DType dtype) {
+  CpuBackend backend;
+  LinearGemms g(backend, shape, dtype);
+  for (auto _ : state) g.run(backend.ops(), dtype);
+  state.counters["GFLOP/s"] = benchmark::Counter(LinearGemms::flops(shape) * state.iterations() / 1e9,
+                                                 benchmark::Counter::kIsRate);
+}
+
+// All GEMMs of one training step (fp32), timed together: the "GEMM rate of the same shapes".
+class StepGemmSet {
+ public:
+  explicit StepGemmSet(Backend& b) {
+    for (const GemmShape& s : kShapes) {
+      gemms_.emplace_back(b, s, DType::kF32);
+      flops_ += LinearGemms::flops(s) * s.per_step;
+    }
+  }
+  // Returns seconds for one step's worth of GEMMs.
+  double time_once(Ops& ops) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (size_t i = 0; i < gemms_.size(); ++i)
+      for (int64_t k = 0; k < kShapes[i].per_step; ++k) gemms_[i].run(ops, DType::kF32);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  double flops() const { return flops_; }
+
+ private:
+  std::vector<LinearGemms> gemms_;
+  double flops_ = 0;
+};
+
+void BM_GptStep(benchmark::State& state, DType dtype) {
+  CpuBackend backend;
+  EngineConfig ec;
+  ec.param_dtype = dtype;
+  ec.micro_batch_size = 4;
+  ec.optimizer = {.type = "AdamW", .lr = 6e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .weight_decay = 0.1f};
+  auto engine = initialize(std::make_unique<Gpt>(kGpt2), ec, backend);
+  if (!engine.ok()) {
+    state.SkipWithError(std::string(engine.status().message()).c_str());
+    return;
+  }
+  std::vector<int32_t> ids(kTokens), targets(kTokens);
+  for (int64_t i = 0; i < kTokens; ++i) ids[i] = static_cast<int32_t>((i * 7919) % 50257), targets[i] = ids[(i + 1) % kTokens];
+  const Batch batch{Tensor::wrap(ids.data(), {4, 64}, DType::kI32), Tensor::wrap(targets.data(), {4, 64}, DType::kI32)};
+  auto step = [&] {
+    (*engine)->forward(batch);
+    (*engine)->backward();
+    (*engine)->step();
+  };
+  step();  // warm-up: primitive creation, first-touch of activations
+  StepGemmSet gemms(backend);
+  gemms.time_once(backend.ops());
+  MemoryTracker::global().reset_peaks();
+  double step_seconds = 0, gemm_seconds = 0;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    step();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    state.SetIterationTime(s);
+    step_seconds += s;
+    state.PauseTiming();
+    gemm_seconds += gemms.time_once(backend.ops());  // interleaved: same machine conditions
+    state.ResumeTiming();
+  }
+  const double n = static_cast<double>(state.iterations());
+  const double step_flops = kGpt2.flops_per_token(kGpt2.seq_len) * kTokens;
+  const double achieved = step_flops * n / step_seconds;
+  const double gemm_rate = gemms.flops() * n / gemm_seconds;
+  state.counters["step_s"] = step_seconds / n;
+  state.counters["GFLOP/s"] = achieved / 1e9;
+  state.counters["gemm_fp32_GFLOP/s"] = gemm_rate / 1e9;
+  state.counters["ratio_to_gemm"] = achieved / gemm_rate;
+  const MemorySnapshot mem = MemoryTracker::global().snapshot();
+  state.counters["peak_MiB"] = static_cast<double>(mem.allocated[0].peak) / (1024.0 * 1024.0);
+}
+
+void register_all() {
+  for (const GemmShape& s : kShapes) {
+    for (DType d : {DType::kF32, DType::kBF16}) {
+      benchmark::RegisterBenchmark((std::string("BM_Gemm/") + s.name + "/" + std::string(dtype_name(d))).c_str(),
+                                   [s, d](benchmark::State& st) { BM_Gemm(st, s, d); })
+          ->Unit(benchmark::kMillisecond);
+    }
+  }
+  for (DType d : {DType::kF32, DType::kBF16}) {
+    benchmark::RegisterBenchmark((std::string("BM_GptStep/") + std::string(dtype_name(d))).c_str(),
+                                 [d](benchmark::State& st) { BM_GptStep(st, d); })
+        ->UseManualTime()
+        ->Iterations(5)
+        ->Unit(benchmark::kMillisecond);
+  }
+}
+
+}  // namespace
+}  // namespace zero
+
+int main(int argc, char** argv) {
+  zero::register_all();
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,57 @@
+// Training a GPT with ZeroEngine's C++ API only (no config file, no CLI):
+// build the model, initialize the engine, and run forward / backward / step
+// per micro-batch, as with deepspeed.initialize().
+//
+//   train_gpt [TEXT_PATH] [STEPS]
+//
+// TEXT_PATH: a file, directory or glob of text (default: the license texts).
+#include <cstdio>
+#include <cstdlib>
+
+#include "runtime/backend/cpu_backend.h"
+#include "runtime/data/data_loader.h"
+#include "runtime/engine/engine.h"
+#include "runtime/graph/gpt.h"
+
+int main(int argc, char** argv) {
+  const std::string path = argc > 1 ? argv[1] : "/usr/share/common-licenses";
+  const int64_t steps = argc > 2 ? std::atoll(argv[2]) : 50;
+
+  zero::GptConfig model{.n_layer = 2, .n_head = 4, .d_model = 64, .vocab_size = 256, .seq_len = 32};
+  zero::EngineConfig config;
+  config.micro_batch_size = 8;
+  config.gradient_accumulation_steps = 2;
+  config.optimizer = {.type = "AdamW", .lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .weight_decay = 0.01f};
+
+  auto source = zero::open_text_bytes(path);
+  if (!source.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(source.status().message()).c_str());
+    return 1;
+  }
+  auto data = zero::DataLoader::create(std::move(source).value(), model.seq_len, /*seed=*/1);
+  if (!data.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(data.status().message()).c_str());
+    return 1;
+  }
+
+  zero::CpuBackend backend;
+  auto engine = zero::initialize(std::make_unique<zero::Gpt>(model), config, backend);
+  if (!engine.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(engine.status().message()).c_str());
+    return 1;
+  }
+  for (int64_t step = 0; step < steps; ++step) {
+    zero::StepResult r;
+    for (int64_t micro = 0; micro < config.gradient_accumulation_steps; ++micro) {
+      (*engine)->forward((*data)->micro_batch(step, micro, 0, 1, config.micro_batch_size,
+                                              config.gradient_accumulation_steps));
+      (*engine)->backward();
+      r = (*engine)->step();
+    }
+    if (r.global_step % 10 == 0 || step == 0) {
+      std::printf("step %3lld  loss %.4f  grad_norm %.3f\n", static_cast<long long>(r.global_step), r.loss,
+                  r.grad_norm);
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# ZeroEngine set-up: installs the Debian packages it needs (only those that
+# are missing), builds, then runs one of:
+#   quickstart  the default training job (configs/quickstart.json)
+#   test        the whole test suite (ctest)
+#   build       nothing more
+# Run as root on Debian 12 (or with sudo available). BUILD_DIR overrides ./build.
+set -euo pipefail
+
+mode=${1:-quickstart}
+case "$mode" in quickstart|test|build) ;; *) echo "usage: $0 quickstart|test|build" >&2; exit 2;; esac
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${BUILD_DIR:-$root/build}
+
+packages=(build-essential cmake ninja-build pkg-config
+          libdnnl-dev libabsl-dev nlohmann-json3-dev
+          libopenmpi-dev openmpi-bin liburing-dev
+          libgtest-dev libgmock-dev libbenchmark-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "== installing: ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+echo "== configuring and building in $build"
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release
+cmake --build "$build"
+
+case "$mode" in
+  quickstart)
+    echo "== training configs/quickstart.json"
+    cd "$root"
+    exec "$build/runtime/zero-train" --config configs/quickstart.json
+    ;;
+  test)
+    echo "== running the test suite"
+    cd "$build"
+    exec ctest --output-on-failure -j "$(nproc)"
+    ;;
+esac
