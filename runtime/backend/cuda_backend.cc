@@ -195,7 +195,8 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::create(int device) {
   }
   if (count == 0) {
     return absl::FailedPreconditionError(
-        "no CUDA device is visible; check nvidia-smi and CUDA_VISIBLE_DEVICES");
+        "no CUDA device is visible (cudaGetDeviceCount reports 0); check nvidia-smi and "
+        "CUDA_VISIBLE_DEVICES");
   }
   if (device < 0 || device >= count) {
     return absl::InvalidArgumentError(

@@ -1,0 +1,109 @@
+// Host-side launchers of the CUDA kernels, grouped by the .cu file that
+// defines them. This is the seam between CudaOps (shape checks, workspace,
+// plain C++) and the kernels (nvcc): raw device pointers, element counts and
+// the stream to launch on.
+//
+// Every launcher is asynchronous: it enqueues work on `stream` and returns.
+// Pointers must stay valid until that work has completed (stream order on the
+// compute stream makes this automatic for CudaOps' own buffers). A launcher
+// given 0 elements enqueues nothing. Launchers that take a `workspace` need
+// the number of bytes the matching *_workspace_bytes() function returns, in
+// device memory that no other work on the stream uses until they complete.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/optimizer_hyper.h"
+#include "runtime/core/dtype.h"
+
+namespace zero::cuda {
+
+// ---- elementwise.cu: fp32 activations, any-float-dtype parameters and gradients.
+void launch_add(const float* a, const float* b, float* out, int64_t n, cudaStream_t stream);
+void launch_accumulate(void* dst, DType dst_dtype, const float* src, int64_t n,
+                       cudaStream_t stream);
+void launch_scale(void* x, DType dtype, float s, int64_t n, cudaStream_t stream);
+void launch_fill(void* x, DType dtype, float v, int64_t n, cudaStream_t stream);
+// Same dtype: a device-to-device copy. Otherwise convert (round to nearest even).
+void launch_cast(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n,
+                 cudaStream_t stream);
+// c[r, j] += bias[j] for a row-major fp32 [rows, cols] matrix.
+void launch_add_bias_rows(float* c, int64_t rows, int64_t cols, const void* bias,
+                          DType bias_dtype, cudaStream_t stream);
+
+// ---- norm_activation.cu
+void launch_layernorm_forward(const float* x, const void* gamma, DType gamma_dtype,
+                              const void* beta, DType beta_dtype, float eps, int64_t rows,
+                              int64_t cols, float* y, float* mean, float* var,
+                              cudaStream_t stream);
+size_t layernorm_backward_workspace_bytes(int64_t rows, int64_t cols);
+// dx overwritten; dgamma, dbeta accumulated (any float dtype).
+void launch_layernorm_backward(const float* dy, const float* x, const void* gamma,
+                               DType gamma_dtype, const float* mean, const float* var, float eps,
+                               int64_t rows, int64_t cols, float* dx, void* dgamma,
+                               DType dgamma_dtype, void* dbeta, DType dbeta_dtype,
+                               void* workspace, cudaStream_t stream);
+void launch_gelu_forward(const float* x, float* y, int64_t n, cudaStream_t stream);
+void launch_gelu_backward(const float* x, const float* dy, float* dx, int64_t n,
+                          cudaStream_t stream);
+
+// ---- reduce.cu
+// dst[c] += sum_r x[r, c] over a row-major fp32 [rows, cols] matrix; rows are
+// summed in fixed chunks and the chunks in order (deterministic, no atomics).
+size_t column_sums_workspace_bytes(int64_t rows, int64_t cols);
+void launch_column_sums_accumulate(const float* x, int64_t rows, int64_t cols, void* dst,
+                                   DType dst_dtype, void* workspace, cudaStream_t stream);
+size_t sum_squares_workspace_bytes();
+// *result (device) = sum of x^2 in double.
+void launch_sum_squares(const void* x, DType dtype, int64_t n, double* result, void* workspace,
+                        cudaStream_t stream);
+// *result (device) = number of inf/NaN elements.
+void launch_count_nonfinite(const void* x, DType dtype, int64_t n,
+                            unsigned long long* result, cudaStream_t stream);
+
+// ---- attention.cu: scores/probs [bh, seq, seq]; q/k/v [b, h, t, d].
+void launch_causal_softmax_forward(const float* scores, float* probs, int64_t bh, int64_t seq,
+                                   cudaStream_t stream);
+void launch_causal_softmax_backward(const float* probs, const float* dprobs, float* dscores,
+                                    int64_t bh, int64_t seq, cudaStream_t stream);
+void launch_split_qkv(const float* qkv, float* q, float* k, float* v, int64_t batch, int64_t seq,
+                      int64_t heads, int64_t head_dim, cudaStream_t stream);
+void launch_merge_qkv(const float* dq, const float* dk, const float* dv, float* dqkv,
+                      int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
+                      cudaStream_t stream);
+// dst[a, c, b, d] = src[a, b, c, d]
+void launch_transpose12(const float* src, float* dst, int64_t a, int64_t b, int64_t c, int64_t d,
+                        cudaStream_t stream);
+
+// ---- embedding.cu
+// ids must lie in [0, vocab); an id outside traps the kernel (the context is
+// then lost and the next CUDA call aborts naming the launch failure).
+void launch_embedding_forward(const int32_t* ids, int64_t n, const void* table, DType table_dtype,
+                              int64_t vocab, int64_t cols, float* out, cudaStream_t stream);
+// dtable[ids[r]] += dout[r] for r in row order, rounding after each add
+// (bit-identical to the CPU kernel); n < 2^31, cols < 65536 * 256.
+size_t embedding_backward_workspace_bytes(int64_t n, int64_t vocab);
+void launch_embedding_backward(const int32_t* ids, int64_t n, const float* dout, int64_t cols,
+                               void* dtable, DType dtable_dtype, int64_t vocab, void* workspace,
+                               cudaStream_t stream);
+void launch_add_positional(float* x, int64_t batch, int64_t seq, int64_t cols, const void* table,
+                           DType table_dtype, cudaStream_t stream);
+
+// ---- loss.cu: logits [n, vocab] overwritten with the scaled gradient.
+// A target >= vocab traps the kernel (see embedding ids).
+void launch_cross_entropy(float* logits, const int32_t* targets, int64_t n, int64_t vocab,
+                          float grad_scale, float* losses, cudaStream_t stream);
+
+// ---- optimizer.cu: param_out may be null (then param_dtype is ignored);
+// momentum_buf may be null when hyper.momentum == 0.
+void launch_adamw(float* master, const void* grad, DType grad_dtype, float* m, float* v,
+                  void* param_out, DType param_dtype, int64_t n, const AdamWHyper& hyper,
+                  cudaStream_t stream);
+void launch_sgd(float* master, const void* grad, DType grad_dtype, float* momentum_buf,
+                void* param_out, DType param_dtype, int64_t n, const SgdHyper& hyper,
+                cudaStream_t stream);
+
+}  // namespace zero::cuda

@@ -1,0 +1,335 @@
+// CUDA Ops: shape, dtype and tier checks, then a launcher from cuda_kernels.h
+// or cuBLAS (gemm.h). See cuda_ops.h.
+#include "kernels/cuda/cuda_ops.h"
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "runtime/backend/backend.h"
+
+namespace zero::cuda {
+
+namespace {
+
+void check_device(const Tensor& t) {
+  ZE_CHECK(t.tier() == Tier::kDevice) << "operand " << t.debug_string() << " is not device memory";
+}
+void check_f32(const Tensor& t) {
+  ZE_CHECK(t.dtype() == DType::kF32) << t.debug_string();
+  check_device(t);
+}
+void check_float(const Tensor& t) {
+  ZE_CHECK(dtype_is_float(t.dtype())) << t.debug_string();
+  check_device(t);
+}
+void check_i32(const Tensor& t) {
+  ZE_CHECK(t.dtype() == DType::kI32) << t.debug_string();
+  check_device(t);
+}
+void check_same_numel(const Tensor& a, const Tensor& b) {
+  ZE_CHECK(a.numel() == b.numel()) << a.debug_string() << " vs " << b.debug_string();
+}
+float* f32_ptr(const Tensor& t) { return static_cast<float*>(t.data()); }
+int32_t* i32_ptr(const Tensor& t) { return static_cast<int32_t*>(t.data()); }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CudaOps>> CudaOps::create(Backend& backend, int device,
+                                                         cudaStream_t compute_stream) {
+  ZE_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  cublasHandle_t handle = nullptr;
+  absl::Status st = cublas_status(cublasCreate(&handle), "cublasCreate");
+  if (st.ok()) st = cublas_status(cublasSetStream(handle, compute_stream), "cublasSetStream");
+  // fp32 accumulation always: no split-K reductions in 16 bits (and no TF32,
+  // which the default math mode does not use for CUBLAS_COMPUTE_32F).
+  if (st.ok()) {
+    st = cublas_status(cublasSetMathMode(handle, static_cast<cublasMath_t>(
+                                                     CUBLAS_DEFAULT_MATH |
+                                                     CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)),
+                       "cublasSetMathMode");
+  }
+  if (!st.ok()) {
+    if (handle != nullptr) cublasDestroy(handle);
+    return st;
+  }
+  return std::unique_ptr<CudaOps>(new CudaOps(backend, device, compute_stream, handle));
+}
+
+CudaOps::CudaOps(Backend& backend, int device, cudaStream_t stream, cublasHandle_t cublas)
+    : backend_(backend),
+      device_(device),
+      stream_(stream),
+      cublas_(cublas),
+      workspace_(backend),
+      gemm_(backend, cublas, stream) {}
+
+CudaOps::~CudaOps() {
+  enter();
+  // Work still queued may use the workspaces freed with the members.
+  ZE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  ZE_CUBLAS_CHECK(cublasDestroy(cublas_));
+}
+
+void CudaOps::enter() const {
+  int current = -1;
+  ZE_CUDA_CHECK(cudaGetDevice(&current));
+  if (current != device_) ZE_CUDA_CHECK(cudaSetDevice(device_));
+}
+
+void* CudaOps::host_result() {
+  if (host_result_ == nullptr) {
+    absl::StatusOr<std::shared_ptr<Storage>> s =
+        backend_.allocate(sizeof(double), Tier::kHost, MemCategory::kWorkspace);
+    ZE_CHECK(s.ok()) << s.status().ToString();
+    host_result_ = *std::move(s);
+  }
+  return host_result_->data();
+}
+
+void CudaOps::matmul(const Tensor& a, const Tensor& b, const Tensor& c, const MatmulSpec& spec,
+                     const Tensor& bias) {
+  enter();
+  check_device(a), check_device(b), check_device(c);
+  gemm_.run(a, b, c, spec, bias, workspace_);
+}
+
+void CudaOps::layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                float eps, const Tensor& y, const Tensor& mean,
+                                const Tensor& var) {
+  enter();
+  check_f32(x), check_f32(y), check_f32(mean), check_f32(var);
+  check_float(gamma), check_float(beta);
+  const int64_t cols = x.dim(-1), rows = cols == 0 ? 0 : x.numel() / cols;
+  ZE_CHECK(y.numel() == x.numel() && mean.numel() == rows && var.numel() == rows &&
+           gamma.numel() == cols && beta.numel() == cols)
+      << "layernorm " << x.debug_string() << " gamma " << gamma.debug_string();
+  launch_layernorm_forward(f32_ptr(x), gamma.data(), gamma.dtype(), beta.data(), beta.dtype(), eps,
+                           rows, cols, f32_ptr(y), f32_ptr(mean), f32_ptr(var), stream_);
+}
+
+void CudaOps::layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
+                                 const Tensor& mean, const Tensor& var, float eps,
+                                 const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta) {
+  enter();
+  check_f32(dy), check_f32(x), check_f32(dx), check_f32(mean), check_f32(var);
+  check_float(gamma), check_float(dgamma), check_float(dbeta);
+  const int64_t cols = x.dim(-1), rows = cols == 0 ? 0 : x.numel() / cols;
+  ZE_CHECK(dy.numel() == x.numel() && dx.numel() == x.numel() && mean.numel() == rows &&
+           var.numel() == rows && gamma.numel() == cols && dgamma.numel() == cols &&
+           dbeta.numel() == cols)
+      << "layernorm backward " << x.debug_string() << " dgamma " << dgamma.debug_string();
+  void* ws = workspace_.reserve(layernorm_backward_workspace_bytes(rows, cols));
+  launch_layernorm_backward(f32_ptr(dy), f32_ptr(x), gamma.data(), gamma.dtype(), f32_ptr(mean),
+                            f32_ptr(var), eps, rows, cols, f32_ptr(dx), dgamma.data(),
+                            dgamma.dtype(), dbeta.data(), dbeta.dtype(), ws, stream_);
+}
+
+void CudaOps::gelu_forward(const Tensor& x, const Tensor& y) {
+  enter();
+  check_f32(x), check_f32(y), check_same_numel(x, y);
+  launch_gelu_forward(f32_ptr(x), f32_ptr(y), x.numel(), stream_);
+}
+
+void CudaOps::gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
+  enter();
+  check_f32(x), check_f32(dy), check_f32(dx), check_same_numel(x, dy), check_same_numel(x, dx);
+  launch_gelu_backward(f32_ptr(x), f32_ptr(dy), f32_ptr(dx), x.numel(), stream_);
+}
+
+void CudaOps::causal_softmax_forward(const Tensor& scores, const Tensor& probs) {
+  enter();
+  ZE_CHECK(scores.ndim() == 3 && scores.dim(1) == scores.dim(2)) << scores.debug_string();
+  check_f32(scores), check_f32(probs), check_same_numel(scores, probs);
+  launch_causal_softmax_forward(f32_ptr(scores), f32_ptr(probs), scores.dim(0), scores.dim(1),
+                                stream_);
+}
+
+void CudaOps::causal_softmax_backward(const Tensor& probs, const Tensor& dprobs,
+                                      const Tensor& dscores) {
+  enter();
+  ZE_CHECK(probs.ndim() == 3 && probs.dim(1) == probs.dim(2)) << probs.debug_string();
+  check_f32(probs), check_f32(dprobs), check_f32(dscores);
+  check_same_numel(probs, dprobs), check_same_numel(probs, dscores);
+  launch_causal_softmax_backward(f32_ptr(probs), f32_ptr(dprobs), f32_ptr(dscores), probs.dim(0),
+                                 probs.dim(1), stream_);
+}
+
+void CudaOps::split_qkv(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v) {
+  enter();
+  ZE_CHECK(q.ndim() == 4 && qkv.ndim() == 3) << q.debug_string() << " " << qkv.debug_string();
+  const int64_t b = q.dim(0), h = q.dim(1), t = q.dim(2), d = q.dim(3);
+  ZE_CHECK(qkv.dim(0) == b && qkv.dim(1) == t && qkv.dim(2) == 3 * h * d)
+      << q.debug_string() << " " << qkv.debug_string();
+  check_f32(qkv), check_f32(q), check_f32(k), check_f32(v);
+  check_same_numel(q, k), check_same_numel(q, v);
+  launch_split_qkv(f32_ptr(qkv), f32_ptr(q), f32_ptr(k), f32_ptr(v), b, t, h, d, stream_);
+}
+
+void CudaOps::merge_qkv(const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                        const Tensor& dqkv) {
+  enter();
+  ZE_CHECK(dq.ndim() == 4 && dqkv.ndim() == 3) << dq.debug_string() << " " << dqkv.debug_string();
+  const int64_t b = dq.dim(0), h = dq.dim(1), t = dq.dim(2), d = dq.dim(3);
+  ZE_CHECK(dqkv.dim(0) == b && dqkv.dim(1) == t && dqkv.dim(2) == 3 * h * d)
+      << dq.debug_string() << " " << dqkv.debug_string();
+  check_f32(dq), check_f32(dk), check_f32(dv), check_f32(dqkv);
+  check_same_numel(dq, dk), check_same_numel(dq, dv);
+  launch_merge_qkv(f32_ptr(dq), f32_ptr(dk), f32_ptr(dv), f32_ptr(dqkv), b, t, h, d, stream_);
+}
+
+void CudaOps::transpose12(const Tensor& src, const Tensor& dst) {
+  enter();
+  ZE_CHECK(src.ndim() == 4 && dst.ndim() == 4 && dst.dim(0) == src.dim(0) &&
+           dst.dim(1) == src.dim(2) && dst.dim(2) == src.dim(1) && dst.dim(3) == src.dim(3))
+      << src.debug_string() << " -> " << dst.debug_string();
+  check_f32(src), check_f32(dst);
+  launch_transpose12(f32_ptr(src), f32_ptr(dst), src.dim(0), src.dim(1), src.dim(2), src.dim(3),
+                     stream_);
+}
+
+void CudaOps::embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out) {
+  enter();
+  ZE_CHECK(table.ndim() == 2 && out.numel() == ids.numel() * table.dim(1))
+      << ids.debug_string() << " " << table.debug_string() << " " << out.debug_string();
+  check_i32(ids), check_float(table), check_f32(out);
+  launch_embedding_forward(i32_ptr(ids), ids.numel(), table.data(), table.dtype(), table.dim(0),
+                           table.dim(1), f32_ptr(out), stream_);
+}
+
+void CudaOps::embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable) {
+  enter();
+  ZE_CHECK(dtable.ndim() == 2 && dout.numel() == ids.numel() * dtable.dim(1))
+      << ids.debug_string() << " " << dout.debug_string() << " " << dtable.debug_string();
+  check_i32(ids), check_f32(dout), check_float(dtable);
+  const int64_t n = ids.numel(), vocab = dtable.dim(0);
+  void* ws = workspace_.reserve(embedding_backward_workspace_bytes(n, vocab));
+  launch_embedding_backward(i32_ptr(ids), n, f32_ptr(dout), dtable.dim(1), dtable.data(),
+                            dtable.dtype(), vocab, ws, stream_);
+}
+
+void CudaOps::add_positional(const Tensor& x, const Tensor& table) {
+  enter();
+  ZE_CHECK(x.ndim() == 3 && table.ndim() == 2 && table.dim(1) == x.dim(2) &&
+           table.dim(0) >= x.dim(1))
+      << x.debug_string() << " " << table.debug_string();
+  check_f32(x), check_float(table);
+  launch_add_positional(f32_ptr(x), x.dim(0), x.dim(1), x.dim(2), table.data(), table.dtype(),
+                        stream_);
+}
+
+void CudaOps::positional_backward(const Tensor& dy, const Tensor& dtable) {
+  enter();
+  ZE_CHECK(dy.ndim() == 3 && dtable.ndim() == 2 && dtable.dim(1) == dy.dim(2) &&
+           dtable.dim(0) >= dy.dim(1))
+      << dy.debug_string() << " " << dtable.debug_string();
+  check_f32(dy), check_float(dtable);
+  // dtable[t, c] += sum_b dy[b, t, c]: column sums of dy viewed as [B, T*C]
+  // into the first T rows of the table.
+  const int64_t rows = dy.dim(0), cols = dy.dim(1) * dy.dim(2);
+  void* ws = workspace_.reserve(column_sums_workspace_bytes(rows, cols));
+  launch_column_sums_accumulate(f32_ptr(dy), rows, cols, dtable.data(), dtable.dtype(), ws,
+                                stream_);
+}
+
+void CudaOps::add(const Tensor& a, const Tensor& b, const Tensor& out) {
+  enter();
+  check_f32(a), check_f32(b), check_f32(out);
+  check_same_numel(a, b), check_same_numel(a, out);
+  launch_add(f32_ptr(a), f32_ptr(b), f32_ptr(out), a.numel(), stream_);
+}
+
+void CudaOps::accumulate(const Tensor& dst, const Tensor& src) {
+  enter();
+  check_float(dst), check_f32(src), check_same_numel(dst, src);
+  launch_accumulate(dst.data(), dst.dtype(), f32_ptr(src), src.numel(), stream_);
+}
+
+void CudaOps::bias_backward(const Tensor& dy, const Tensor& dbias) {
+  enter();
+  check_f32(dy), check_float(dbias);
+  const int64_t cols = dbias.numel();
+  ZE_CHECK(dy.dim(-1) == cols) << dy.debug_string() << " " << dbias.debug_string();
+  const int64_t rows = cols == 0 ? 0 : dy.numel() / cols;
+  void* ws = workspace_.reserve(column_sums_workspace_bytes(rows, cols));
+  launch_column_sums_accumulate(f32_ptr(dy), rows, cols, dbias.data(), dbias.dtype(), ws, stream_);
+}
+
+void CudaOps::scale(const Tensor& x, float s) {
+  enter();
+  check_float(x);
+  launch_scale(x.data(), x.dtype(), s, x.numel(), stream_);
+}
+
+void CudaOps::fill(const Tensor& x, float v) {
+  enter();
+  check_float(x);
+  launch_fill(x.data(), x.dtype(), v, x.numel(), stream_);
+}
+
+void CudaOps::cast(const Tensor& src, const Tensor& dst) {
+  enter();
+  check_float(src), check_float(dst), check_same_numel(src, dst);
+  launch_cast(src.data(), src.dtype(), dst.data(), dst.dtype(), src.numel(), stream_);
+}
+
+void CudaOps::cross_entropy(const Tensor& logits, const Tensor& targets, float grad_scale,
+                            const Tensor& losses) {
+  enter();
+  check_f32(logits), check_f32(losses), check_i32(targets);
+  const int64_t vocab = logits.dim(-1), n = vocab == 0 ? 0 : logits.numel() / vocab;
+  ZE_CHECK(targets.numel() == n && losses.numel() == n)
+      << logits.debug_string() << " " << targets.debug_string() << " " << losses.debug_string();
+  // Targets are in device memory: a target >= vocab is caught by the kernel (it traps).
+  launch_cross_entropy(f32_ptr(logits), i32_ptr(targets), n, vocab, grad_scale, f32_ptr(losses),
+                       stream_);
+}
+
+void CudaOps::adamw(const Tensor& master, const Tensor& grad, const Tensor& m, const Tensor& v,
+                    const Tensor& param_out, const AdamWHyper& hyper) {
+  enter();
+  check_f32(master), check_f32(m), check_f32(v), check_float(grad);
+  check_same_numel(master, grad), check_same_numel(master, m), check_same_numel(master, v);
+  if (param_out.defined()) check_float(param_out), check_same_numel(master, param_out);
+  launch_adamw(f32_ptr(master), grad.data(), grad.dtype(), f32_ptr(m), f32_ptr(v),
+               param_out.defined() ? param_out.data() : nullptr, param_out.dtype(),
+               master.numel(), hyper, stream_);
+}
+
+void CudaOps::sgd(const Tensor& master, const Tensor& grad, const Tensor& momentum_buf,
+                  const Tensor& param_out, const SgdHyper& hyper) {
+  enter();
+  check_f32(master), check_float(grad), check_same_numel(master, grad);
+  if (hyper.momentum != 0.0f) check_f32(momentum_buf), check_same_numel(master, momentum_buf);
+  if (param_out.defined()) check_float(param_out), check_same_numel(master, param_out);
+  launch_sgd(f32_ptr(master), grad.data(), grad.dtype(),
+             hyper.momentum != 0.0f ? f32_ptr(momentum_buf) : nullptr,
+             param_out.defined() ? param_out.data() : nullptr, param_out.dtype(), master.numel(),
+             hyper, stream_);
+}
+
+double CudaOps::sum_squares(const Tensor& x) {
+  enter();
+  check_float(x);
+  const size_t sizes[2] = {sum_squares_workspace_bytes(), sizeof(double)};
+  void* buf[2];
+  workspace_.carve(sizes, buf);
+  auto* result = static_cast<double*>(buf[1]);
+  launch_sum_squares(x.data(), x.dtype(), x.numel(), result, buf[0], stream_);
+  void* host = host_result();
+  ZE_CUDA_CHECK(cudaMemcpyAsync(host, result, sizeof(double), cudaMemcpyDeviceToHost, stream_));
+  ZE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return *static_cast<const double*>(host);
+}
+
+int64_t CudaOps::count_nonfinite(const Tensor& x) {
+  enter();
+  check_float(x);
+  auto* result = static_cast<unsigned long long*>(workspace_.reserve(sizeof(unsigned long long)));
+  launch_count_nonfinite(x.data(), x.dtype(), x.numel(), result, stream_);
+  void* host = host_result();
+  ZE_CUDA_CHECK(cudaMemcpyAsync(host, result, sizeof(unsigned long long), cudaMemcpyDeviceToHost,
+                                stream_));
+  ZE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return static_cast<int64_t>(*static_cast<const unsigned long long*>(host));
+}
+
+}  // namespace zero::cuda

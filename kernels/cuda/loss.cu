@@ -1,0 +1,95 @@
+// Fused softmax cross-entropy over the vocabulary, one block per row of
+// logits [N, V]:
+//   pass 1: each thread keeps an online (max, sum of exp(x - max)) over its
+//           strided slice; the pairs are merged across the warp (xor shuffles)
+//           and then across warps in warp order, so every thread holds the
+//           same (m, s);
+//   pass 2: x[j] = exp(x[j] - m) * (grad_scale / s), minus grad_scale at the
+//           target, the CPU kernel's arithmetic order.
+// loss = (m - x[target]) + log(s), with x[target] read before pass 2 writes.
+// Two reads and one write of the row, where max / sum / write would be three
+// reads. A negative target zeroes the row and the loss.
+#include <cmath>
+#include <cstdio>
+
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/device_math.cuh"
+
+namespace zero::cuda {
+
+namespace {
+
+constexpr int kLossThreads = 512;  // a 50k-entry vocabulary gives ~100 entries per thread
+
+// Merges (m2, s2) into (m, s); the result does not depend on the order of the
+// two pairs, so xor-shuffle partners agree bit for bit.
+__device__ __forceinline__ void merge_max_sum(float& m, float& s, float m2, float s2) {
+  if (m2 > m) {
+    s = fmaf(s, expf(m - m2), s2);
+    m = m2;
+  } else if (m2 != -INFINITY) {
+    s = fmaf(s2, expf(m2 - m), s);
+  }
+}
+
+__global__ void cross_entropy_kernel(float* logits, const int32_t* __restrict__ targets,
+                                     int64_t vocab, float grad_scale,
+                                     float* __restrict__ losses) {
+  __shared__ float warp_m[32], warp_s[32];
+  const int64_t row = blockIdx.x;
+  float* x = logits + row * vocab;
+  const int32_t target = targets[row];
+  if (target < 0) {
+    for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) x[j] = 0.0f;
+    if (threadIdx.x == 0) losses[row] = 0.0f;
+    return;
+  }
+  if (target >= vocab) {
+    if (threadIdx.x == 0) {
+      printf("ZeroEngine CUDA cross_entropy: target %d at row %lld is >= vocab %lld\n", target,
+             static_cast<long long>(row), static_cast<long long>(vocab));
+    }
+    __trap();
+  }
+  const float x_target = x[target];
+
+  float m = -INFINITY, s = 0.0f;
+  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) merge_max_sum(m, s, x[j], 1.0f);
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const float m2 = __shfl_xor_sync(kFullMask, m, offset);
+    const float s2 = __shfl_xor_sync(kFullMask, s, offset);
+    merge_max_sum(m, s, m2, s2);
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) {
+    warp_m[warp] = m;
+    warp_s[warp] = s;
+  }
+  __syncthreads();  // also orders every read of x above before the writes below
+  m = warp_m[0];
+  s = warp_s[0];
+  for (int w = 1; w < static_cast<int>(blockDim.x >> 5); ++w) merge_max_sum(m, s, warp_m[w], warp_s[w]);
+
+  const float scale = grad_scale / s;
+  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
+    float g = expf(x[j] - m) * scale;
+    if (j == target) g -= grad_scale;
+    x[j] = g;
+  }
+  // max - x[target] first: both are large and close, so their difference is
+  // exact, where log(s) + max would round a small log(s) away.
+  if (threadIdx.x == 0) losses[row] = (m - x_target) + logf(s);
+}
+
+}  // namespace
+
+void launch_cross_entropy(float* logits, const int32_t* targets, int64_t n, int64_t vocab,
+                          float grad_scale, float* losses, cudaStream_t stream) {
+  if (n == 0) return;
+  ZE_CHECK_LE(n, int64_t{0x7fffffff}) << "cross_entropy rows";
+  cross_entropy_kernel<<<static_cast<unsigned>(n), kLossThreads, 0, stream>>>(
+      logits, targets, vocab, grad_scale, losses);
+  ZE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace zero::cuda
