@@ -183,9 +183,12 @@ void positional_backward_impl(const float* dy, int64_t batch, int64_t seq, int64
   });
 }
 
-// Sum of squares in double: fp32 vector partial sums over blocks of
-// kBlock elements, each block added to a double. Threads own contiguous ranges
-// and their partials are added in thread order.
+// Sum of squares in double: every value is widened to double and squared
+// there (exact: a 24-bit significand squared fits in 53 bits). Each block of
+// kBlock elements is summed in double vector lanes and the block sums are added
+// to a double, so the rounding error stays ~(kBlock / width + n / kBlock) *
+// 2^-53 relative, even for long runs of equal values. Threads own contiguous
+// ranges and their partials are added in thread order.
 template <class V>
 double sum_squares_impl(const void* x, DType dtype, int64_t n) {
   constexpr int64_t kBlock = 1024;
@@ -196,16 +199,19 @@ double sum_squares_impl(const void* x, DType dtype, int64_t n) {
       double acc = 0.0;
       for (int64_t b = begin; b < end; b += kBlock) {
         const int64_t e = b + kBlock < end ? b + kBlock : end;
-        typename V::F vacc = V::zero();
-        float sacc = 0.0f;
+        typename V::D lo = V::dzero(), hi = V::dzero();
+        double tail = 0.0;
         auto body = [&](auto w, int64_t i) {
           using W = decltype(w);
-          typename W::F v = vload<W, T>(x, i);
-          if constexpr (W::kWidth == 1) sacc = W::fmadd(v, v, sacc);
-          else vacc = W::fmadd(v, v, vacc);
+          if constexpr (W::kWidth == 1) {
+            const double v = vload<W, T>(x, i);
+            tail += v * v;
+          } else {
+            W::square_add_f64(vload<W, T>(x, i), lo, hi);
+          }
         };
         for_lanes<V>(b, e, body);
-        acc += static_cast<double>(V::reduce_add(vacc)) + static_cast<double>(sacc);
+        acc += V::reduce_add_f64(lo, hi) + tail;
       }
       return acc;
     };

@@ -71,6 +71,25 @@ struct Avx512 {
     return _mm512_castsi512_ps(_mm512_slli_epi32(e, 23));
   }
   static F round(F x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+
+  // Double lanes for sums that must not lose bits: x widened to double (low and
+  // high halves) and squared exactly, then added into lo and hi. (extractf32x8
+  // rather than the casts and _mm512_reduce_*, whose GCC 12 expansions trip
+  // -Wuninitialized.)
+  using D = __m512d;
+  static D dzero() { return _mm512_setzero_pd(); }
+  static void square_add_f64(F x, D& lo, D& hi) {
+    const D xl = _mm512_cvtps_pd(_mm512_extractf32x8_ps(x, 0));
+    const D xh = _mm512_cvtps_pd(_mm512_extractf32x8_ps(x, 1));
+    lo = _mm512_fmadd_pd(xl, xl, lo);
+    hi = _mm512_fmadd_pd(xh, xh, hi);
+  }
+  static double reduce_add_f64(D lo, D hi) {
+    alignas(64) double lanes[8];
+    _mm512_store_pd(lanes, _mm512_add_pd(lo, hi));
+    return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) +
+           ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+  }
 };
 #endif
 
@@ -137,6 +156,21 @@ struct Avx2 {
     return _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
   }
   static F round(F x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+
+  using D = __m256d;
+  static D dzero() { return _mm256_setzero_pd(); }
+  static void square_add_f64(F x, D& lo, D& hi) {
+    const D xl = _mm256_cvtps_pd(_mm256_castps256_ps128(x));
+    const D xh = _mm256_cvtps_pd(_mm256_extractf128_ps(x, 1));
+    lo = _mm256_fmadd_pd(xl, xl, lo);
+    hi = _mm256_fmadd_pd(xh, xh, hi);
+  }
+  static double reduce_add_f64(D lo, D hi) {
+    const D a = _mm256_add_pd(lo, hi);
+    __m128d s = _mm_add_pd(_mm256_castpd256_pd128(a), _mm256_extractf128_pd(a, 1));
+    s = _mm_add_sd(s, _mm_unpackhi_pd(s, s));
+    return _mm_cvtsd_f64(s);
+  }
 };
 #endif
 

@@ -106,7 +106,10 @@ void cross_entropy_impl(float* logits, const int32_t* targets, int64_t n, int64_
     const float m = row_max<V>(x, vocab);
     const float x_target = x[target];
     const float sum = exp_shifted<V>(x, m, x, vocab);  // x now holds exp(x - m)
-    losses[r] = std::log(sum) + m - x_target;
+    // max - x[target] first: at large logits (1e4, where one fp32 ulp is 1e-3)
+    // the two are close and their difference is exact, whereas log(sum) + max
+    // would round the small log(sum) away.
+    losses[r] = (m - x_target) + std::log(sum);
     scale_row<V>(x, grad_scale / sum, vocab);          // grad_scale * softmax
     x[target] -= grad_scale;
   });
