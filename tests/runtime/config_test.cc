@@ -151,7 +151,7 @@ TEST(ConfigTest, OptimizerKeysFollowDeepSpeed) {
 
 TEST(ConfigTest, LaterFilesAndSetOverridesWin) {
   const std::string dir = ::testing::TempDir();
-  const std::string a = dir + "/a.json", b = dir + "/b.json";
+  const std::string a = dir + "/ConfigTest.layers.a.json", b = dir + "/ConfigTest.layers.b.json";
   std::ofstream(a) << R"({"model": {"n_layer": 2, "n_head": 2}, "train_micro_batch_size_per_gpu": 4})";
   std::ofstream(b) << R"({"model": {"n_layer": 3}, "bf16": {"enabled": true}})";
   absl::StatusOr<Json> j = load_merged_config({a, b}, {"model.d_model=64", "run.metrics=m.jsonl"});

@@ -12,7 +12,11 @@
 namespace zero {
 namespace {
 
-std::string tmp(const std::string& name) { return ::testing::TempDir() + "/" + name; }
+// A path private to the running test (CTest runs tests in parallel processes).
+std::string tmp(const std::string& name) {
+  const ::testing::TestInfo* t = ::testing::UnitTest::GetInstance()->current_test_info();
+  return ::testing::TempDir() + "/" + t->test_suite_name() + "." + t->name() + "." + name;
+}
 
 void write_raw(const std::string& path, const std::vector<int32_t>& header, const std::vector<uint16_t>& tokens) {
   std::ofstream f(path, std::ios::binary);

@@ -30,7 +30,11 @@ Result run(const std::string& args) {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
 
-std::string tmp(const std::string& name) { return ::testing::TempDir() + "/" + name; }
+// A path private to the running test (CTest runs tests in parallel processes).
+std::string tmp(const std::string& name) {
+  const ::testing::TestInfo* t = ::testing::UnitTest::GetInstance()->current_test_info();
+  return ::testing::TempDir() + "/" + t->test_suite_name() + "." + t->name() + "." + name;
+}
 
 std::string write(const std::string& name, const std::string& text) {
   std::ofstream(tmp(name)) << text;
