@@ -106,7 +106,7 @@ void BM_GptStep(benchmark::State& state, DType dtype) {
   auto step = [&] {
     (*engine)->forward(batch);
     (*engine)->backward();
-    (*engine)->step();
+    (void)(*engine)->step();
   };
   step();  // warm-up: primitive creation, first-touch of activations
   MemoryTracker::global().reset_peaks();

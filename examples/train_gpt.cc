@@ -46,7 +46,12 @@ int main(int argc, char** argv) {
       (*engine)->forward((*data)->micro_batch(step, micro, 0, 1, config.micro_batch_size,
                                               config.gradient_accumulation_steps));
       (*engine)->backward();
-      r = (*engine)->step();
+      absl::StatusOr<zero::StepResult> stepped = (*engine)->step();
+      if (!stepped.ok()) {
+        std::fprintf(stderr, "%s\n", std::string(stepped.status().message()).c_str());
+        return 1;
+      }
+      r = *stepped;
     }
     if (r.global_step % 10 == 0 || step == 0) {
       std::printf("step %3lld  loss %.4f  grad_norm %.3f\n", static_cast<long long>(r.global_step), r.loss,

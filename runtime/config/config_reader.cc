@@ -200,6 +200,28 @@ void ConfigReader::refuse_unless(std::string_view key, const Json& allowed, std:
 
 void ConfigReader::mark_known(std::string_view key) { known_->insert(std::string(key)); }
 
+std::string ConfigReader::pick(std::string_view name, std::string_view alias) {
+  mark_known(name);
+  mark_known(alias);
+  if (has(name) && has(alias)) {
+    error(alias, cat("is the same setting as \"", key_path(name), "\"; give only one of them"));
+  }
+  return std::string(has(alias) ? alias : name);
+}
+
+bool ConfigReader::deprecated(std::string_view old_key, std::string_view replacement,
+                              bool replacement_present) {
+  mark_known(old_key);
+  if (!has(old_key)) return false;
+  if (replacement_present) {
+    error(old_key, cat("is deprecated and replaced by \"", key_path(replacement),
+                       "\"; the config gives both, remove \"", old_key, "\""));
+    return false;
+  }
+  warn(old_key, cat("is deprecated; treated as \"", key_path(replacement), "\" (as DeepSpeed does)"));
+  return true;
+}
+
 void ConfigReader::error(std::string_view key, std::string_view message) {
   diag_->errors.push_back(cat(key_path(key), ": ", message));
 }

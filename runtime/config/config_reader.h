@@ -64,6 +64,14 @@ class ConfigReader {
   // Marks key as understood without reading it (read elsewhere).
   void mark_known(std::string_view key);
 
+  // DeepSpeed accepts some keys under two names (a field and its alias, e.g.
+  // prefetch_bucket_size / stage3_prefetch_bucket_size). Returns the one the
+  // config uses (or `name`); both present is an error.
+  std::string pick(std::string_view name, std::string_view alias);
+  // A deprecated key: when present, warns that it maps to `replacement` and
+  // returns true; present together with the replacement is an error.
+  bool deprecated(std::string_view old_key, std::string_view replacement, bool replacement_present);
+
   void error(std::string_view key, std::string_view message);
   void warn(std::string_view key, std::string_view message);
   // Records a value the program derived (shown as derived by --print-config).

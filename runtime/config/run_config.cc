@@ -2,10 +2,12 @@
 #include "runtime/config/run_config.h"
 
 #include <optional>
+#include <set>
 
 #include "runtime/base/strings.h"
 #include "runtime/base/status.h"
 #include "runtime/config/config_reader.h"
+#include "runtime/config/deepspeed_sections.h"
 
 namespace zero {
 
@@ -39,47 +41,21 @@ void parse_run(ConfigReader r, RunSection& run, uint64_t& seed) {
   r.finish();
 }
 
-void parse_optimizer(ConfigReader r, OptimizerConfig& o) {
-  o.type = r.get_choice("type", o.type, {"Adam", "AdamW", "SGD"});
-  ConfigReader p = r.section("params");
-  if (p.has("max_grad_norm")) {
-    p.error("max_grad_norm",
-            "is not supported as an optimizer parameter; use the top-level \"gradient_clipping\" instead");
-  }
-  p.mark_known("max_grad_norm");
-  o.lr = static_cast<float>(p.get_float("lr", 1e-3));  // torch's defaults, in double for --print-config
-  o.weight_decay = static_cast<float>(p.get_float("weight_decay", 0.0));
-  if (o.type == "SGD") {
-    o.momentum = static_cast<float>(p.get_float("momentum", 0.0));
-    o.dampening = static_cast<float>(p.get_float("dampening", 0.0));
-    o.nesterov = p.get_bool("nesterov", false);
-  } else {
-    const std::vector<double> betas = p.get_float_list("betas", {0.9, 0.999}, 2);
-    o.beta1 = static_cast<float>(betas[0]);
-    o.beta2 = static_cast<float>(betas[1]);
-    o.eps = static_cast<float>(p.get_float("eps", 1e-8));
-    o.adam_w_mode = p.get_bool("adam_w_mode", true);
-    o.bias_correction = p.get_bool("bias_correction", true);
-    p.refuse_unless("amsgrad", false, "AMSGrad is not implemented");
-    p.refuse_unless("torch_adam", false, "ZeroEngine has one fused Adam; torch's does not exist here");
-  }
-  p.finish();
-  r.finish();
-}
-
 // DeepSpeed's batch-size rule (runtime/config.py): give any two of the triple
 // (or one of train_batch_size / micro batch), derive the rest with floor
 // division, then check the product.
 absl::Status resolve_batch(ConfigReader& r, int world, RunConfig& out) {
+  // "auto" (the HF Trainer's placeholder) counts as not given: the value is
+  // derived from the others when they allow it, else the error below says
+  // which value to set.
+  std::vector<std::string> autos;
   auto read = [&](std::string_view key) -> std::optional<int64_t> {
-    if (!r.has(key)) {
-      r.mark_known(key);
-      return std::nullopt;
-    }
+    r.mark_known(key);
+    if (!r.has(key)) return std::nullopt;
     const Json& v = r.get_raw(key);
+    if (v.is_null()) return std::nullopt;
     if (v.is_string() && v.get<std::string>() == "auto") {
-      r.error(key, "\"auto\" needs a value to resolve it from; set train_micro_batch_size_per_gpu "
-                   "(and gradient_accumulation_steps) to numbers");
+      autos.emplace_back(key);
       return std::nullopt;
     }
     return r.get_int(key, 0);
@@ -103,8 +79,10 @@ absl::Status resolve_batch(ConfigReader& r, int world, RunConfig& out) {
     gas = 1, tb = *mb * world;
     derived = {"gradient_accumulation_steps", "train_batch_size"};
   } else {
-    r.error("train_batch_size",
-            "either train_batch_size or train_micro_batch_size_per_gpu needs to be provided");
+    r.error(autos.empty() ? "train_batch_size" : autos.front(),
+            autos.empty() ? "either train_batch_size or train_micro_batch_size_per_gpu needs to be provided"
+                          : "is \"auto\" and nothing to derive it from: set train_micro_batch_size_per_gpu "
+                            "(or train_batch_size) to a number");
     return absl::OkStatus();
   }
   if (*tb <= 0) r.error("train_batch_size", cat("Train batch size: ", *tb, " has to be greater than 0"));
@@ -128,6 +106,43 @@ absl::Status resolve_batch(ConfigReader& r, int world, RunConfig& out) {
   return absl::OkStatus();
 }
 
+// Top-level DeepSpeed scalars other than the batch triple.
+void parse_top_level(ConfigReader& root, RunConfig& out) {
+  out.engine.gradient_clipping = static_cast<float>(root.get_float("gradient_clipping", 1.0));
+  if (out.engine.gradient_clipping < 0) root.error("gradient_clipping", "must be >= 0 (0 disables clipping)");
+  const Json& spp = root.get_raw("steps_per_print");
+  if (!spp.is_null()) out.steps_per_print = root.get_int("steps_per_print", 10, 1);
+  else root.set_effective("steps_per_print", out.steps_per_print);
+  out.wall_clock_breakdown = root.get_bool("wall_clock_breakdown", false);
+  out.memory_breakdown = root.get_bool("memory_breakdown", false);
+  out.dump_state = root.get_bool("dump_state", false);
+  // Single-rank in this version: the data-parallel knobs hold at any value
+  // (their effect needs more than one rank) but are checked.
+  root.get_bool("prescale_gradients", false);
+  if (root.get_float("gradient_predivide_factor", 1.0) <= 0) {
+    root.error("gradient_predivide_factor", "must be > 0");
+  }
+  if (!root.get_raw("communication_data_type").is_null()) {
+    root.get_choice("communication_data_type", "fp32", {"fp32", "fp16", "bf16"});
+  }
+  root.get_choice("gradient_allreduce_op", "mean", {"mean", "sum"});
+  // Our optimizers are the ones DeepSpeed's ZeRO whitelist covers (Adam/AdamW
+  // and, through zero_allow_untested_optimizer, SGD): both flags hold.
+  root.get_bool("zero_allow_untested_optimizer", false);
+  root.get_bool("zero_force_ds_cpu_optimizer", true);
+  // Windows are sampled, never partial: there is no last batch to drop.
+  root.get_bool("dataloader_drop_last", false);
+  root.refuse_unless("managed_gradient_accumulation", true,
+                     "the engine decides the accumulation boundary from gradient_accumulation_steps");
+  root.refuse_unless("sparse_gradients", false, "gradients are dense");
+  root.refuse_unless("disable_allgather", false, "the all-gather after the optimizer step is required");
+  root.refuse_unless("seq_parallel_communication_data_type", "fp32", "there is no sequence parallelism");
+  root.refuse_unless("sequence_parallel_size", 1, "there is no sequence parallelism");
+  root.refuse_unless("graph_harvesting", false, "there are no CUDA graphs");
+  root.refuse_unless("use_data_before_expert_parallelism", false, "there is no expert parallelism");
+  root.refuse_unless("log_level", "info", "ZeroEngine's log has one level");
+}
+
 }  // namespace
 
 absl::StatusOr<RunConfig> parse_run_config(const Json& config, const ConfigOptions& options) {
@@ -135,29 +150,68 @@ absl::StatusOr<RunConfig> parse_run_config(const Json& config, const ConfigOptio
   diag.allow_unknown_keys = options.allow_unknown_keys;
   ConfigReader root(config, diag);
   RunConfig out;
+  out.world_size = options.world_size;
 
   parse_model(root.section("model"), out.model);
   parse_data(root.section("data"), out.data);
   parse_run(root.section("run"), out.run, out.engine.seed);
   ZE_RETURN_IF_ERROR(resolve_batch(root, options.world_size, out));
-  parse_optimizer(root.section("optimizer"), out.engine.optimizer);
-  out.engine.gradient_clipping = static_cast<float>(root.get_float("gradient_clipping", 1.0));
-  if (out.engine.gradient_clipping < 0) root.error("gradient_clipping", "must be >= 0 (0 disables clipping)");
-  out.steps_per_print = root.get_int("steps_per_print", out.steps_per_print, 1);
-
-  ConfigReader bf16 = root.section("bf16");
-  if (bf16.get_bool("enabled", false)) out.engine.param_dtype = DType::kBF16;
-  bf16.finish();
-  ConfigReader fp16 = root.section("fp16");
-  fp16.refuse_unless("enabled", false, "fp16 training needs the dynamic loss scaler, not built yet; use bf16");
-  fp16.finish();
-
+  parse_top_level(root, out);
+  parse_optimizer_section(root.section("optimizer"), out.engine.optimizer);
+  parse_scheduler_section(root.section("scheduler"), out.engine.scheduler);
+  parse_precision_sections(root, out.engine);
+  parse_zero_section(root, out.engine.zero);
+  parse_aio_section(root.section("aio"), out.aio);
+  parse_activation_checkpointing_section(root.section("activation_checkpointing"),
+                                         out.engine.activation_checkpointing);
+  parse_checkpoint_section(root.section("checkpoint"));
+  parse_unsupported_feature_sections(root);
   root.finish();
+  if (!options.allow_unknown_keys) {
+    // The top level is where DeepSpeed is lenient (it ignores unknown keys
+    // there); say how to get its behaviour.
+    for (std::string& e : diag.errors) {
+      if (e.rfind("unknown key \"", 0) == 0 && e.find('.') == std::string::npos) {
+        e += "; remove it, or pass --allow-unknown-keys to ignore unknown keys as DeepSpeed does at the top level";
+      }
+    }
+  }
   ZE_RETURN_IF_ERROR(diag.status());
   out.effective = diag.effective;
   out.derived_keys.assign(diag.derived.begin(), diag.derived.end());
   out.warnings = diag.warnings;
   return out;
+}
+
+namespace {
+
+void format_json(const Json& j, const std::string& path, const std::set<std::string>& derived, int indent,
+                 std::string& out) {
+  const std::string pad(static_cast<size_t>(indent), ' ');
+  if (!j.is_object() || j.empty()) {
+    out += j.dump();
+    return;
+  }
+  out += "{\n";
+  size_t i = 0;
+  for (auto it = j.begin(); it != j.end(); ++it, ++i) {
+    const std::string child = path.empty() ? it.key() : path + "." + it.key();
+    out += pad + "  " + Json(it.key()).dump() + ": ";
+    format_json(it.value(), child, derived, indent + 2, out);
+    if (i + 1 < j.size()) out += ",";
+    if (derived.count(child)) out += "  // derived";
+    out += "\n";
+  }
+  out += pad + "}";
+}
+
+}  // namespace
+
+std::string format_effective_config(const RunConfig& config) {
+  const std::set<std::string> derived(config.derived_keys.begin(), config.derived_keys.end());
+  std::string out;
+  format_json(config.effective, "", derived, 0, out);
+  return out + "\n";
 }
 
 absl::StatusOr<Json> load_merged_config(const std::vector<std::string>& files,

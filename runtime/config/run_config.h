@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "offload/aio_config.h"
 #include "runtime/config/json_file.h"
 #include "runtime/engine/engine_config.h"
 #include "runtime/graph/gpt.h"
@@ -38,8 +39,13 @@ struct RunConfig {
   DataSection data;
   RunSection run;
   EngineConfig engine;
+  AioConfig aio;
+  int world_size = 1;
   int64_t train_batch_size = 0;  // global: micro x accumulation x world
-  int64_t steps_per_print = 10;  // DeepSpeed's default is None (no progress log); ours prints
+  int64_t steps_per_print = 10;  // DeepSpeed's default is None (no progress log); ours prints every 10
+  bool wall_clock_breakdown = false;  // forward/backward/step times at each print
+  bool memory_breakdown = false;      // every category and tier at each print
+  bool dump_state = false;            // print the effective config at start
   Json effective;                // every key with its value in effect, for --print-config
   std::vector<std::string> derived_keys;
   std::vector<std::string> warnings;
@@ -51,6 +57,9 @@ struct ConfigOptions {
 };
 
 absl::StatusOr<RunConfig> parse_run_config(const Json& config, const ConfigOptions& options);
+
+// The effective config as JSON text, derived values marked "// derived".
+std::string format_effective_config(const RunConfig& config);
 
 // Loads and merges the files in order, then applies the --set overrides.
 absl::StatusOr<Json> load_merged_config(const std::vector<std::string>& files,

@@ -1,10 +1,11 @@
 // The training engine (stage 0, one rank); see engine.h.
 #include "runtime/engine/engine.h"
 
+#include <chrono>
 #include <cmath>
 
-#include "runtime/base/strings.h"
 #include "runtime/base/status.h"
+#include "runtime/base/strings.h"
 #include "runtime/graph/init.h"
 
 namespace zero {
@@ -26,7 +27,12 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Module> m
 }
 
 Engine::Engine(std::unique_ptr<Module> model, const EngineConfig& config, Backend& backend)
-    : model_(std::move(model)), config_(config), backend_(backend), ctx_(backend, config.param_dtype) {}
+    : model_(std::move(model)),
+      config_(config),
+      backend_(backend),
+      ctx_(backend, config.param_dtype),
+      scaler_(config.loss_scaler),
+      scheduler_(config.scheduler, config.optimizer.lr, /*momentum_capable=*/config.optimizer.type != "SGD") {}
 
 Engine::~Engine() {
   ctx_.clear();
@@ -50,9 +56,10 @@ absl::Status Engine::init_state() {
                         backend_.allocate(n * 4, tier, MemCategory::kOptimizerState));
     master_ = Tensor(std::move(master_storage), {n}, DType::kF32);
   }
+  const DType grad_dtype = config_.gradient_dtype();
   ZE_ASSIGN_OR_RETURN(auto grad_storage,
-                      backend_.allocate(n * dtype_size(config_.param_dtype), tier, MemCategory::kGradients));
-  grads_ = Tensor(std::move(grad_storage), {n}, config_.param_dtype);
+                      backend_.allocate(n * dtype_size(grad_dtype), tier, MemCategory::kGradients));
+  grads_ = Tensor(std::move(grad_storage), {n}, grad_dtype);
   backend_.ops().fill(grads_, 0.0f);
 
   // Initial values, parameter by parameter, through a host staging buffer
@@ -96,6 +103,7 @@ int64_t count_valid_targets(const Tensor& targets) {
 }  // namespace
 
 float Engine::forward(const Batch& batch) {
+  const auto t0 = std::chrono::steady_clock::now();
   ctx_.clear();  // a forward without backward (or after an error) leaves nothing behind
   ctx_.set_grad_enabled(true);
   Tensor logits = ctx_.forward(*model_, to_compute(batch.inputs));
@@ -103,9 +111,11 @@ float Engine::forward(const Batch& batch) {
   ZE_CHECK_EQ(batch.targets.numel(), rows);
   const int64_t valid = count_valid_targets(batch.targets);
   // Mean over this micro-batch's tokens, divided by the accumulation steps
-  // (DeepSpeed divides the loss by GAS inside backward).
+  // (DeepSpeed divides the loss by GAS inside backward), times the loss scale.
   const float grad_scale =
-      valid == 0 ? 0.0f : 1.0f / (static_cast<float>(valid) * config_.gradient_accumulation_steps);
+      valid == 0 ? 0.0f
+                 : static_cast<float>(scaler_.scale() /
+                                      (static_cast<double>(valid) * config_.gradient_accumulation_steps));
   Tensor losses = ctx_.activation({rows});
   backend_.ops().cross_entropy(logits.view({rows, vocab}), to_compute(batch.targets), grad_scale, losses);
   std::vector<float> host(rows);
@@ -115,40 +125,87 @@ float Engine::forward(const Batch& batch) {
   const float loss = valid == 0 ? 0.0f : static_cast<float>(sum / valid);
   pending_dlogits_ = logits;
   loss_sum_ += loss;
+  timing_.forward_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return loss;
 }
 
 void Engine::backward() {
   ZE_CHECK(pending_dlogits_.defined()) << "backward() without a forward()";
+  const auto t0 = std::chrono::steady_clock::now();
   Tensor dlogits = std::move(pending_dlogits_);
   pending_dlogits_ = Tensor();
   ctx_.backward(*model_, dlogits);
   ZE_CHECK_EQ(ctx_.live_frames(), 0u);
+  timing_.backward_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 double Engine::global_grad_norm() { return std::sqrt(backend_.ops().sum_squares(grads_)); }
 
-StepResult Engine::step() {
+std::string Engine::nonfinite_gradient_names() {
+  std::string names;
+  int shown = 0;
+  for (const FlatSegment& seg : layout_.segments()) {
+    if (backend_.ops().count_nonfinite(seg.param->grad) == 0) continue;
+    if (shown++ == 3) return names + ", ...";
+    names += cat(names.empty() ? "" : ", ", seg.param->name());
+  }
+  return names;
+}
+
+absl::StatusOr<StepResult> Engine::step() {
+  const auto t0 = std::chrono::steady_clock::now();
   StepResult r;
   r.boundary = is_accumulation_boundary();
   ++micro_step_;
-  r.lr = config_.optimizer.lr;
+  r.lr = static_cast<float>(scheduler_.lr());
   r.global_step = global_step_;
-  if (!r.boundary) return r;
-
-  r.grad_norm = global_grad_norm();
-  // DeepSpeed: coefficient = max(1, (norm + 1e-6) / clip); grads *= 1 / coefficient.
-  float grad_scale = 1.0f;
-  if (config_.gradient_clipping > 0.0f) {
-    const double coef = (r.grad_norm + 1e-6) / config_.gradient_clipping;
-    if (coef > 1.0) grad_scale = static_cast<float>(1.0 / coef);
+  r.skipped_steps = skipped_steps_;
+  r.loss_scale = r.next_loss_scale = scaler_.scale();
+  if (!r.boundary) {
+    timing_.step_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return r;
   }
-  const Tensor param_out = master_.data() == params_.data() ? Tensor() : params_;
-  optimizer_->step(master_, grads_, param_out, r.lr, grad_scale);
+
+  const bool overflow = config_.check_grad_overflow && backend_.ops().count_nonfinite(grads_) > 0;
+  if (overflow) r.overflow_in = nonfinite_gradient_names();
+  ZE_RETURN_IF_ERROR(annotate(scaler_.update(overflow),
+                              cat("step ", global_step_ + 1, ": inf/NaN gradients in ", r.overflow_in)));
+  r.next_loss_scale = scaler_.scale();
+  if (overflow) {
+    // DeepSpeed: no update and no schedule step, but the step counts.
+    r.skipped = true;
+    r.grad_norm = -1.0;  // DeepSpeed's marker for a non-finite norm
+    ++skipped_steps_;
+  } else {
+    // The norm of the loss-scaled gradients, then DeepSpeed's combined
+    // unscale-and-clip: c = max(1, (norm/scale + 1e-6) / clip); grads *= 1/(c scale).
+    const double scale = r.loss_scale;
+    const double scaled_norm = global_grad_norm();
+    r.grad_norm = scaled_norm / scale;
+    double combined = scale;
+    if (config_.gradient_clipping > 0.0f) {
+      const double coef = (r.grad_norm + 1e-6) / config_.gradient_clipping;
+      if (coef > 1.0) combined = coef * scale;
+    }
+    Optimizer::StepArgs args;
+    args.lr = r.lr;
+    args.grad_scale = static_cast<float>(1.0 / combined);
+    if (auto betas = scheduler_.betas()) args.betas = std::make_pair(static_cast<float>(betas->first),
+                                                                     static_cast<float>(betas->second));
+    const Tensor param_out = master_.data() == params_.data() ? Tensor() : params_;
+    optimizer_->step(master_, grads_, param_out, args);
+    scheduler_.step();
+  }
   backend_.ops().fill(grads_, 0.0f);
   r.global_step = ++global_step_;
+  r.skipped_steps = skipped_steps_;
   r.loss = static_cast<float>(loss_sum_ / config_.gradient_accumulation_steps);
   loss_sum_ = 0.0;
+  timing_.step_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.forward_s = timing_.forward_s;
+  r.backward_s = timing_.backward_s;
+  r.step_s = timing_.step_s;
+  timing_ = StepResult();
   return r;
 }
 

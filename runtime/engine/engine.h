@@ -16,6 +16,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "runtime/engine/engine_config.h"
@@ -33,11 +34,18 @@ struct Batch {
 };
 
 struct StepResult {
-  bool boundary = false;   // the weights were updated (or the step was skipped)
-  int64_t global_step = 0; // optimizer steps taken so far
-  float loss = 0.0f;       // mean loss over the micro-batches of this step
-  float lr = 0.0f;
-  double grad_norm = 0.0;  // global L2 norm before clipping
+  bool boundary = false;      // an optimizer step happened (updated or skipped)
+  bool skipped = false;       // gradients held inf/NaN: no update (fp16, bf16 checks)
+  int64_t global_step = 0;    // optimizer steps so far, skipped ones included (as DeepSpeed)
+  int64_t skipped_steps = 0;  // of those, skipped for overflow
+  float loss = 0.0f;          // mean loss over the micro-batches of this step
+  float lr = 0.0f;            // the learning rate this step used
+  double grad_norm = 0.0;     // global L2 norm of the unscaled gradients, before clipping
+  double loss_scale = 1.0;    // the scale this step's gradients carried
+  double next_loss_scale = 1.0;  // the scale after this step's update
+  std::string overflow_in;    // first parameters whose gradient held inf/NaN, when skipped
+  // Wall time of this optimizer step's phases, summed over its micro-steps.
+  double forward_s = 0, backward_s = 0, step_s = 0;
 };
 
 class Engine {
@@ -52,9 +60,10 @@ class Engine {
   float forward(const Batch& batch);
   // Backward pass of the last forward, accumulating into the gradients.
   void backward();
-  // Counts the micro-step; at the accumulation boundary clips, updates and
-  // zeroes the gradients.
-  StepResult step();
+  // Counts the micro-step; at the accumulation boundary checks for overflow,
+  // clips, updates, advances the LR schedule and zeroes the gradients. Fails
+  // only when fp16's loss scale cannot go lower (DeepSpeed's exit).
+  absl::StatusOr<StepResult> step();
 
   // Loss of a batch without touching gradients or saving activations.
   float evaluate(const Batch& batch);
@@ -63,6 +72,8 @@ class Engine {
   Backend& backend() { return backend_; }
   const EngineConfig& config() const { return config_; }
   const FlatLayout& layout() const { return layout_; }
+  double loss_scale() const { return scaler_.scale(); }
+  const LrScheduler& scheduler() const { return scheduler_; }
   int64_t global_step() const { return global_step_; }
   int64_t num_parameters() const { return layout_.real_numel(); }
   bool is_accumulation_boundary() const {
@@ -79,6 +90,7 @@ class Engine {
   absl::Status init_state();
   Tensor to_compute(const Tensor& host);
   double global_grad_norm();
+  std::string nonfinite_gradient_names();
 
   std::unique_ptr<Module> model_;
   EngineConfig config_;
@@ -87,14 +99,18 @@ class Engine {
   FlatLayout layout_;
 
   Tensor params_;  // model dtype
-  Tensor grads_;   // model dtype
+  Tensor grads_;   // gradient dtype (the model dtype unless data_types.grad_accum_dtype)
   Tensor master_;  // fp32 (== params_ when the model is fp32)
   std::unique_ptr<Optimizer> optimizer_;
+  LossScaler scaler_;
+  LrScheduler scheduler_;
 
   Tensor pending_dlogits_;  // set by forward(), consumed by backward()
   int64_t micro_step_ = 0;
   int64_t global_step_ = 0;
+  int64_t skipped_steps_ = 0;
   double loss_sum_ = 0.0;   // over the micro-batches of the current step
+  StepResult timing_;       // phase times accumulating over the current step
 };
 
 // deepspeed.initialize() for C++.

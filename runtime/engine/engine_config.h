@@ -4,16 +4,33 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "runtime/core/dtype.h"
+#include "runtime/engine/loss_scaler.h"
+#include "runtime/engine/lr_scheduler.h"
 #include "runtime/engine/optimizer.h"
+#include "zero/zero_config.h"
 
 namespace zero {
 
+// DeepSpeed's activation_checkpointing section.
+struct ActivationCheckpointingConfig {
+  bool partition_activations = false;
+  std::optional<int64_t> number_checkpoints;
+  bool contiguous_memory_optimization = false;
+  bool synchronize_checkpoint_boundary = false;
+  bool profile = false;
+  bool cpu_checkpointing = false;
+};
+
 struct EngineConfig {
-  // Model dtype: parameters and gradients (bf16.enabled -> bf16, fp16 -> fp16).
+  // Model dtype of parameters (bf16.enabled -> bf16, fp16.enabled -> fp16).
   // Master weights and optimizer state are always fp32.
   DType param_dtype = DType::kF32;
+  // Gradient buffers (data_types.grad_accum_dtype); unset = the model dtype,
+  // as in DeepSpeed.
+  std::optional<DType> grad_dtype;
 
   int64_t micro_batch_size = 1;  // train_micro_batch_size_per_gpu
   int64_t gradient_accumulation_steps = 1;
@@ -23,7 +40,19 @@ struct EngineConfig {
   float gradient_clipping = 1.0f;
 
   OptimizerConfig optimizer;
+  SchedulerConfig scheduler;
+  // fp16: dynamic or static loss scaling; other dtypes: scale 1.
+  LossScalerConfig loss_scaler;
+  // Skip steps whose gradients hold inf/NaN: always for fp16; for bf16 when
+  // bf16.check_grad_overflow (DeepSpeed's default since v0.19.3); never fp32.
+  bool check_grad_overflow = false;
+
+  ZeroConfig zero;
+  ActivationCheckpointingConfig activation_checkpointing;
+
   uint64_t seed = 42;  // parameter initialisation
+
+  DType gradient_dtype() const { return grad_dtype.value_or(param_dtype); }
 };
 
 }  // namespace zero

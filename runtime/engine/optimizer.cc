@@ -1,6 +1,8 @@
 // AdamW/Adam and SGD over flat buffers; see optimizer.h.
 #include "runtime/engine/optimizer.h"
 
+#include <tuple>
+
 #include "runtime/base/strings.h"
 
 namespace zero {
@@ -22,14 +24,16 @@ class AdamOptimizer final : public Optimizer {
   }
   std::string_view name() const override { return hyper_.adamw_mode ? "AdamW" : "Adam"; }
 
-  void step(const Tensor& master, const Tensor& grad, const Tensor& param_out, float lr,
-            float grad_scale) override {
+  void step(const Tensor& master, const Tensor& grad, const Tensor& param_out,
+            const StepArgs& args) override {
     AdamWHyper h = hyper_;
-    h.lr = lr;
+    h.lr = args.lr;
     h.step = ++steps_;  // incremented before the kernel, as DeepSpeed's CPU Adam
-    h.grad_scale = grad_scale;
+    h.grad_scale = args.grad_scale;
+    if (args.betas) std::tie(h.beta1, h.beta2) = *args.betas;
     backend_.ops().adamw(master, grad, m_, v_, param_out, h);
   }
+  bool has_betas() const override { return true; }
   std::vector<std::pair<std::string, Tensor>> state() const override {
     return {{"exp_avg", m_}, {"exp_avg_sq", v_}};
   }
@@ -51,15 +55,16 @@ class SgdOptimizer final : public Optimizer {
   }
   std::string_view name() const override { return "SGD"; }
 
-  void step(const Tensor& master, const Tensor& grad, const Tensor& param_out, float lr,
-            float grad_scale) override {
+  void step(const Tensor& master, const Tensor& grad, const Tensor& param_out,
+            const StepArgs& args) override {
     SgdHyper h = hyper_;
-    h.lr = lr;
-    h.grad_scale = grad_scale;
+    h.lr = args.lr;
+    h.grad_scale = args.grad_scale;
     h.first_step = steps_ == 0;
     ++steps_;
     backend_.ops().sgd(master, grad, buf_, param_out, h);
   }
+  bool has_betas() const override { return false; }
   std::vector<std::pair<std::string, Tensor>> state() const override {
     if (!buf_.defined()) return {};
     return {{"momentum_buffer", buf_}};

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,12 +32,22 @@ class Optimizer {
   virtual ~Optimizer() = default;
   virtual std::string_view name() const = 0;
 
+  // What changes from step to step (the schedule, the loss scale, clipping).
+  struct StepArgs {
+    float lr = 1e-3f;
+    // The gradient is multiplied by this first: 1 / (loss scale x clip coefficient).
+    float grad_scale = 1.0f;
+    // Adam's (beta1, beta2) for this step, when a schedule drives them (OneCycle).
+    std::optional<std::pair<float, float>> betas;
+  };
+
   // One update of master (fp32) from grad (model or fp32 dtype), all of the
-  // same numel as the optimizer was built for. grad_scale multiplies the
-  // gradient first (1 / (loss scale x clip coefficient)). When param_out is
-  // defined it receives the new weights in its dtype in the same pass.
-  virtual void step(const Tensor& master, const Tensor& grad, const Tensor& param_out, float lr,
-                    float grad_scale) = 0;
+  // same numel as the optimizer was built for. When param_out is defined it
+  // receives the new weights in its dtype in the same pass.
+  virtual void step(const Tensor& master, const Tensor& grad, const Tensor& param_out,
+                    const StepArgs& args) = 0;
+  // Whether the optimizer has betas a schedule may drive (Adam) or not (SGD).
+  virtual bool has_betas() const = 0;
 
   // Named state tensors, for checkpoints and memory accounting.
   virtual std::vector<std::pair<std::string, Tensor>> state() const = 0;

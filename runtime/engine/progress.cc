@@ -66,6 +66,10 @@ Json step_metrics_json(const StepResult& r, const StepTiming& t, const MemorySna
   j["loss"] = r.loss;
   j["lr"] = r.lr;
   j["grad_norm"] = r.grad_norm;
+  j["skipped"] = r.skipped;
+  j["skipped_steps"] = r.skipped_steps;
+  j["loss_scale"] = r.loss_scale;
+  j["time"] = {{"forward_s", r.forward_s}, {"backward_s", r.backward_s}, {"step_s", r.step_s}};
   j["step_time_s"] = t.step_seconds;
   j["tokens_per_s"] = t.step_seconds > 0 ? t.tokens / t.step_seconds : 0.0;
   Json memory = Json::object();
@@ -100,6 +104,7 @@ absl::Status ProgressReporter::open_metrics(const std::string& path) {
 void ProgressReporter::on_step(const StepResult& r, const StepTiming& t) {
   if (steps_seen_ == 0) first_loss_ = r.loss;
   ++steps_seen_;
+  skipped_ = r.skipped_steps;
   last_loss_ = r.loss;
   tokens_total_ += t.tokens;
   seconds_total_ += t.step_seconds;
@@ -110,6 +115,10 @@ void ProgressReporter::on_step(const StepResult& r, const StepTiming& t) {
     metrics_ << step_metrics_json(r, t, mem, process_rss_bytes(), rss_start_).dump() << '\n';
     metrics_.flush();
   }
+  if (r.skipped) {
+    out_ << absl::StrFormat("step %d: OVERFLOW, step skipped (inf/NaN gradients in %s); loss scale %g -> %g\n",
+                            r.global_step, r.overflow_in, r.loss_scale, r.next_loss_scale);
+  }
   if (r.global_step % print_every_ != 0 && r.global_step != total_steps_) return;
   const double per_step = seconds_total_ / static_cast<double>(steps_seen_);
   const double eta = per_step * static_cast<double>(total_steps_ - r.global_step);
@@ -117,6 +126,22 @@ void ProgressReporter::on_step(const StepResult& r, const StepTiming& t) {
                           static_cast<int>(std::to_string(total_steps_).size()), r.global_step, total_steps_,
                           r.loss, r.lr, rate(t.step_seconds > 0 ? t.tokens / t.step_seconds : 0),
                           memory_brief(mem, tier_), duration(eta));
+  if (wall_clock_) {
+    out_ << absl::StrFormat("  time (ms) | forward: %.1f | backward: %.1f | step: %.1f\n", 1e3 * r.forward_s,
+                            1e3 * r.backward_s, 1e3 * r.step_s);
+  }
+  if (memory_) {
+    for (int ti = 0; ti < kNumTiers; ++ti) {
+      if (mem.reserved[ti].peak == 0) continue;
+      out_ << "  memory " << tier_name(static_cast<Tier>(ti)) << ":";
+      for (int c = 0; c < kNumMemCategories; ++c) {
+        const MemCounter& mc = mem.at(static_cast<Tier>(ti), static_cast<MemCategory>(c));
+        out_ << " " << mem_category_name(static_cast<MemCategory>(c)) << " " << format_bytes(mc.current) << " (peak "
+             << format_bytes(mc.peak) << ")";
+      }
+      out_ << " | reserved " << format_bytes(mem.reserved[ti].current) << "\n";
+    }
+  }
   out_.flush();
 }
 
@@ -124,9 +149,10 @@ void ProgressReporter::summary() {
   MemorySnapshot mem = run_peaks_;
   merge_peaks(mem, MemoryTracker::global().snapshot());
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  out_ << absl::StrFormat("done: %d steps in %s, loss %.4f -> %.4f, %s tok/s average\n", steps_seen_,
+  out_ << absl::StrFormat("done: %d steps in %s, loss %.4f -> %.4f, %s tok/s average%s\n", steps_seen_,
                           duration(wall), first_loss_, last_loss_,
-                          rate(seconds_total_ > 0 ? tokens_total_ / seconds_total_ : 0));
+                          rate(seconds_total_ > 0 ? tokens_total_ / seconds_total_ : 0),
+                          skipped_ > 0 ? absl::StrFormat(", %d steps skipped for overflow", skipped_) : "");
   out_ << "peak memory (" << tier_name(tier_) << "):";
   for (int c = 0; c < kNumMemCategories; ++c) {
     const int64_t peak = mem.at(tier_, static_cast<MemCategory>(c)).peak;

@@ -40,6 +40,12 @@ class ProgressReporter {
   // Opens the metrics file (truncating it); errors name the path.
   absl::Status open_metrics(const std::string& path);
 
+  // wall_clock: print forward/backward/step times at each print step
+  // (DeepSpeed's wall_clock_breakdown); memory: every category and tier.
+  void set_breakdowns(bool wall_clock, bool memory) {
+    wall_clock_ = wall_clock;
+    memory_ = memory;
+  }
   void on_step(const StepResult& r, const StepTiming& t);
   void summary();
 
@@ -54,6 +60,8 @@ class ProgressReporter {
   double tokens_total_ = 0, seconds_total_ = 0;
   double first_loss_ = 0, last_loss_ = 0;
   int64_t steps_seen_ = 0;
+  bool wall_clock_ = false, memory_ = false;
+  int64_t skipped_ = 0;
   MemorySnapshot run_peaks_;  // peaks over the whole run (the tracker's are reset every step)
 };
 

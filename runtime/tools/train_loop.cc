@@ -51,7 +51,21 @@ absl::Status run_training(const RunConfig& c, Backend& backend, std::ostream& ou
                          c.engine.optimizer.lr, c.engine.gradient_clipping, c.run.steps);
   out.flush();
 
+  if (c.engine.zero.offload_optimizer.device == OffloadDevice::kCpu ||
+      c.engine.zero.offload_param.device == OffloadDevice::kCpu) {
+    out << "offload: device \"cpu\" requested; on the CPU backend parameters and optimizer state already "
+           "live in host memory, so nothing moves\n";
+  }
+  if (c.engine.loss_scaler.dynamic) {
+    out << absl::StrFormat("fp16: dynamic loss scale from 2^%d, window %d, hysteresis %d, min %g\n",
+                           c.engine.loss_scaler.initial_scale_power, c.engine.loss_scaler.scale_window,
+                           c.engine.loss_scaler.hysteresis, c.engine.loss_scaler.min_scale);
+  }
+  if (!c.engine.scheduler.type.empty()) out << "scheduler: " << c.engine.scheduler.type << "\n";
+  if (c.dump_state) out << "effective config:\n" << format_effective_config(c);
+
   ProgressReporter progress(out, c.run.steps, c.steps_per_print, backend.compute_tier(), rss_baseline);
+  progress.set_breakdowns(c.wall_clock_breakdown, c.memory_breakdown);
   if (!c.run.metrics.empty()) ZE_RETURN_IF_ERROR(progress.open_metrics(c.run.metrics));
   const double tokens_per_step = static_cast<double>(c.train_batch_size * g.seq_len);
   for (int64_t step = 0; step < c.run.steps; ++step) {
@@ -62,7 +76,7 @@ absl::Status run_training(const RunConfig& c, Backend& backend, std::ostream& ou
                                             c.engine.gradient_accumulation_steps);
       engine->forward(batch);
       engine->backward();
-      r = engine->step();
+      ZE_ASSIGN_OR_RETURN(r, engine->step());
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     progress.on_step(r, {seconds, tokens_per_step});

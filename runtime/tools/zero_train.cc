@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
   }
   for (const std::string& w : config->warnings) std::fprintf(stderr, "zero-train: warning: %s\n", w.c_str());
   if (args.print_config) {
-    std::cout << config->effective.dump(2) << "\n";
+    std::cout << zero::format_effective_config(*config);
     return 0;
   }
   zero::CpuBackend backend;

@@ -126,9 +126,18 @@ TEST(ConfigTest, BatchTripleFollowsDeepSpeed) {
             std::string::npos);
 }
 
-TEST(ConfigTest, TopLevelAutoBatchWithoutValuesSaysWhatToSet) {
+TEST(ConfigTest, TopLevelAutoBatchIsDerivedOrExplained) {
   const std::string msg = error_of(R"({"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto"})");
-  EXPECT_NE(msg.find("train_batch_size: \"auto\" needs a value"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("train_batch_size: is \"auto\" and nothing to derive it from: set "
+                     "train_micro_batch_size_per_gpu"),
+            std::string::npos)
+      << msg;
+  // "auto" with a value to derive it from is derived, as DeepSpeed's rule would.
+  absl::StatusOr<RunConfig> c =
+      parse(R"({"train_batch_size": "auto", "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": "auto"})", 2);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->train_batch_size, 8);
+  EXPECT_EQ(c->engine.gradient_accumulation_steps, 1);
 }
 
 TEST(ConfigTest, OptimizerKeysFollowDeepSpeed) {
@@ -142,7 +151,7 @@ TEST(ConfigTest, OptimizerKeysFollowDeepSpeed) {
                       "\"gradient_clipping\""),
             std::string::npos);
   EXPECT_NE(error_of(R"({"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "Lamb"}})")
-                .find("optimizer.type: \"Lamb\" is not one of"),
+                .find("optimizer.type: \"Lamb\" is not supported (supported: Adam, AdamW, SGD)"),
             std::string::npos);
   EXPECT_NE(error_of(R"({"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "SGD", "params": {"betas": [0.9, 0.99]}}})")
                 .find("unknown key \"optimizer.params.betas\""),
@@ -168,10 +177,14 @@ TEST(ConfigTest, LaterFilesAndSetOverridesWin) {
 }
 
 TEST(ConfigTest, UnsupportedFeatureIsRefusedByName) {
-  EXPECT_NE(error_of(R"({"train_micro_batch_size_per_gpu": 1, "fp16": {"enabled": true}})").find("fp16.enabled: true is not supported"),
+  EXPECT_NE(error_of(R"({"train_micro_batch_size_per_gpu": 1, "tensorboard": {"enabled": true}})")
+                .find("tensorboard: \"enabled\": true is not supported (no TensorBoard writer"),
             std::string::npos);
-  // The disabled default is accepted.
-  EXPECT_TRUE(parse(R"({"train_micro_batch_size_per_gpu": 1, "fp16": {"enabled": false}})").ok());
+  // The disabled default is accepted, with its other options.
+  EXPECT_TRUE(parse(R"({"train_micro_batch_size_per_gpu": 1, "tensorboard": {"enabled": false, "output_path": "x"}})").ok());
+  EXPECT_NE(error_of(R"({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"zero_quantized_weights": true}})")
+                .find("zero_optimization.zero_quantized_weights: true is not supported"),
+            std::string::npos);
 }
 
 TEST(ConfigTest, AllowUnknownKeysTurnsErrorsIntoWarnings) {

@@ -1,0 +1,48 @@
+// DeepSpeed's zero_optimization section as typed values, with DeepSpeed's
+// defaults (runtime/zero/config.py at HEAD). Sizes are in elements, as there.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace zero {
+
+enum class OffloadDevice { kNone, kCpu, kNvme };
+
+struct OffloadConfig {
+  OffloadDevice device = OffloadDevice::kNone;
+  std::string nvme_path;
+  int64_t buffer_count = 4;            // optimizer: 4; param: 5
+  int64_t buffer_size = 100000000;     // param only (elements)
+  int64_t max_in_cpu = 1000000000;     // param only (elements)
+  bool pin_memory = true;              // True since DeepSpeed v0.19.5
+  bool pipeline_read = false, pipeline_write = false;  // optimizer only
+  bool fast_init = false;              // optimizer only
+  double ratio = 1.0;                  // optimizer only
+};
+
+struct ZeroConfig {
+  int stage = 0;
+  bool contiguous_gradients = true;
+  bool overlap_comm = false;  // DeepSpeed: None -> True at stage 3, else False
+  bool reduce_scatter = true;
+  int64_t reduce_bucket_size = 500000000;
+  bool use_multi_rank_bucket_allreduce = true;
+  int64_t allgather_bucket_size = 500000000;
+  bool load_from_fp32_weights = true;
+  bool round_robin_gradients = false;
+  bool ignore_unused_parameters = true;
+  int64_t sub_group_size = 1000000000;
+  // stage 3 (each also accepted under its stage3_ alias)
+  int64_t prefetch_bucket_size = 50000000;
+  int64_t param_persistence_threshold = 100000;
+  int64_t model_persistence_threshold = INT64_MAX;
+  int64_t max_live_parameters = 1000000000;
+  int64_t max_reuse_distance = 1000000000;
+  bool gather_16bit_weights_on_model_save = false;
+
+  OffloadConfig offload_param{.buffer_count = 5};
+  OffloadConfig offload_optimizer;
+};
+
+}  // namespace zero
