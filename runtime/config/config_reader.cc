@@ -61,6 +61,7 @@ absl::Status ConfigDiagnostics::status() const {
   if (errors.empty()) return absl::OkStatus();
   std::string msg = errors.size() == 1 ? "invalid config: " : cat("invalid config (", errors.size(), " errors):");
   for (const std::string& e : errors) msg += (errors.size() == 1 ? "" : "\n  ") + e;
+  for (const std::string& w : warnings) msg += "\n  (warning) " + w;
   return absl::InvalidArgumentError(msg);
 }
 

@@ -3,34 +3,19 @@
 // file), and a short real run whose --metrics file has one JSON object per
 // step with falling loss and memory figures that agree with the OS.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <array>
-#include <cstdio>
 #include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "tests/testing/run_command.h"
+
 namespace {
 
-struct Result {
-  int exit_code;
-  std::string output;  // stdout and stderr
-};
+using Result = zero::testing::CommandResult;
 
-Result run(const std::string& args) {
-  const std::string cmd = std::string(ZE_TRAIN_BIN) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+Result run(const std::string& args) { return zero::testing::run_command(std::string(ZE_TRAIN_BIN) + " " + args); }
 
-// A path private to the running test (CTest runs tests in parallel processes).
 std::string tmp(const std::string& name) {
   const ::testing::TestInfo* t = ::testing::UnitTest::GetInstance()->current_test_info();
   return ::testing::TempDir() + "/" + t->test_suite_name() + "." + t->name() + "." + name;

@@ -1,0 +1,73 @@
+// Every ready config in configs/ runs: quickstart and gpt2-124m on their own,
+// each DeepSpeed config in configs/ds/ layered on configs/small-gpt.json (the
+// --config layering a DeepSpeed user keeps their ds_config.json unchanged
+// with). A run must exit 0, finish its steps, and (where it runs long
+// enough) lower the loss.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <regex>
+
+#include "tests/testing/run_command.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+const std::string kSource = ZE_SOURCE_DIR;
+
+struct Losses {
+  double first = 0, last = 0;
+};
+
+// Parses "done: N steps in ..., loss A -> B".
+bool parse_done(const std::string& out, int steps, Losses& l) {
+  std::smatch m;
+  const std::regex re("done: " + std::to_string(steps) + " steps in [^,]*, loss ([0-9.]+) -> ([0-9.]+)");
+  if (!std::regex_search(out, m, re)) return false;
+  l.first = std::stod(m[1]);
+  l.last = std::stod(m[2]);
+  return true;
+}
+
+zero::testing::CommandResult train(const std::string& args) {
+  return zero::testing::run_command("cd " + kSource + " && " + ZE_TRAIN_BIN + " " + args);
+}
+
+TEST(ConfigsTest, Quickstart) {
+  auto r = train("--config configs/quickstart.json --steps 40");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  Losses l;
+  ASSERT_TRUE(parse_done(r.output, 40, l)) << r.output;
+  EXPECT_LT(l.last, l.first - 1.0) << r.output;
+}
+
+TEST(ConfigsTest, Gpt2_124M) {
+  const std::string data = ::testing::TempDir() + "/ConfigsTest.gpt2_tokens.bin";
+  auto prep = zero::testing::run_command(std::string(ZE_DATA_BIN) + " bytes-to-llmc --input " +
+                                         "/usr/share/common-licenses --out " + data);
+  ASSERT_EQ(prep.exit_code, 0) << prep.output;
+  auto r = train("--config configs/gpt2-124m.json --steps 2 --set data.path=" + data);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("123.74M parameters (fp32)"), std::string::npos) << r.output;
+  Losses l;
+  ASSERT_TRUE(parse_done(r.output, 2, l)) << r.output;
+  EXPECT_NEAR(l.first, std::log(50304.0), 0.5);  // a freshly initialised model is near-uniform
+}
+
+TEST(ConfigsTest, EveryDeepSpeedConfigLayeredOnTheSmallModel) {
+  int ran = 0;
+  for (const auto& entry : fs::directory_iterator(kSource + "/configs/ds")) {
+    const std::string file = entry.path().filename().string();
+    SCOPED_TRACE(file);
+    auto r = train("--config configs/small-gpt.json --config configs/ds/" + file + " --steps 40");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    Losses l;
+    ASSERT_TRUE(parse_done(r.output, 40, l)) << r.output;
+    EXPECT_LT(l.last, l.first) << r.output;
+    ++ran;
+  }
+  EXPECT_GE(ran, 7);
+}
+
+}  // namespace

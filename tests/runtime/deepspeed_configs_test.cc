@@ -1,0 +1,135 @@
+// The 13 real DeepSpeed configs in tests/data/ds_configs (from DeepSpeed's
+// and DeepSpeedExamples' repositories), each with its expected outcome: it
+// loads, or it is refused with messages naming each offending key and the
+// reason. Where DeepSpeed is lenient and we are not (an unknown top-level
+// key), --allow-unknown-keys restores DeepSpeed's behaviour.
+#include <gtest/gtest.h>
+
+#include "runtime/config/run_config.h"
+
+namespace zero {
+namespace {
+
+struct Expectation {
+  const char* file;
+  bool loads;
+  std::vector<const char*> messages;  // substrings of the error (or of the warnings when it loads)
+};
+
+const std::vector<Expectation>& expectations() {
+  static const std::vector<Expectation> kAll = {
+      {"zero1_fp16_imagenet.json", false,
+       {"unknown key \"cuda_visible_devices\"; remove it, or pass --allow-unknown-keys",
+        "zero_optimization.stage: 1 is not supported yet"}},
+      {"zero1_fp16_megatron_gpt2.json", false, {"zero_optimization.stage: 1 is not supported yet"}},
+      {"zero2_bf16_cpu_offload_zenflow.json", false,
+       {"zero_optimization.zenflow: {\"topk_ratio\"", "is not supported (ZenFlow is not implemented)"}},
+      {"zero2_cpu_offload_legacy_actckpt_megatron_gpt2.json", false,
+       {"activation_checkpointing.partition_activations: true is not supported: it splits checkpoints across "
+        "tensor-parallel ranks",
+        "(warning) zero_optimization.cpu_offload: is deprecated; treated as \"zero_optimization.offload_optimizer\""}},
+      {"zero2_fp16_actckpt_megatron_gpt2.json", false,
+       {"activation_checkpointing.partition_activations: true is not supported"}},
+      {"zero2_fp16_warmuplr_megatron_gpt2.json", false, {"zero_optimization.stage: 2 is not supported yet"}},
+      {"zero3_bf16_adamw_warmuplr_sdma.json", false, {"zero_optimization.stage: 3 is not supported yet"}},
+      {"zero3_bf16_cpu_offload_superoffload_script.json", false, {"zero_optimization.stage: 3 is not supported yet"}},
+      {"zero3_bf16_master_weights.json", false,
+       {"bf16.bf16_master_weights_and_grads: true is not supported",
+        "bf16.bf16_optimizer_states: true is not supported", "torch_autocast.enabled: true is not supported"}},
+      // Refused as current DeepSpeed refuses them: the misspelt key.
+      {"zero3_fp16_megatron_2021.json", false,
+       {"unknown key \"zero_optimization.stage3_param_persitence_threshold\" (did you mean "
+        "\"zero_optimization.stage3_param_persistence_threshold\"?)"}},
+      {"zero3_infinity_nvme_fp16_megatron_2021.json", false,
+       {"unknown key \"zero_optimization.stage3_param_persitence_threshold\" (did you mean",
+        "aio.thread_count: was renamed \"intra_op_parallelism\"",
+        "zero_optimization.offload_optimizer.device: \"nvme\" is not supported yet"}},
+      {"zero3_offload_param_cpu_sglang.json", false, {"zero_optimization.stage: 3 is not supported yet"}},
+      {"zero3_offload_param_nvme_aio_sglang.json", false,
+       {"zero_optimization.offload_param.device: \"nvme\" is not supported yet"}},
+  };
+  return kAll;
+}
+
+class DeepSpeedConfigsTest : public ::testing::TestWithParam<Expectation> {};
+
+TEST_P(DeepSpeedConfigsTest, LoadsOrIsRefusedWithReasons) {
+  const Expectation& e = GetParam();
+  const std::string path = std::string(ZE_SOURCE_DIR) + "/tests/data/ds_configs/" + e.file;
+  absl::StatusOr<Json> j = load_json_file(path);
+  ASSERT_TRUE(j.ok()) << j.status();
+  absl::StatusOr<RunConfig> c = parse_run_config(*j, {});
+  EXPECT_EQ(c.ok(), e.loads) << c.status();
+  std::string text;
+  if (c.ok()) {
+    for (const std::string& w : c->warnings) text += w + "\n";
+  } else {
+    text = std::string(c.status().message());
+  }
+  for (const char* m : e.messages) EXPECT_NE(text.find(m), std::string::npos) << "missing: " << m << "\nin:\n" << text;
+}
+
+INSTANTIATE_TEST_SUITE_P(All, DeepSpeedConfigsTest, ::testing::ValuesIn(expectations()),
+                         [](const auto& info) {
+                           std::string name = info.param.file;
+                           name = name.substr(0, name.find('.'));
+                           return name;
+                         });
+
+TEST(DeepSpeedConfigsTest, EveryFixtureHasAnExpectation) {
+  EXPECT_EQ(expectations().size(), 13u);
+}
+
+TEST(DeepSpeedConfigsTest, AllowUnknownKeysRestoresDeepSpeedsTopLevelLeniency) {
+  absl::StatusOr<Json> j = parse_json_text(R"({"train_batch_size": 8, "cuda_visible_devices": 0,
+                                               "fp16": {"enabled": true, "auto_cast": true}})", "x.json");
+  ASSERT_TRUE(j.ok());
+  absl::StatusOr<RunConfig> c = parse_run_config(*j, {.allow_unknown_keys = true});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->engine.param_dtype, DType::kF16);
+  EXPECT_TRUE(c->engine.loss_scaler.dynamic);
+}
+
+TEST(DeepSpeedConfigsTest, AliasesAndDeprecations) {
+  auto parse = [](const char* text) {
+    absl::StatusOr<Json> j = parse_json_text(text, "x.json");
+    return parse_run_config(*j, {});
+  };
+  // Field name and alias are both accepted, not both at once.
+  auto c = parse(R"({"train_batch_size": 1, "zero_optimization": {"prefetch_bucket_size": 7}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->engine.zero.prefetch_bucket_size, 7);
+  c = parse(R"({"train_batch_size": 1, "zero_optimization": {"stage3_prefetch_bucket_size": 9}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->engine.zero.prefetch_bucket_size, 9);
+  c = parse(R"({"train_batch_size": 1, "zero_optimization": {"prefetch_bucket_size": 7, "stage3_prefetch_bucket_size": 9}})");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(std::string(c.status().message()).find("give only one of them"), std::string::npos);
+  // Deprecated stage3_gather_fp16_weights_on_model_save maps with a warning.
+  c = parse(R"({"train_batch_size": 1, "zero_optimization": {"stage3_gather_fp16_weights_on_model_save": true}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->engine.zero.gather_16bit_weights_on_model_save);
+  ASSERT_EQ(c->warnings.size(), 1u);
+  // cpu_offload together with offload_optimizer is an error, as in DeepSpeed.
+  c = parse(R"({"train_batch_size": 1, "zero_optimization": {"cpu_offload": true, "offload_optimizer": {"device": "cpu"}}})");
+  ASSERT_FALSE(c.ok());
+  // overlap_comm's default depends on the stage; "auto" in a section means default.
+  c = parse(R"({"train_batch_size": 1, "zero_optimization": {"overlap_comm": "auto", "reduce_bucket_size": "auto"}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->engine.zero.overlap_comm);
+  EXPECT_EQ(c->engine.zero.reduce_bucket_size, 500000000);
+  // fp16 and bf16 together.
+  c = parse(R"({"train_batch_size": 1, "fp16": {"enabled": true}, "bf16": {"enabled": true}})");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(std::string(c.status().message()).find("bfloat16 and fp16 modes cannot be simultaneously enabled"),
+            std::string::npos);
+  // allgather_bucket_size must be even (DeepSpeed's TestIncorectAllgatherBucketSize).
+  EXPECT_TRUE(parse(R"({"train_batch_size": 1, "zero_optimization": {"allgather_bucket_size": 1000}})").ok());
+  c = parse(R"({"train_batch_size": 1, "zero_optimization": {"allgather_bucket_size": 1001}})");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(std::string(c.status().message()).find("must be a multiple of nccl_start_alignment_factor"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace zero
