@@ -1,14 +1,14 @@
 # Finds every dependency from the operating system's packages (and CUDA from
 # /usr/local/cuda), then ze_print_summary() says what was found and what each
-# one enables. Required: oneDNN, Abseil, nlohmann/json, OpenMP. Optional:
-# CUDA/cuBLAS/NCCL, Open MPI, liburing, GoogleTest, Google Benchmark.
+# one enables. Required: oneDNN, Abseil, nlohmann/json, OpenMP, Open MPI.
+# Optional: CUDA/cuBLAS/NCCL, liburing, GoogleTest, Google Benchmark.
 
 find_package(OpenMP REQUIRED)
 find_package(dnnl REQUIRED)
 find_package(absl REQUIRED)
 find_package(nlohmann_json 3.10 REQUIRED)
 find_package(Threads REQUIRED)
-find_package(MPI COMPONENTS C)
+find_package(MPI REQUIRED COMPONENTS C)
 if(MPI_C_FOUND)
   string(REGEX MATCH "Open MPI v[0-9.]+" ZE_MPI_LIBRARY_VERSION "${MPI_C_LIBRARY_VERSION_STRING}")
 endif()

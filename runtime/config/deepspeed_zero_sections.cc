@@ -50,7 +50,6 @@ void parse_zero_section(ConfigReader& root, ZeroConfig& z) {
   z.contiguous_gradients = r.get_bool("contiguous_gradients", true);
   z.reduce_scatter = r.get_bool("reduce_scatter", true);
   z.reduce_bucket_size = r.get_int("reduce_bucket_size", z.reduce_bucket_size, 0);
-  z.use_multi_rank_bucket_allreduce = r.get_bool("use_multi_rank_bucket_allreduce", true);
   r.get_bool("allgather_partitions", true);  // parsed and unused by DeepSpeed itself
   z.allgather_bucket_size = r.get_int("allgather_bucket_size", z.allgather_bucket_size, 0);
   if (z.allgather_bucket_size % 2 != 0) {
@@ -64,6 +63,9 @@ void parse_zero_section(ConfigReader& root, ZeroConfig& z) {
   r.set_effective("overlap_comm", z.overlap_comm);
   z.load_from_fp32_weights = r.get_bool("load_from_fp32_weights", true);
   z.round_robin_gradients = r.get_bool("round_robin_gradients", false);
+  // DeepSpeed's choice between one all-reduce per bucket and one reduce per
+  // owner in ZeRO-1/2; the reduced values are the same either way.
+  z.use_multi_rank_bucket_allreduce = r.get_bool("use_multi_rank_bucket_allreduce", true);
   z.ignore_unused_parameters = r.get_bool("ignore_unused_parameters", true);
   z.sub_group_size = r.get_int("sub_group_size", z.sub_group_size, 0);
   z.prefetch_bucket_size = r.get_int(r.pick("prefetch_bucket_size", "stage3_prefetch_bucket_size"),
@@ -111,9 +113,10 @@ void parse_zero_section(ConfigReader& root, ZeroConfig& z) {
     r.error("offload_param", "requires stage 3 (parameters are only partitioned at stage 3)");
   }
 
-  // Stage 0 is what this version runs; the sharded stages arrive with the
-  // communicator and partitioned buffers.
-  if (z.stage > 0) r.error("stage", cat(z.stage, " is not supported yet (ZeRO stages 1-3 are not built; use 0)"));
+  if (!z.contiguous_gradients) {
+    r.warn("contiguous_gradients", "false has no effect: gradients always live in contiguous buckets here");
+  }
+  if (z.round_robin_gradients) r.error("round_robin_gradients", "true is not supported (buckets follow model order)");
 
   // Known DeepSpeed options ZeroEngine does not implement: refused unless at their defaults.
   r.refuse_unless("elastic_checkpoint", false, "superseded by universal checkpoints");

@@ -116,16 +116,7 @@ void parse_top_level(ConfigReader& root, RunConfig& out) {
   out.wall_clock_breakdown = root.get_bool("wall_clock_breakdown", false);
   out.memory_breakdown = root.get_bool("memory_breakdown", false);
   out.dump_state = root.get_bool("dump_state", false);
-  // Single-rank in this version: the data-parallel knobs hold at any value
-  // (their effect needs more than one rank) but are checked.
-  root.get_bool("prescale_gradients", false);
-  if (root.get_float("gradient_predivide_factor", 1.0) <= 0) {
-    root.error("gradient_predivide_factor", "must be > 0");
-  }
-  if (!root.get_raw("communication_data_type").is_null()) {
-    root.get_choice("communication_data_type", "fp32", {"fp32", "fp16", "bf16"});
-  }
-  root.get_choice("gradient_allreduce_op", "mean", {"mean", "sum"});
+  root.mark_known("communication_data_type");  // checked against the gradient dtype below
   // Our optimizers are the ones DeepSpeed's ZeRO whitelist covers (Adam/AdamW
   // and, through zero_allow_untested_optimizer, SGD): both flags hold.
   root.get_bool("zero_allow_untested_optimizer", false);
@@ -157,10 +148,42 @@ absl::StatusOr<RunConfig> parse_run_config(const Json& config, const ConfigOptio
   parse_run(root.section("run"), out.run, out.engine.seed);
   ZE_RETURN_IF_ERROR(resolve_batch(root, options.world_size, out));
   parse_top_level(root, out);
+  const bool prescale = root.get_bool("prescale_gradients", false);
+  const double predivide = root.get_float("gradient_predivide_factor", 1.0);
+  const bool sum_op = root.get_choice("gradient_allreduce_op", "mean", {"mean", "sum"}) == "sum";
   parse_optimizer_section(root.section("optimizer"), out.engine.optimizer);
   parse_scheduler_section(root.section("scheduler"), out.engine.scheduler);
   parse_precision_sections(root, out.engine);
   parse_zero_section(root, out.engine.zero);
+  // DeepSpeed's gradient averaging: divide by the data-parallel size before
+  // communicating (or by gradient_predivide_factor with prescale_gradients,
+  // the rest after); "sum" does not average.
+  const ZeroConfig& z = out.engine.zero;
+  if (!root.get_raw("communication_data_type").is_null()) {
+    const std::string comm = root.get_choice("communication_data_type", "fp32", {"fp32", "fp16", "bf16"});
+    const std::string grad(dtype_name(out.engine.gradient_dtype()));
+    if (comm != grad) {
+      root.error("communication_data_type",
+                 cat("\"", comm, "\" differs from the gradient dtype ", grad,
+                     "; gradients are reduced in their own dtype (set data_types.grad_accum_dtype to \"", comm,
+                     "\" to communicate in it)"));
+    }
+  }
+  if (predivide <= 0) root.error("gradient_predivide_factor", "must be > 0");
+  if (z.stage >= 2 && z.reduce_scatter && (prescale || predivide != 1.0)) {
+    root.error(prescale ? "prescale_gradients" : "gradient_predivide_factor",
+               "must be false / 1.0 with ZeRO stage 2 or 3 and reduce_scatter (as in DeepSpeed)");
+  }
+  if (sum_op && z.stage == 3) root.error("gradient_allreduce_op", "\"sum\" is not supported with ZeRO stage 3 (as in DeepSpeed)");
+  const double world = options.world_size;
+  if (sum_op) {
+    out.engine.pre_divide = 1.0;
+  } else if (prescale) {
+    out.engine.pre_divide = predivide;
+    out.engine.post_reduce_scale = static_cast<float>(predivide / world);
+  } else {
+    out.engine.pre_divide = world;
+  }
   parse_aio_section(root.section("aio"), out.aio);
   parse_activation_checkpointing_section(root.section("activation_checkpointing"),
                                          out.engine.activation_checkpointing);

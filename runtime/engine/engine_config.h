@@ -48,6 +48,12 @@ struct EngineConfig {
   bool check_grad_overflow = false;
 
   ZeroConfig zero;
+  // DeepSpeed's pre- and post-communication gradient division: gradients are
+  // divided by pre_divide before reduction (the data-parallel size, or
+  // gradient_predivide_factor with prescale_gradients) and multiplied by
+  // post_reduce_scale after (pre_divide / world size).
+  double pre_divide = 1.0;
+  float post_reduce_scale = 1.0f;
   ActivationCheckpointingConfig activation_checkpointing;
 
   uint64_t seed = 42;  // parameter initialisation

@@ -24,14 +24,15 @@ class AdamOptimizer final : public Optimizer {
   }
   std::string_view name() const override { return hyper_.adamw_mode ? "AdamW" : "Adam"; }
 
-  void step(const Tensor& master, const Tensor& grad, const Tensor& param_out,
-            const StepArgs& args) override {
+  void step(const Tensor& master, const Tensor& grad, const Tensor& param_out, const StepArgs& args,
+            int64_t offset) override {
     AdamWHyper h = hyper_;
     h.lr = args.lr;
-    h.step = ++steps_;  // incremented before the kernel, as DeepSpeed's CPU Adam
+    h.step = args.step;
     h.grad_scale = args.grad_scale;
     if (args.betas) std::tie(h.beta1, h.beta2) = *args.betas;
-    backend_.ops().adamw(master, grad, m_, v_, param_out, h);
+    const Shape shape{master.numel()};
+    backend_.ops().adamw(master, grad, m_.slice(offset, shape), v_.slice(offset, shape), param_out, h);
   }
   bool has_betas() const override { return true; }
   std::vector<std::pair<std::string, Tensor>> state() const override {
@@ -55,14 +56,13 @@ class SgdOptimizer final : public Optimizer {
   }
   std::string_view name() const override { return "SGD"; }
 
-  void step(const Tensor& master, const Tensor& grad, const Tensor& param_out,
-            const StepArgs& args) override {
+  void step(const Tensor& master, const Tensor& grad, const Tensor& param_out, const StepArgs& args,
+            int64_t offset) override {
     SgdHyper h = hyper_;
     h.lr = args.lr;
     h.grad_scale = args.grad_scale;
-    h.first_step = steps_ == 0;
-    ++steps_;
-    backend_.ops().sgd(master, grad, buf_, param_out, h);
+    h.first_step = args.step == 1;
+    backend_.ops().sgd(master, grad, buf_.defined() ? buf_.slice(offset, {master.numel()}) : buf_, param_out, h);
   }
   bool has_betas() const override { return false; }
   std::vector<std::pair<std::string, Tensor>> state() const override {

@@ -34,6 +34,7 @@ class Optimizer {
 
   // What changes from step to step (the schedule, the loss scale, clipping).
   struct StepArgs {
+    int64_t step = 1;  // 1-based count of applied updates (bias correction; SGD's first step)
     float lr = 1e-3f;
     // The gradient is multiplied by this first: 1 / (loss scale x clip coefficient).
     float grad_scale = 1.0f;
@@ -41,21 +42,18 @@ class Optimizer {
     std::optional<std::pair<float, float>> betas;
   };
 
-  // One update of master (fp32) from grad (model or fp32 dtype), all of the
-  // same numel as the optimizer was built for. When param_out is defined it
+  // One update of master (fp32) from grad (model or fp32 dtype), which are
+  // elements [offset, offset + numel) of what the optimizer was built for
+  // (a sub-group; the whole buffer by default). When param_out is defined it
   // receives the new weights in its dtype in the same pass.
-  virtual void step(const Tensor& master, const Tensor& grad, const Tensor& param_out,
-                    const StepArgs& args) = 0;
+  virtual void step(const Tensor& master, const Tensor& grad, const Tensor& param_out, const StepArgs& args,
+                    int64_t offset = 0) = 0;
   // Whether the optimizer has betas a schedule may drive (Adam) or not (SGD).
   virtual bool has_betas() const = 0;
 
   // Named state tensors, for checkpoints and memory accounting.
   virtual std::vector<std::pair<std::string, Tensor>> state() const = 0;
 
-  int64_t steps() const { return steps_; }
-
- protected:
-  int64_t steps_ = 0;
 };
 
 // Builds the optimizer named by config.type for `numel` master elements,

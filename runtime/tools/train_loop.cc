@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <chrono>
+#include <sstream>
 
 #include "absl/strings/str_format.h"
 #include "kernels/cpu/simd_kernels.h"
@@ -34,19 +35,24 @@ absl::StatusOr<std::unique_ptr<DataLoader>> open_data(const RunConfig& c) {
 
 }  // namespace
 
-absl::Status run_training(const RunConfig& c, Backend& backend, std::ostream& out) {
+absl::Status run_training(const RunConfig& c, Backend& backend, Communicator& comm, std::ostream& rank0_out) {
+  std::ostringstream discard;
+  std::ostream& out = comm.rank() == 0 ? rank0_out : discard;
   const int64_t rss_baseline = process_rss_bytes();
   ZE_ASSIGN_OR_RETURN(std::unique_ptr<DataLoader> data, open_data(c));
   ZE_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
-                      initialize(std::make_unique<Gpt>(c.model.gpt), c.engine, backend));
+                      initialize(std::make_unique<Gpt>(c.model.gpt), c.engine, backend, &comm));
   const GptConfig& g = c.model.gpt;
   out << absl::StrFormat("model: GPT n_layer=%d n_head=%d d_model=%d vocab=%d seq_len=%d, %.2fM parameters (%s)\n",
                          g.n_layer, g.n_head, g.d_model, g.vocab_size, g.seq_len,
                          static_cast<double>(engine->num_parameters()) / 1e6, dtype_name(c.engine.param_dtype));
   out << "data: " << data->source().describe() << "\n";
-  out << absl::StrFormat("batch: %d sequences/step = micro %d x accumulation %d x 1 rank; %s, %d threads, %s kernels\n",
+  out << absl::StrFormat("batch: %d sequences/step = micro %d x accumulation %d x %d rank%s; ZeRO stage %d%s\n",
                          c.train_batch_size, c.engine.micro_batch_size, c.engine.gradient_accumulation_steps,
-                         backend.name(), omp_get_max_threads(), cpu::simd_kernels().isa);
+                         comm.world_size(), comm.world_size() == 1 ? "" : "s", c.engine.zero.stage,
+                         c.engine.zero.overlap_comm ? " (overlap_comm)" : "");
+  out << absl::StrFormat("backend: %s, %d threads per rank, %s kernels; communicator: %s\n", backend.name(),
+                         omp_get_max_threads(), cpu::simd_kernels().isa, comm.name());
   out << absl::StrFormat("optimizer: %s lr %g, clipping %g; %d steps\n", c.engine.optimizer.type,
                          c.engine.optimizer.lr, c.engine.gradient_clipping, c.run.steps);
   out.flush();
@@ -66,16 +72,17 @@ absl::Status run_training(const RunConfig& c, Backend& backend, std::ostream& ou
 
   ProgressReporter progress(out, c.run.steps, c.steps_per_print, backend.compute_tier(), rss_baseline);
   progress.set_breakdowns(c.wall_clock_breakdown, c.memory_breakdown);
-  if (!c.run.metrics.empty()) ZE_RETURN_IF_ERROR(progress.open_metrics(c.run.metrics));
+  if (!c.run.metrics.empty() && comm.rank() == 0) ZE_RETURN_IF_ERROR(progress.open_metrics(c.run.metrics));
   const double tokens_per_step = static_cast<double>(c.train_batch_size * g.seq_len);
   for (int64_t step = 0; step < c.run.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     StepResult r;
     for (int64_t micro = 0; micro < c.engine.gradient_accumulation_steps; ++micro) {
-      const Batch batch = data->micro_batch(step, micro, /*rank=*/0, /*world=*/1, c.engine.micro_batch_size,
+      // This rank's slice of the global batch (see data_loader.h).
+      const Batch batch = data->micro_batch(step, micro, comm.rank(), comm.world_size(), c.engine.micro_batch_size,
                                             c.engine.gradient_accumulation_steps);
       engine->forward(batch);
-      engine->backward();
+      ZE_RETURN_IF_ERROR(engine->backward());
       ZE_ASSIGN_OR_RETURN(r, engine->step());
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -6,10 +6,12 @@
 
 #include "absl/status/status.h"
 #include "runtime/backend/backend.h"
+#include "runtime/comm/communicator.h"
 #include "runtime/config/run_config.h"
 
 namespace zero {
 
-absl::Status run_training(const RunConfig& config, Backend& backend, std::ostream& out);
+// Every rank runs this; only rank 0 writes progress and metrics to `out`.
+absl::Status run_training(const RunConfig& config, Backend& backend, Communicator& comm, std::ostream& out);
 
 }  // namespace zero

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "runtime/backend/cpu_backend.h"
+#include "runtime/comm/communicator.h"
 #include "runtime/base/strings.h"
 #include "runtime/config/run_config.h"
 #include "runtime/tools/train_loop.h"
@@ -76,28 +77,40 @@ int main(int argc, char** argv) {
   }
   if (args.configs.empty()) return usage_error("no config given (--config FILE)");
 
-  absl::StatusOr<zero::Json> merged = zero::load_merged_config(args.configs, args.overrides);
-  if (!merged.ok()) {
-    std::fprintf(stderr, "zero-train: %s\n", std::string(merged.status().message()).c_str());
-    return 2;
+  // MPI first: the batch triple depends on the world size, and under mpirun
+  // every rank parses the same files.
+  absl::StatusOr<std::unique_ptr<zero::Communicator>> comm = zero::create_communicator();
+  if (!comm.ok()) {
+    std::fprintf(stderr, "zero-train: cannot start the communicator: %s\n",
+                 std::string(comm.status().message()).c_str());
+    return 1;
   }
+  const int rank = (*comm)->rank();
+  auto fail = [&](int code, const absl::Status& s) {
+    if (rank == 0 || code == 1) {
+      std::fprintf(stderr, "zero-train%s: %s\n",
+                   (*comm)->world_size() > 1 ? zero::cat(" (rank ", rank, ")").c_str() : "",
+                   std::string(s.message()).c_str());
+    }
+    return code;
+  };
+
+  absl::StatusOr<zero::Json> merged = zero::load_merged_config(args.configs, args.overrides);
+  if (!merged.ok()) return fail(2, merged.status());
   zero::ConfigOptions options;
   options.allow_unknown_keys = args.allow_unknown;
+  options.world_size = (*comm)->world_size();
   absl::StatusOr<zero::RunConfig> config = zero::parse_run_config(*merged, options);
-  if (!config.ok()) {
-    std::fprintf(stderr, "zero-train: %s\n", std::string(config.status().message()).c_str());
-    return 2;
+  if (!config.ok()) return fail(2, config.status());
+  if (rank == 0) {
+    for (const std::string& w : config->warnings) std::fprintf(stderr, "zero-train: warning: %s\n", w.c_str());
   }
-  for (const std::string& w : config->warnings) std::fprintf(stderr, "zero-train: warning: %s\n", w.c_str());
   if (args.print_config) {
-    std::cout << zero::format_effective_config(*config);
+    if (rank == 0) std::cout << zero::format_effective_config(*config);
     return 0;
   }
   zero::CpuBackend backend;
-  const absl::Status s = zero::run_training(*config, backend, std::cout);
-  if (!s.ok()) {
-    std::fprintf(stderr, "zero-train: %s\n", std::string(s.message()).c_str());
-    return 1;
-  }
+  const absl::Status s = zero::run_training(*config, backend, **comm, std::cout);
+  if (!s.ok()) return fail(1, s);
   return 0;
 }

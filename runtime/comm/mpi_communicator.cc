@@ -1,0 +1,217 @@
+// Open MPI collectives; see mpi_communicator.h.
+#include "runtime/comm/mpi_communicator.h"
+
+#include <malloc.h>
+#include <mpi.h>
+#include <omp.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "runtime/base/check.h"
+#include "runtime/base/strings.h"
+#include "runtime/comm/comm_thread.h"
+#include "runtime/core/memory_tracker.h"
+
+namespace zero {
+
+namespace {
+
+// The one place MPI return codes become Status.
+absl::Status mpi_status(int rc, const char* call) {
+  if (rc == MPI_SUCCESS) return absl::OkStatus();
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  return absl::UnavailableError(cat(call, " failed: ", std::string(text, static_cast<size_t>(len))));
+}
+
+template <typename F>
+void sum_16bit(void* in, void* inout, int* len, F to_float, uint16_t (*from_float)(float)) {
+  const auto* a = static_cast<const uint16_t*>(in);
+  auto* b = static_cast<uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = from_float(to_float(a[i]) + to_float(b[i]));
+}
+void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) { sum_16bit(in, inout, len, bf16_to_float, float_to_bf16); }
+void fp16_sum(void* in, void* inout, int* len, MPI_Datatype*) { sum_16bit(in, inout, len, fp16_to_float, float_to_fp16); }
+
+MPI_Op g_bf16_sum = MPI_OP_NULL, g_fp16_sum = MPI_OP_NULL;
+
+MPI_Datatype mpi_type(DType t) {
+  switch (t) {
+    case DType::kF32: return MPI_FLOAT;
+    case DType::kBF16:
+    case DType::kF16: return MPI_UINT16_T;
+    case DType::kI32: return MPI_INT32_T;
+  }
+  return MPI_DATATYPE_NULL;
+}
+
+MPI_Op mpi_op(DType t, ReduceOp op) {
+  if (t == DType::kBF16) {
+    ZE_CHECK(op == ReduceOp::kSum);
+    return g_bf16_sum;
+  }
+  if (t == DType::kF16) {
+    ZE_CHECK(op == ReduceOp::kSum);
+    return g_fp16_sum;
+  }
+  return op == ReduceOp::kSum ? MPI_SUM : MPI_MAX;
+}
+
+int checked_count(int64_t n) {
+  ZE_CHECK(n >= 0 && n <= INT_MAX) << "MPI count " << n << " exceeds int; split the collective";
+  return static_cast<int>(n);
+}
+
+std::string describe(const char* op, int64_t count, DType t) {
+  return cat(op, " of ", format_bytes(count * static_cast<int64_t>(dtype_size(t))), " ", dtype_name(t));
+}
+
+void on_terminate(int sig) {
+  // Async-signal-safe: write(2) only.
+  char msg[512];
+  const char* op = CommThread::current_operation();
+  const int n = std::snprintf(msg, sizeof(msg),
+                              "zero-train: terminated by signal %d during %s; if another rank died, "
+                              "the launcher's message names it\n",
+                              sig, op[0] ? op : "computation (no collective in flight)");
+  if (n > 0) {
+    ssize_t ignored = write(STDERR_FILENO, msg, static_cast<size_t>(n));
+    (void)ignored;
+  }
+  _exit(128 + sig);
+}
+
+int env_int(const char* name, int def) {
+  const char* v = std::getenv(name);
+  return v ? std::atoi(v) : def;
+}
+
+}  // namespace
+
+bool launched_by_mpi() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMIX_RANK") != nullptr ||
+         std::getenv("PMI_RANK") != nullptr;
+}
+
+absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::create(double timeout_s) {
+  // Keep freed heap memory for reuse (Open MPI's reduction temporaries).
+  mallopt(M_MMAP_MAX, 0);
+  mallopt(M_TRIM_THRESHOLD, INT_MAX);
+
+  std::unique_ptr<MpiCommunicator> c(new MpiCommunicator());
+  c->thread_ = std::make_unique<CommThread>(env_int("OMPI_COMM_WORLD_RANK", 0), timeout_s);
+  absl::Status init = c->thread_
+                          ->enqueue("MPI_Init_thread",
+                                    [&c]() -> absl::Status {
+                                      int provided = 0;
+                                      absl::Status s = mpi_status(
+                                          MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided),
+                                          "MPI_Init_thread");
+                                      if (!s.ok()) return s;
+                                      MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+                                      MPI_Comm_rank(MPI_COMM_WORLD, &c->rank_);
+                                      MPI_Comm_size(MPI_COMM_WORLD, &c->world_);
+                                      MPI_Comm node;
+                                      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL,
+                                                          &node);
+                                      MPI_Comm_size(node, &c->local_size_);
+                                      MPI_Comm_free(&node);
+                                      MPI_Op_create(bf16_sum, 1, &g_bf16_sum);
+                                      MPI_Op_create(fp16_sum, 1, &g_fp16_sum);
+                                      return absl::OkStatus();
+                                    })
+                          ->wait();
+  if (!init.ok()) return init;
+  // Share the cores among the ranks of this node (oversubscribed: one each).
+  const int cores = omp_get_num_procs();
+  omp_set_num_threads(std::max(1, cores / std::max(1, c->local_size_)));
+  if (c->world_ > 1) {
+    signal(SIGTERM, on_terminate);
+    signal(SIGINT, on_terminate);
+  }
+  return c;
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  if (thread_ == nullptr) return;
+  thread_->enqueue("MPI_Finalize", [] {
+          MPI_Op_free(&g_bf16_sum);
+          MPI_Op_free(&g_fp16_sum);
+          return mpi_status(MPI_Finalize(), "MPI_Finalize");
+        })
+      ->wait()
+      .IgnoreError();
+  thread_.reset();
+}
+
+CommHandle MpiCommunicator::all_reduce_async(void* buf, int64_t count, DType dtype, ReduceOp op) {
+  bytes_ += 2 * (world_ - 1) * count * static_cast<int64_t>(dtype_size(dtype)) / std::max(1, world_);
+  return thread_->enqueue(describe("all_reduce", count, dtype), [=] {
+    return mpi_status(MPI_Allreduce(MPI_IN_PLACE, buf, checked_count(count), mpi_type(dtype), mpi_op(dtype, op),
+                                    MPI_COMM_WORLD),
+                      "MPI_Allreduce");
+  });
+}
+
+CommHandle MpiCommunicator::reduce_scatter_async(const void* send, void* recv, std::vector<int64_t> recv_counts,
+                                                 DType dtype) {
+  ZE_CHECK_EQ(static_cast<int>(recv_counts.size()), world_);
+  int64_t total = 0;
+  for (int64_t c : recv_counts) total += c;
+  bytes_ += (world_ - 1) * total * static_cast<int64_t>(dtype_size(dtype)) / std::max(1, world_);
+  return thread_->enqueue(describe("reduce_scatter", total, dtype), [=, counts = std::move(recv_counts)] {
+    std::vector<int> c(counts.size());
+    for (size_t i = 0; i < counts.size(); ++i) c[i] = checked_count(counts[i]);
+    return mpi_status(MPI_Reduce_scatter(send, recv, c.data(), mpi_type(dtype), mpi_op(dtype, ReduceOp::kSum),
+                                         MPI_COMM_WORLD),
+                      "MPI_Reduce_scatter");
+  });
+}
+
+CommHandle MpiCommunicator::all_gather_async(void* buf, int64_t block, int64_t stride, DType dtype) {
+  ZE_CHECK_GE(stride, block);
+  bytes_ += (world_ - 1) * block * static_cast<int64_t>(dtype_size(dtype));
+  return thread_->enqueue(describe("all_gather", block * world_, dtype), [=] {
+    // One block of `block` elements whose extent is `stride` elements, so
+    // rank r's block lands at buf + r * stride (no staging copy).
+    MPI_Datatype contiguous, strided;
+    MPI_Type_contiguous(checked_count(block), mpi_type(dtype), &contiguous);
+    MPI_Type_create_resized(contiguous, 0, static_cast<MPI_Aint>(stride * static_cast<int64_t>(dtype_size(dtype))),
+                            &strided);
+    MPI_Type_commit(&strided);
+    const int rc = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, 1, strided, MPI_COMM_WORLD);
+    MPI_Type_free(&strided);
+    MPI_Type_free(&contiguous);
+    return mpi_status(rc, "MPI_Allgather");
+  });
+}
+
+CommHandle MpiCommunicator::broadcast_async(void* buf, int64_t count, DType dtype, int root) {
+  bytes_ += rank_ == root ? count * static_cast<int64_t>(dtype_size(dtype)) : 0;
+  return thread_->enqueue(describe("broadcast", count, dtype), [=] {
+    return mpi_status(MPI_Bcast(buf, checked_count(count), mpi_type(dtype), root, MPI_COMM_WORLD), "MPI_Bcast");
+  });
+}
+
+CommHandle MpiCommunicator::barrier_async() {
+  return thread_->enqueue("barrier", [] { return mpi_status(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); });
+}
+
+absl::Status MpiCommunicator::all_reduce_doubles(double* values, int64_t count, ReduceOp op) {
+  return thread_
+      ->enqueue(cat(op == ReduceOp::kSum ? "all_reduce (sum)" : "all_reduce (max)", " of ", count, " scalar(s)"),
+                [=] {
+                  return mpi_status(MPI_Allreduce(MPI_IN_PLACE, values, checked_count(count), MPI_DOUBLE,
+                                                  op == ReduceOp::kSum ? MPI_SUM : MPI_MAX, MPI_COMM_WORLD),
+                                    "MPI_Allreduce");
+                })
+      ->wait();
+}
+
+}  // namespace zero

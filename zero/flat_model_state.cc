@@ -1,0 +1,246 @@
+// ZeRO stages 0-2; see flat_model_state.h.
+#include "zero/flat_model_state.h"
+
+#include <algorithm>
+
+#include "runtime/base/status.h"
+#include "runtime/base/strings.h"
+#include "zero/param_init.h"
+
+namespace zero {
+
+FlatModelState::FlatModelState(Module& model, const ModelStateOptions& options, Backend& backend,
+                               Communicator& comm)
+    : ModelState(options, backend, comm), model_(model) {}
+
+absl::Status FlatModelState::init() {
+  const int world = comm_.world_size();
+  std::vector<Parameter*> params = model_.parameters();
+  for (size_t i = 0; i < params.size(); ++i) params[i]->set_index(static_cast<int64_t>(i));
+  // DeepSpeed pads the flat group to a multiple of 2 x world (stages 1-2).
+  layout_ = FlatLayout(params, stage() == 0 ? 1 : 2 * world);
+  num_parameters_ = layout_.real_numel();
+  const int64_t n = layout_.numel();
+  part_ = stage() == 0 ? n : n / world;
+  const Tier tier = backend_.compute_tier();
+  auto alloc = [&](int64_t elems, DType t, MemCategory c) -> absl::StatusOr<Tensor> {
+    ZE_ASSIGN_OR_RETURN(auto storage, backend_.allocate(static_cast<size_t>(elems) * dtype_size(t), tier, c));
+    return Tensor(std::move(storage), {elems}, t);
+  };
+
+  ZE_ASSIGN_OR_RETURN(params_, alloc(n, options_.param_dtype, MemCategory::kParameters));
+  const int64_t grad_elems = stage() == 2 ? part_ : n;
+  ZE_ASSIGN_OR_RETURN(grads_, alloc(grad_elems, options_.grad_dtype, MemCategory::kGradients));
+  backend_.ops().fill(grads_, 0.0f);
+  const bool master_is_params = stage() == 0 && options_.param_dtype == DType::kF32;
+  if (master_is_params) {
+    master_ = params_;
+  } else {
+    ZE_ASSIGN_OR_RETURN(master_, alloc(part_, DType::kF32, MemCategory::kOptimizerState));
+  }
+  backend_.ops().fill(params_, 0.0f);  // padding
+  if (!master_is_params) backend_.ops().fill(master_, 0.0f);
+
+  // Full parameters on every rank; the master partition from the same values.
+  const int64_t lo = part_begin(), hi = lo + part_;
+  for (const FlatSegment& seg : layout_.segments()) {
+    const std::vector<float> v = initial_values(*seg.param, options_.seed, 0, seg.param->numel());
+    upload_fp32(backend_, v, layout_.param_view(params_, seg));
+    if (master_is_params) continue;
+    const int64_t a = std::max(lo, seg.offset), b = std::min(hi, seg.offset + seg.param->numel());
+    if (a >= b) continue;
+    upload_fp32(backend_, std::vector<float>(v.begin() + (a - seg.offset), v.begin() + (b - seg.offset)),
+                master_.slice(a - lo, {b - a}));
+  }
+  for (const FlatSegment& seg : layout_.segments()) {
+    seg.param->data = layout_.param_view(params_, seg);
+    seg.param->grad = stage() == 2 ? Tensor() : layout_.param_view(grads_, seg);
+  }
+
+  buckets_ = plan_grad_buckets(layout_, options_.zero.reduce_bucket_size);
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    for (Parameter* p : buckets_[b].params) bucket_of_[p] = b;
+  uses_ = count_parameter_uses(model_);
+  bucket_buffers_.resize(buckets_.size());
+  ZE_ASSIGN_OR_RETURN(optimizer_, make_optimizer(options_.optimizer, part_, backend_));
+  return absl::OkStatus();
+}
+
+void FlatModelState::begin_backward(bool boundary) {
+  boundary_ = boundary;
+  uses_left_ = uses_;
+  params_pending_.assign(buckets_.size(), 0);
+  for (size_t b = 0; b < buckets_.size(); ++b) params_pending_[b] = static_cast<int>(buckets_[b].params.size());
+  launched_.assign(buckets_.size(), false);
+}
+
+void FlatModelState::pre_backward(Module& m) {
+  if (stage() != 2) return;
+  // Stage 2 keeps no full gradient buffer: a bucket's buffer exists from the
+  // first use of one of its parameters until its reduce-scatter completes.
+  for (Parameter* p : m.direct_parameters()) {
+    if (p->grad.defined()) continue;
+    const size_t b = bucket_of_.at(p);
+    const GradBucket& bucket = buckets_[b];
+    Tensor& buf = bucket_buffers_[b];
+    if (!buf.defined()) {
+      buf = backend_.empty({bucket.end - bucket.begin}, options_.grad_dtype, MemCategory::kCommBuffers);
+      backend_.ops().fill(buf, 0.0f);
+    }
+    for (Parameter* q : bucket.params) {
+      q->grad = buf.slice(layout_.segments()[q->index()].offset - bucket.begin, q->shape());
+    }
+  }
+}
+
+void FlatModelState::post_backward(Module& m) {
+  for (Parameter* p : m.direct_parameters()) {
+    if (--uses_left_[p] != 0) continue;  // a tied parameter is complete after its last use
+    const size_t b = bucket_of_.at(p);
+    if (--params_pending_[b] == 0 && reduces_now()) launch(b);
+  }
+}
+
+void FlatModelState::launch(size_t b) {
+  const GradBucket& bucket = buckets_[b];
+  launched_[b] = true;
+  InFlight f;
+  if (stage() == 2) {
+    Tensor& buf = bucket_buffers_[b];
+    if (!buf.defined()) {  // no parameter of this bucket was used: reduce zeros (every rank does)
+      buf = backend_.empty({bucket.end - bucket.begin}, options_.grad_dtype, MemCategory::kCommBuffers);
+      backend_.ops().fill(buf, 0.0f);
+    }
+    const std::vector<int64_t> counts = partition_counts(bucket.begin, bucket.end, part_, comm_.world_size());
+    const int64_t mine = counts[comm_.rank()];
+    const int64_t first = std::max(bucket.begin, part_begin());
+    f.bucket = buf;
+    f.partition_offset = first - part_begin();
+    if (options_.zero.reduce_scatter) {
+      f.recv = backend_.empty({std::max<int64_t>(mine, 1)}, options_.grad_dtype, MemCategory::kCommBuffers);
+      f.recv = f.recv.slice(0, {mine});
+      f.handle = comm_.reduce_scatter_async(buf.data(), f.recv.data(), counts, options_.grad_dtype);
+    } else {
+      // reduce_scatter: false: all-reduce the bucket and keep this rank's part.
+      f.recv = buf.slice(mine > 0 ? first - bucket.begin : 0, {mine});
+      f.handle = comm_.all_reduce_async(buf.data(), buf.numel(), options_.grad_dtype, ReduceOp::kSum);
+    }
+    buf = Tensor();
+    for (Parameter* q : bucket.params) q->grad = Tensor();
+  } else {
+    f.flat_begin = bucket.begin;
+    f.flat_end = bucket.end;
+    f.handle = comm_.all_reduce_async(static_cast<char*>(grads_.data()) +
+                                          bucket.begin * static_cast<int64_t>(dtype_size(options_.grad_dtype)),
+                                      bucket.end - bucket.begin, options_.grad_dtype, ReduceOp::kSum);
+  }
+  in_flight_.push_back(std::move(f));
+  if (!options_.zero.overlap_comm) {
+    absl::Status s = finish_all();
+    if (!s.ok() && comm_error_.ok()) comm_error_ = s;
+  }
+}
+
+absl::Status FlatModelState::finish(InFlight& f) {
+  ZE_RETURN_IF_ERROR(f.handle->wait());
+  const float post = options_.post_reduce_scale;
+  if (stage() == 2) {
+    if (f.recv.numel() == 0) return absl::OkStatus();
+    Tensor dst = grads_.slice(f.partition_offset, {f.recv.numel()});
+    if (post != 1.0f) backend_.ops().scale(f.recv, post);
+    if (f.recv.dtype() == DType::kF32) {
+      backend_.ops().accumulate(dst, f.recv);
+    } else {
+      Tensor tmp = backend_.empty({f.recv.numel()}, DType::kF32, MemCategory::kWorkspace);
+      backend_.ops().cast(f.recv, tmp);
+      backend_.ops().accumulate(dst, tmp);
+    }
+  } else if (post != 1.0f) {
+    backend_.ops().scale(grads_.slice(f.flat_begin, {f.flat_end - f.flat_begin}), post);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FlatModelState::finish_all() {
+  absl::Status first;
+  while (!in_flight_.empty()) {
+    absl::Status s = finish(in_flight_.front());
+    if (!s.ok() && first.ok()) first = s;
+    in_flight_.pop_front();
+  }
+  return first;
+}
+
+absl::Status FlatModelState::end_backward() {
+  // Buckets whose parameters were not all used still reduce (every rank
+  // skips the same parameters, so the collectives still match).
+  if (reduces_now()) {
+    for (size_t b = 0; b < buckets_.size(); ++b)
+      if (!launched_[b]) launch(b);
+  }
+  absl::Status s = finish_all();
+  if (!comm_error_.ok()) s = std::exchange(comm_error_, absl::OkStatus());
+  return s;
+}
+
+double FlatModelState::local_grad_square_sum() { return backend_.ops().sum_squares(stage() == 1 ? grads_.slice(part_begin(), {part_}) : grads_); }
+
+int64_t FlatModelState::local_nonfinite_grads() {
+  return backend_.ops().count_nonfinite(stage() == 1 ? grads_.slice(part_begin(), {part_}) : grads_);
+}
+
+std::string FlatModelState::nonfinite_gradient_names() {
+  std::string names;
+  int shown = 0;
+  const int64_t lo = part_begin(), hi = lo + part_;
+  for (const FlatSegment& seg : layout_.segments()) {
+    const int64_t a = std::max(lo, seg.offset), b = std::min(hi, seg.offset + seg.param->numel());
+    if (a >= b) continue;
+    const Tensor g = stage() == 2 ? grads_.slice(a - lo, {b - a}) : grads_.slice(a, {b - a});
+    if (backend_.ops().count_nonfinite(g) == 0) continue;
+    if (shown++ == 3) return names + ", ...";
+    names += cat(names.empty() ? "" : ", ", seg.param->name());
+  }
+  return names;
+}
+
+absl::Status FlatModelState::apply_step(const Optimizer::StepArgs& args) {
+  const int64_t lo = part_begin();
+  if (stage() == 0) {
+    step_sub_groups(master_, grads_, master_.data() == params_.data() ? Tensor() : params_, args);
+    return absl::OkStatus();
+  }
+  const Tensor grads = stage() == 1 ? grads_.slice(lo, {part_}) : grads_;
+  step_sub_groups(master_, grads, params_.slice(lo, {part_}), args);
+  // Every rank's updated partition to every rank, in allgather_bucket_size chunks.
+  const int64_t chunk = std::max<int64_t>(1, options_.zero.allgather_bucket_size);
+  const size_t elem = dtype_size(options_.param_dtype);
+  std::vector<CommHandle> handles;
+  for (int64_t o = 0; o < part_; o += chunk) {
+    handles.push_back(comm_.all_gather_async(static_cast<char*>(params_.data()) + o * static_cast<int64_t>(elem),
+                                             std::min(chunk, part_ - o), part_, options_.param_dtype));
+  }
+  absl::Status first;
+  for (const CommHandle& h : handles) {
+    absl::Status s = h->wait();
+    if (!s.ok() && first.ok()) first = s;
+  }
+  return first;
+}
+
+void FlatModelState::zero_grads() { backend_.ops().fill(grads_, 0.0f); }
+
+absl::StatusOr<std::vector<float>> FlatModelState::gather_master(const Parameter& p) {
+  const FlatSegment& seg = layout_.segments().at(p.index());
+  if (stage() == 0) return download_fp32(backend_, layout_.param_view(master_, seg).view({p.numel()}));
+  Tensor full = backend_.zeros({layout_.numel()}, DType::kF32, MemCategory::kWorkspace);
+  backend_.copy(full.slice(part_begin(), {part_}), master_);
+  ZE_RETURN_IF_ERROR(comm_.all_gather(full.data(), part_, part_, DType::kF32));
+  return download_fp32(backend_, full.slice(seg.offset, {p.numel()}));
+}
+
+absl::StatusOr<std::vector<float>> FlatModelState::gather_parameter(const Parameter& p) {
+  return download_fp32(backend_, p.data.view({p.numel()}));
+}
+
+}  // namespace zero

@@ -1,0 +1,73 @@
+// Model state for ZeRO stages 0, 1 and 2 over one flat layout (see
+// model_state.h for what each stage keeps). Gradient buckets (grad_buckets.h)
+// are reduced as backward completes them: stages 0 and 1 all-reduce the full
+// gradient buffer in place on the accumulation boundary's backward; stage 2
+// fills a bucket buffer per range on every micro-step and reduce-scatters it
+// straight into each owner's gradient partition. With overlap_comm the
+// reductions run on the communication thread while backward goes on;
+// without, each is waited for at once.
+#pragma once
+
+#include <deque>
+#include <unordered_map>
+
+#include "zero/flat_layout.h"
+#include "zero/grad_buckets.h"
+#include "zero/model_state.h"
+
+namespace zero {
+
+class FlatModelState final : public ModelState {
+ public:
+  FlatModelState(Module& model, const ModelStateOptions& options, Backend& backend, Communicator& comm);
+  absl::Status init();
+
+  void pre_backward(Module& m) override;
+  void post_backward(Module& m) override;
+  void begin_backward(bool boundary) override;
+  absl::Status end_backward() override;
+
+  double local_grad_square_sum() override;
+  int64_t local_nonfinite_grads() override;
+  bool grads_replicated() const override { return stage() == 0; }
+  std::string nonfinite_gradient_names() override;
+  absl::Status apply_step(const Optimizer::StepArgs& args) override;
+  void zero_grads() override;
+  absl::StatusOr<std::vector<float>> gather_master(const Parameter& p) override;
+  absl::StatusOr<std::vector<float>> gather_parameter(const Parameter& p) override;
+
+ private:
+  struct InFlight {
+    CommHandle handle;
+    int64_t flat_begin = 0, flat_end = 0;  // stages 0/1: the all-reduced range of grads_
+    Tensor bucket;                         // stage 2: the bucket buffer being reduced
+    Tensor recv;                           // stage 2: this rank's reduced part
+    int64_t partition_offset = 0;          // stage 2: where recv adds into grads_
+  };
+
+  void launch(size_t bucket);
+  absl::Status finish(InFlight& f);
+  absl::Status finish_all();
+  bool reduces_now() const { return stage() == 2 || boundary_; }
+  // This rank's partition of the flat layout (the whole layout at stage 0).
+  int64_t part_begin() const { return stage() == 0 ? 0 : comm_.rank() * part_; }
+
+  Module& model_;
+  FlatLayout layout_;
+  int64_t part_ = 0;  // partition size (stages 1, 2)
+  Tensor params_;     // full, model dtype
+  Tensor grads_;      // stages 0/1: full; stage 2: this rank's partition
+  Tensor master_;     // stage 0: full (params_ itself when fp32); stages 1/2: partition
+
+  std::vector<GradBucket> buckets_;
+  std::vector<Tensor> bucket_buffers_;  // stage 2, live during a backward
+  std::unordered_map<const Parameter*, int> uses_, uses_left_;
+  std::unordered_map<const Parameter*, size_t> bucket_of_;
+  std::vector<int> params_pending_;  // per bucket, this backward
+  std::vector<bool> launched_;
+  std::deque<InFlight> in_flight_;
+  bool boundary_ = false;
+  absl::Status comm_error_;
+};
+
+}  // namespace zero

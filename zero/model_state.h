@@ -1,0 +1,102 @@
+// Where a model's state lives, per ZeRO stage, and how gradients are reduced
+// and weights updated. The engine owns one ModelState; it is also the
+// engine's module hook (gathers and releases parameters, fills gradient
+// buckets and launches their reduction as backward produces them).
+//
+//   stage | parameters (model dtype) | gradients           | fp32 master + optimizer
+//   ------+--------------------------+---------------------+------------------------
+//   0     | full                     | full, all-reduced   | full
+//   1     | full, all-gathered       | full, all-reduced   | this rank's partition
+//   2     | full, all-gathered       | this rank's part,   | this rank's partition
+//         |                          | reduce-scattered    |
+//   3     | this rank's part; a      | this rank's part,   | this rank's partition
+//         | module's full parameters | reduce-scattered    |
+//         | gathered around its use  |                     |
+//
+// Stages 0-2 use one flat buffer (FlatLayout) padded to a multiple of 2 x
+// world (DeepSpeed's nccl_start_alignment_factor), partitioned into equal
+// contiguous ranges; a parameter may straddle two ranks. Stage 3 partitions
+// each parameter on its own: padded to a multiple of world, rank r owns the
+// r-th ceil(numel / world) elements (DeepSpeed's stage-3 layout).
+//
+// Gradients are pre-divided by the data-parallel size in the loss gradient
+// (DeepSpeed divides before communicating), so every reduction is a sum.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "runtime/backend/backend.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/engine/optimizer.h"
+#include "runtime/graph/context.h"
+#include "zero/zero_config.h"
+
+namespace zero {
+
+struct ModelStateOptions {
+  ZeroConfig zero;
+  DType param_dtype = DType::kF32;
+  DType grad_dtype = DType::kF32;
+  OptimizerConfig optimizer;
+  uint64_t seed = 42;
+  // Multiplies reduced gradients (prescale_gradients: world / predivide factor, else 1).
+  float post_reduce_scale = 1.0f;
+};
+
+class ModelState : public ModuleHooks {
+ public:
+  ~ModelState() override = default;
+
+  static absl::StatusOr<std::unique_ptr<ModelState>> create(Module& model, const ModelStateOptions& options,
+                                                            Backend& backend, Communicator& comm);
+
+  int stage() const { return options_.zero.stage; }
+  int64_t num_parameters() const { return num_parameters_; }
+
+  // Bracket of one micro-step's backward. `boundary`: the last micro-step of
+  // an accumulation, after which step() runs.
+  virtual void begin_backward(bool boundary) = 0;
+  // Waits for this backward's reductions and folds them into the gradients.
+  virtual absl::Status end_backward() = 0;
+  // Before each forward (stage 3 checks its recorded module order here).
+  virtual void begin_forward() {}
+
+  // Sum of squares of the gradients this rank owns (all of them at stage 0,
+  // where every rank holds the same full gradients: then `replicated`).
+  virtual double local_grad_square_sum() = 0;
+  virtual int64_t local_nonfinite_grads() = 0;
+  virtual bool grads_replicated() const { return false; }
+  // Parameters whose gradients hold inf/NaN (names, for the overflow message).
+  virtual std::string nonfinite_gradient_names() = 0;
+
+  // One optimizer update of this rank's partition, then the all-gather (or
+  // re-gather of persistent parameters) that makes parameters consistent.
+  virtual absl::Status apply_step(const Optimizer::StepArgs& args) = 0;
+  // Runs the optimizer over this rank's partition in sub-groups of
+  // sub_group_size elements (DeepSpeed's unit of optimizer work; with NVMe
+  // offload, of swapping).
+  void step_sub_groups(const Tensor& master, const Tensor& grads, const Tensor& param_out,
+                       const Optimizer::StepArgs& args);
+  virtual void zero_grads() = 0;
+
+  // fp32 master values of one parameter, gathered from every rank's partition
+  // (a collective: every rank must call it, in the same order).
+  virtual absl::StatusOr<std::vector<float>> gather_master(const Parameter& p) = 0;
+  // The model-dtype parameter as every rank sees it after gathering, as fp32
+  // (a collective at stage 3).
+  virtual absl::StatusOr<std::vector<float>> gather_parameter(const Parameter& p) = 0;
+
+ protected:
+  ModelState(const ModelStateOptions& options, Backend& backend, Communicator& comm)
+      : options_(options), backend_(backend), comm_(comm) {}
+
+  ModelStateOptions options_;
+  Backend& backend_;
+  Communicator& comm_;
+  std::unique_ptr<Optimizer> optimizer_;
+  int64_t num_parameters_ = 0;
+};
+
+}  // namespace zero

@@ -1,0 +1,38 @@
+// Initial values into state buffers; see param_init.h.
+#include "zero/param_init.h"
+
+#include "runtime/graph/init.h"
+
+namespace zero {
+
+void upload_fp32(Backend& backend, const std::vector<float>& host, const Tensor& dst) {
+  ZE_CHECK_EQ(static_cast<int64_t>(host.size()), dst.numel());
+  if (dst.numel() == 0) return;
+  const Tensor src = Tensor::wrap(const_cast<float*>(host.data()), {dst.numel()}, DType::kF32, Tier::kHost);
+  if (dst.tier() == Tier::kHost) {
+    backend.ops().cast(src, dst.view({dst.numel()}));
+    return;
+  }
+  Tensor staging = backend.empty({dst.numel()}, DType::kF32, MemCategory::kWorkspace);
+  backend.copy(staging, src);
+  backend.ops().cast(staging, dst.view({dst.numel()}));
+}
+
+std::vector<float> initial_values(const Parameter& p, uint64_t seed, int64_t begin, int64_t end) {
+  std::vector<float> v(static_cast<size_t>(end - begin));
+  init_parameter_values(p, seed, begin, end, v.data());
+  return v;
+}
+
+std::vector<float> download_fp32(Backend& backend, const Tensor& src) {
+  Tensor f = src;
+  if (src.dtype() != DType::kF32) {
+    f = backend.empty({src.numel()}, DType::kF32, MemCategory::kWorkspace);
+    backend.ops().cast(src.view({src.numel()}), f);
+  }
+  std::vector<float> out(static_cast<size_t>(src.numel()));
+  backend.copy(out.data(), f.data(), out.size() * sizeof(float));
+  return out;
+}
+
+}  // namespace zero

@@ -1,0 +1,182 @@
+// ZeRO stage 3; see stage3_model_state.h.
+#include "zero/stage3_model_state.h"
+
+#include "runtime/base/status.h"
+#include "runtime/base/strings.h"
+#include "zero/grad_buckets.h"
+#include "zero/param_init.h"
+
+namespace zero {
+
+Stage3ModelState::Stage3ModelState(Module& model, const ModelStateOptions& options, Backend& backend,
+                                   Communicator& comm)
+    : ModelState(options, backend, comm), model_(model) {}
+
+absl::Status Stage3ModelState::init() {
+  const int world = comm_.world_size(), rank = comm_.rank();
+  params_ = model_.parameters();
+  int64_t persistent_total = 0;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Parameter* p = params_[i];
+    p->set_index(static_cast<int64_t>(i));
+    ParamPartition part;
+    part.chunk = (p->numel() + world - 1) / world;
+    part.shard_offset = shard_elems_;
+    // Small parameters stay materialised (DeepSpeed's persistence), within the model-wide cap.
+    if (p->numel() <= options_.zero.param_persistence_threshold &&
+        persistent_total + p->numel() <= options_.zero.model_persistence_threshold) {
+      part.persistent = true;
+      persistent_total += p->numel();
+    }
+    shard_elems_ += part.chunk;
+    num_parameters_ += p->numel();
+    parts_[p] = part;
+  }
+  const Tier tier = backend_.compute_tier();
+  auto alloc = [&](DType t, MemCategory c) -> absl::StatusOr<Tensor> {
+    ZE_ASSIGN_OR_RETURN(auto s, backend_.allocate(static_cast<size_t>(shard_elems_) * dtype_size(t), tier, c));
+    return Tensor(std::move(s), {shard_elems_}, t);
+  };
+  ZE_ASSIGN_OR_RETURN(param_shard_, alloc(options_.param_dtype, MemCategory::kParameters));
+  ZE_ASSIGN_OR_RETURN(grad_shard_, alloc(options_.grad_dtype, MemCategory::kGradients));
+  ZE_ASSIGN_OR_RETURN(master_, alloc(DType::kF32, MemCategory::kOptimizerState));
+  backend_.ops().fill(grad_shard_, 0.0f);
+  // Each rank initialises only its chunk of each parameter; the padding is 0.
+  for (Parameter* p : params_) {
+    const ParamPartition& part = parts_.at(p);
+    const int64_t lo = std::min(p->numel(), rank * part.chunk), hi = std::min(p->numel(), lo + part.chunk);
+    std::vector<float> v = initial_values(*p, options_.seed, lo, hi);
+    v.resize(static_cast<size_t>(part.chunk), 0.0f);
+    upload_fp32(backend_, v, master_.slice(part.shard_offset, {part.chunk}));
+  }
+  backend_.ops().cast(master_, param_shard_);
+  coordinator_ = std::make_unique<ParamCoordinator>(options_.zero, backend_, comm_, options_.param_dtype);
+  coordinator_->set_partitions(param_shard_, parts_);
+  ZE_RETURN_IF_ERROR(coordinator_->gather_persistent());
+  uses_ = count_parameter_uses(model_);
+  ZE_ASSIGN_OR_RETURN(optimizer_, make_optimizer(options_.optimizer, shard_elems_, backend_));
+  return absl::OkStatus();
+}
+
+void Stage3ModelState::pre_forward(Module& m) { note(coordinator_->fetch(m, false)); }
+void Stage3ModelState::post_forward(Module& m) { note(coordinator_->release(m, false)); }
+
+void Stage3ModelState::begin_backward(bool) { uses_left_ = uses_; }
+
+void Stage3ModelState::pre_backward(Module& m) {
+  note(coordinator_->fetch(m, true));
+  for (Parameter* p : m.direct_parameters()) {
+    if (p->grad.defined()) continue;  // a tied parameter's second use adds to the same buffer
+    const ParamPartition& part = parts_.at(p);
+    Tensor full = backend_.zeros({comm_.world_size() * part.chunk}, options_.grad_dtype, MemCategory::kCommBuffers);
+    p->grad = full.slice(0, p->shape());
+    full_grads_[p] = full;
+  }
+}
+
+void Stage3ModelState::post_backward(Module& m) {
+  for (Parameter* p : m.direct_parameters()) {
+    if (--uses_left_[p] == 0) reduce(*p);
+  }
+  note(coordinator_->release(m, true));
+}
+
+void Stage3ModelState::reduce(Parameter& p) {
+  const ParamPartition& part = parts_.at(&p);
+  const int world = comm_.world_size();
+  InFlight f;
+  // The gradient is the head of a full [world * chunk] buffer whose padding is 0.
+  f.full_grad = std::move(full_grads_.at(&p));
+  full_grads_.erase(&p);
+  f.shard_offset = part.shard_offset;
+  if (options_.zero.reduce_scatter) {
+    f.recv = backend_.empty({part.chunk}, options_.grad_dtype, MemCategory::kCommBuffers);
+    f.handle = comm_.reduce_scatter_async(f.full_grad.data(), f.recv.data(), std::vector<int64_t>(world, part.chunk),
+                                          options_.grad_dtype);
+  } else {
+    // reduce_scatter: false: all-reduce the full gradient and keep this rank's chunk.
+    f.recv = f.full_grad.slice(comm_.rank() * part.chunk, {part.chunk});
+    f.handle = comm_.all_reduce_async(f.full_grad.data(), f.full_grad.numel(), options_.grad_dtype, ReduceOp::kSum);
+  }
+  p.grad = Tensor();
+  in_flight_elems_ += f.full_grad.numel();
+  in_flight_.push_back(std::move(f));
+  // Bound what is in flight: reduce_bucket_size elements with overlap, nothing without.
+  const int64_t cap = options_.zero.overlap_comm ? options_.zero.reduce_bucket_size : 0;
+  while (!in_flight_.empty() && in_flight_elems_ > cap) note(finish_one());
+}
+
+absl::Status Stage3ModelState::finish_one() {
+  InFlight f = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  in_flight_elems_ -= f.full_grad.numel();
+  ZE_RETURN_IF_ERROR(f.handle->wait());
+  if (options_.post_reduce_scale != 1.0f) backend_.ops().scale(f.recv, options_.post_reduce_scale);
+  Tensor dst = grad_shard_.slice(f.shard_offset, {f.recv.numel()});
+  if (f.recv.dtype() == DType::kF32) {
+    backend_.ops().accumulate(dst, f.recv);
+  } else {
+    Tensor tmp = backend_.empty({f.recv.numel()}, DType::kF32, MemCategory::kWorkspace);
+    backend_.ops().cast(f.recv, tmp);
+    backend_.ops().accumulate(dst, tmp);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Stage3ModelState::end_backward() {
+  // Parameters this backward did not reach still reduce (zeros), in model
+  // order, so every rank issues the same collectives.
+  for (Parameter* p : params_) {
+    if (uses_left_[p] > 0) {
+      uses_left_[p] = 0;
+      if (!p->grad.defined()) {
+        const ParamPartition& part = parts_.at(p);
+        full_grads_[p] = backend_.zeros({comm_.world_size() * part.chunk}, options_.grad_dtype, MemCategory::kCommBuffers);
+        p->grad = full_grads_[p].slice(0, p->shape());
+      }
+      reduce(*p);
+    }
+  }
+  while (!in_flight_.empty()) note(finish_one());
+  return std::exchange(error_, absl::OkStatus());
+}
+
+std::string Stage3ModelState::nonfinite_gradient_names() {
+  std::string names;
+  int shown = 0;
+  for (Parameter* p : params_) {
+    const ParamPartition& part = parts_.at(p);
+    if (backend_.ops().count_nonfinite(grad_shard_.slice(part.shard_offset, {part.chunk})) == 0) continue;
+    if (shown++ == 3) return names + ", ...";
+    names += cat(names.empty() ? "" : ", ", p->name());
+  }
+  return names;
+}
+
+absl::Status Stage3ModelState::apply_step(const Optimizer::StepArgs& args) {
+  // Gathered copies go stale with the update: release them, update the
+  // shards, then re-gather the persistent parameters.
+  ZE_RETURN_IF_ERROR(coordinator_->release_all());
+  step_sub_groups(master_, grad_shard_, param_shard_, args);
+  return coordinator_->gather_persistent();
+}
+
+absl::StatusOr<std::vector<float>> Stage3ModelState::gather_master(const Parameter& p) {
+  const ParamPartition& part = parts_.at(&p);
+  const int world = comm_.world_size();
+  Tensor full = backend_.empty({world * part.chunk}, DType::kF32, MemCategory::kWorkspace);
+  backend_.copy(full.slice(comm_.rank() * part.chunk, {part.chunk}), master_.slice(part.shard_offset, {part.chunk}));
+  ZE_RETURN_IF_ERROR(comm_.all_gather(full.data(), part.chunk, part.chunk, DType::kF32));
+  return download_fp32(backend_, full.slice(0, {p.numel()}));
+}
+
+absl::StatusOr<std::vector<float>> Stage3ModelState::gather_parameter(const Parameter& p) {
+  Parameter& mp = const_cast<Parameter&>(p);
+  const bool was_available = p.data.defined();
+  ZE_RETURN_IF_ERROR(coordinator_->gather_now(mp));
+  std::vector<float> out = download_fp32(backend_, p.data.view({p.numel()}));
+  if (!was_available) coordinator_->release_one(mp);
+  return out;
+}
+
+}  // namespace zero

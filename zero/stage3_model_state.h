@@ -1,0 +1,68 @@
+// Model state for ZeRO stage 3: parameters, gradients, fp32 master weights
+// and optimizer state all partitioned per parameter (see model_state.h and
+// param_coordinator.h). Around each module call the coordinator gathers its
+// parameters; in backward each parameter gets a full-size gradient buffer at
+// its first use, and after its last use the buffer is reduce-scattered into
+// the owners' gradient shards (in flight at most reduce_bucket_size elements
+// when overlap_comm; at once otherwise).
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <unordered_map>
+
+#include "zero/model_state.h"
+#include "zero/param_coordinator.h"
+
+namespace zero {
+
+class Stage3ModelState final : public ModelState {
+ public:
+  Stage3ModelState(Module& model, const ModelStateOptions& options, Backend& backend, Communicator& comm);
+  absl::Status init();
+
+  void pre_forward(Module& m) override;
+  void post_forward(Module& m) override;
+  void pre_backward(Module& m) override;
+  void post_backward(Module& m) override;
+  void begin_forward() override { coordinator_->begin_iteration(); }
+  void begin_backward(bool boundary) override;
+  absl::Status end_backward() override;
+
+  double local_grad_square_sum() override { return backend_.ops().sum_squares(grad_shard_); }
+  int64_t local_nonfinite_grads() override { return backend_.ops().count_nonfinite(grad_shard_); }
+  std::string nonfinite_gradient_names() override;
+  absl::Status apply_step(const Optimizer::StepArgs& args) override;
+  void zero_grads() override { backend_.ops().fill(grad_shard_, 0.0f); }
+  absl::StatusOr<std::vector<float>> gather_master(const Parameter& p) override;
+  absl::StatusOr<std::vector<float>> gather_parameter(const Parameter& p) override;
+
+  const ParamCoordinator& coordinator() const { return *coordinator_; }
+
+ private:
+  struct InFlight {
+    CommHandle handle;
+    Tensor full_grad;  // kept alive until the reduce-scatter completes
+    Tensor recv;       // this rank's chunk
+    int64_t shard_offset;
+  };
+  void reduce(Parameter& p);
+  absl::Status finish_one();
+  void note(const absl::Status& s) {
+    if (!s.ok() && error_.ok()) error_ = s;
+  }
+
+  Module& model_;
+  std::vector<Parameter*> params_;
+  std::unordered_map<const Parameter*, ParamPartition> parts_;
+  int64_t shard_elems_ = 0;
+  Tensor param_shard_, grad_shard_, master_;
+  std::unique_ptr<ParamCoordinator> coordinator_;
+  std::unordered_map<const Parameter*, int> uses_, uses_left_;
+  std::unordered_map<const Parameter*, Tensor> full_grads_;  // during backward
+  std::deque<InFlight> in_flight_;
+  int64_t in_flight_elems_ = 0;
+  absl::Status error_;
+};
+
+}  // namespace zero
