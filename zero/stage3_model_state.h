@@ -39,6 +39,18 @@ class Stage3ModelState final : public ModelState {
 
   const ParamCoordinator& coordinator() const { return *coordinator_; }
 
+  // This rank's chunk of one parameter in each partitioned buffer (views; the
+  // last rank's chunk ends in padding).
+  struct Chunks {
+    Tensor param, grad, master;
+  };
+  Chunks chunks_of(const Parameter& p) const {
+    const ParamPartition& part = parts_.at(&p);
+    const Shape s{part.chunk};
+    return {param_shard_.slice(part.shard_offset, s), grad_shard_.slice(part.shard_offset, s),
+            master_.slice(part.shard_offset, s)};
+  }
+
  private:
   struct InFlight {
     CommHandle handle;

@@ -18,10 +18,10 @@ struct Expectation {
 
 const std::vector<Expectation>& expectations() {
   static const std::vector<Expectation> kAll = {
+      // DeepSpeed ignores the unknown top-level key; we say how to fix it.
       {"zero1_fp16_imagenet.json", false,
-       {"unknown key \"cuda_visible_devices\"; remove it, or pass --allow-unknown-keys",
-        "zero_optimization.stage: 1 is not supported yet"}},
-      {"zero1_fp16_megatron_gpt2.json", false, {"zero_optimization.stage: 1 is not supported yet"}},
+       {"invalid config: unknown key \"cuda_visible_devices\"; remove it, or pass --allow-unknown-keys"}},
+      {"zero1_fp16_megatron_gpt2.json", true, {}},
       {"zero2_bf16_cpu_offload_zenflow.json", false,
        {"zero_optimization.zenflow: {\"topk_ratio\"", "is not supported (ZenFlow is not implemented)"}},
       {"zero2_cpu_offload_legacy_actckpt_megatron_gpt2.json", false,
@@ -30,9 +30,9 @@ const std::vector<Expectation>& expectations() {
         "(warning) zero_optimization.cpu_offload: is deprecated; treated as \"zero_optimization.offload_optimizer\""}},
       {"zero2_fp16_actckpt_megatron_gpt2.json", false,
        {"activation_checkpointing.partition_activations: true is not supported"}},
-      {"zero2_fp16_warmuplr_megatron_gpt2.json", false, {"zero_optimization.stage: 2 is not supported yet"}},
-      {"zero3_bf16_adamw_warmuplr_sdma.json", false, {"zero_optimization.stage: 3 is not supported yet"}},
-      {"zero3_bf16_cpu_offload_superoffload_script.json", false, {"zero_optimization.stage: 3 is not supported yet"}},
+      {"zero2_fp16_warmuplr_megatron_gpt2.json", true, {}},
+      {"zero3_bf16_adamw_warmuplr_sdma.json", true, {}},
+      {"zero3_bf16_cpu_offload_superoffload_script.json", true, {}},
       {"zero3_bf16_master_weights.json", false,
        {"bf16.bf16_master_weights_and_grads: true is not supported",
         "bf16.bf16_optimizer_states: true is not supported", "torch_autocast.enabled: true is not supported"}},
@@ -44,12 +44,14 @@ const std::vector<Expectation>& expectations() {
        {"unknown key \"zero_optimization.stage3_param_persitence_threshold\" (did you mean",
         "aio.thread_count: was renamed \"intra_op_parallelism\"",
         "zero_optimization.offload_optimizer.device: \"nvme\" is not supported yet"}},
-      {"zero3_offload_param_cpu_sglang.json", false, {"zero_optimization.stage: 3 is not supported yet"}},
+      {"zero3_offload_param_cpu_sglang.json", true, {}},
       {"zero3_offload_param_nvme_aio_sglang.json", false,
        {"zero_optimization.offload_param.device: \"nvme\" is not supported yet"}},
   };
   return kAll;
 }
+
+void PrintTo(const Expectation& e, std::ostream* os) { *os << e.file; }
 
 class DeepSpeedConfigsTest : public ::testing::TestWithParam<Expectation> {};
 
