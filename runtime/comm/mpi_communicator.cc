@@ -105,6 +105,7 @@ absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::create(double 
   // Keep freed heap memory for reuse (Open MPI's reduction temporaries).
   mallopt(M_MMAP_MAX, 0);
   mallopt(M_TRIM_THRESHOLD, INT_MAX);
+  mallopt(M_ARENA_MAX, 1);  // the communication thread's temporaries come from the main (unbounded) heap
 
   std::unique_ptr<MpiCommunicator> c(new MpiCommunicator());
   c->thread_ = std::make_unique<CommThread>(env_int("OMPI_COMM_WORLD_RANK", 0), timeout_s);

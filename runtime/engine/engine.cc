@@ -77,6 +77,7 @@ Tensor Engine::to_compute(const Tensor& t) {
 
 float Engine::forward(const Batch& batch) {
   const auto t0 = std::chrono::steady_clock::now();
+  if (micro_step_ % config_.gradient_accumulation_steps == 0) comm_bytes_at_step_start_ = comm_->bytes_communicated();
   ctx_.clear();  // a forward without backward (or after an error) leaves nothing behind
   ctx_.set_grad_enabled(true);
   state_->begin_forward();
@@ -118,7 +119,6 @@ absl::Status Engine::backward() {
 
 absl::StatusOr<StepResult> Engine::step() {
   const auto t0 = std::chrono::steady_clock::now();
-  if (micro_step_ % config_.gradient_accumulation_steps == 0) comm_bytes_at_step_start_ = comm_->bytes_communicated();
   StepResult r;
   r.boundary = is_accumulation_boundary();
   ++micro_step_;

@@ -69,6 +69,7 @@ Json step_metrics_json(const StepResult& r, const StepTiming& t, const MemorySna
   j["skipped"] = r.skipped;
   j["skipped_steps"] = r.skipped_steps;
   j["loss_scale"] = r.loss_scale;
+  j["comm_bytes"] = r.comm_bytes;
   j["time"] = {{"forward_s", r.forward_s}, {"backward_s", r.backward_s}, {"step_s", r.step_s}};
   j["step_time_s"] = t.step_seconds;
   j["tokens_per_s"] = t.step_seconds > 0 ? t.tokens / t.step_seconds : 0.0;
