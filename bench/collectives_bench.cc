@@ -77,7 +77,10 @@ void BM_Collective(benchmark::State& state, Op op, bool ours) {
   state.counters["ranks"] = w;
 }
 
-void register_all() {
+}  // namespace
+
+void register_benchmarks(Communicator& comm) {
+  g_comm = &comm;
   const std::pair<const char*, Op> ops[] = {
       {"reduce_scatter", Op::kReduceScatter}, {"all_reduce", Op::kAllReduce}, {"all_gather", Op::kAllGather}};
   for (const auto& [name, op] : ops) {
@@ -94,27 +97,6 @@ void register_all() {
 }
 
 // Only rank 0 prints; every rank runs every benchmark (they are collectives).
-class QuietReporter : public benchmark::ConsoleReporter {
- public:
-  bool ReportContext(const Context&) override { return true; }
-  void ReportRuns(const std::vector<Run>&) override {}
-};
-
-}  // namespace
 }  // namespace zero
 
-int main(int argc, char** argv) {
-  auto comm = zero::create_communicator();
-  if (!comm.ok()) return 1;
-  zero::g_comm = comm->get();
-  zero::register_all();
-  benchmark::Initialize(&argc, argv);
-  if (zero::g_comm->rank() == 0) {
-    benchmark::RunSpecifiedBenchmarks();
-  } else {
-    zero::QuietReporter quiet;
-    benchmark::RunSpecifiedBenchmarks(&quiet);
-  }
-  benchmark::Shutdown();
-  return 0;
-}
+#include "bench/mpi_bench_main.h"

@@ -81,7 +81,10 @@ void BM_ZeroStep(benchmark::State& state, int stage, bool overlap, bool regather
   state.counters["tokens_per_s"] = static_cast<double>(w * kMicro * 64) / (seconds / n);
 }
 
-void register_all() {
+}  // namespace
+
+void register_benchmarks(Communicator& comm) {
+  g_comm = &comm;
   for (int stage = 0; stage <= 3; ++stage) {
     for (bool overlap : {false, true}) {
       const std::string name = "BM_ZeroStep/stage" + std::to_string(stage) + (overlap ? "/overlap" : "/no_overlap");
@@ -98,27 +101,6 @@ void register_all() {
       ->Unit(benchmark::kMillisecond);
 }
 
-class QuietReporter : public benchmark::ConsoleReporter {
- public:
-  bool ReportContext(const Context&) override { return true; }
-  void ReportRuns(const std::vector<Run>&) override {}
-};
-
-}  // namespace
 }  // namespace zero
 
-int main(int argc, char** argv) {
-  auto comm = zero::create_communicator();
-  if (!comm.ok()) return 1;
-  zero::g_comm = comm->get();
-  zero::register_all();
-  benchmark::Initialize(&argc, argv);
-  if (zero::g_comm->rank() == 0) {
-    benchmark::RunSpecifiedBenchmarks();
-  } else {
-    zero::QuietReporter quiet;
-    benchmark::RunSpecifiedBenchmarks(&quiet);
-  }
-  benchmark::Shutdown();
-  return 0;
-}
+#include "bench/mpi_bench_main.h"

@@ -5,7 +5,7 @@
 
 #include "runtime/base/status.h"
 #include "runtime/base/strings.h"
-#include "zero/param_init.h"
+#include "zero/state_buffers.h"
 
 namespace zero {
 
@@ -145,16 +145,7 @@ absl::Status FlatModelState::finish(InFlight& f) {
   ZE_RETURN_IF_ERROR(f.handle->wait());
   const float post = options_.post_reduce_scale;
   if (stage() == 2) {
-    if (f.recv.numel() == 0) return absl::OkStatus();
-    Tensor dst = grads_.slice(f.partition_offset, {f.recv.numel()});
-    if (post != 1.0f) backend_.ops().scale(f.recv, post);
-    if (f.recv.dtype() == DType::kF32) {
-      backend_.ops().accumulate(dst, f.recv);
-    } else {
-      Tensor tmp = backend_.empty({f.recv.numel()}, DType::kF32, MemCategory::kWorkspace);
-      backend_.ops().cast(f.recv, tmp);
-      backend_.ops().accumulate(dst, tmp);
-    }
+    if (f.recv.numel() > 0) add_reduced(backend_, grads_.slice(f.partition_offset, {f.recv.numel()}), f.recv, post);
   } else if (post != 1.0f) {
     backend_.ops().scale(grads_.slice(f.flat_begin, {f.flat_end - f.flat_begin}), post);
   }

@@ -4,7 +4,7 @@
 #include "runtime/base/status.h"
 #include "runtime/base/strings.h"
 #include "zero/grad_buckets.h"
-#include "zero/param_init.h"
+#include "zero/state_buffers.h"
 
 namespace zero {
 
@@ -111,15 +111,7 @@ absl::Status Stage3ModelState::finish_one() {
   in_flight_.pop_front();
   in_flight_elems_ -= f.full_grad.numel();
   ZE_RETURN_IF_ERROR(f.handle->wait());
-  if (options_.post_reduce_scale != 1.0f) backend_.ops().scale(f.recv, options_.post_reduce_scale);
-  Tensor dst = grad_shard_.slice(f.shard_offset, {f.recv.numel()});
-  if (f.recv.dtype() == DType::kF32) {
-    backend_.ops().accumulate(dst, f.recv);
-  } else {
-    Tensor tmp = backend_.empty({f.recv.numel()}, DType::kF32, MemCategory::kWorkspace);
-    backend_.ops().cast(f.recv, tmp);
-    backend_.ops().accumulate(dst, tmp);
-  }
+  add_reduced(backend_, grad_shard_.slice(f.shard_offset, {f.recv.numel()}), f.recv, options_.post_reduce_scale);
   return absl::OkStatus();
 }
 

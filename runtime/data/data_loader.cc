@@ -3,18 +3,10 @@
 
 #include <algorithm>
 
+#include "runtime/base/hash.h"
 #include "runtime/base/strings.h"
 
 namespace zero {
-
-namespace {
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<DataLoader>> DataLoader::create(std::unique_ptr<TokenSource> source,
                                                                int64_t seq_len, uint64_t seed) {
@@ -40,7 +32,7 @@ void DataLoader::fill(int64_t first_sample, int64_t count, int32_t* inputs, int3
   std::vector<int32_t> window(seq_len_ + 1);
   for (int64_t i = 0; i < count; ++i) {
     const uint64_t g = static_cast<uint64_t>(first_sample + i);
-    const int64_t w = static_cast<int64_t>(mix(seed_ ^ mix(g)) % static_cast<uint64_t>(total));
+    const int64_t w = static_cast<int64_t>(splitmix64(seed_ ^ splitmix64(g)) % static_cast<uint64_t>(total));
     const int64_t seq = std::upper_bound(window_starts_.begin(), window_starts_.end(), w) - window_starts_.begin() - 1;
     source_->read(seq, w - window_starts_[seq], seq_len_ + 1, window.data());
     std::copy(window.begin(), window.end() - 1, inputs + i * seq_len_);

@@ -6,7 +6,7 @@
 
 #include "runtime/base/status.h"
 #include "runtime/base/strings.h"
-#include "zero/param_init.h"
+#include "zero/state_buffers.h"
 
 namespace zero {
 

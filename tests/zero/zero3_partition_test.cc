@@ -16,7 +16,7 @@
 #include "runtime/engine/engine.h"
 #include "runtime/graph/layers.h"
 #include "tests/zero/mpi_test_main.h"
-#include "zero/param_init.h"
+#include "zero/state_buffers.h"
 #include "zero/stage3_model_state.h"
 
 namespace zero {

@@ -1,5 +1,5 @@
-// Initial values into state buffers; see param_init.h.
-#include "zero/param_init.h"
+// Model-state buffer helpers; see state_buffers.h.
+#include "zero/state_buffers.h"
 
 #include "runtime/graph/init.h"
 
@@ -33,6 +33,18 @@ std::vector<float> download_fp32(Backend& backend, const Tensor& src) {
   std::vector<float> out(static_cast<size_t>(src.numel()));
   backend.copy(out.data(), f.data(), out.size() * sizeof(float));
   return out;
+}
+
+void add_reduced(Backend& backend, const Tensor& dst, const Tensor& src, float scale) {
+  if (src.numel() == 0) return;
+  if (scale != 1.0f) backend.ops().scale(src, scale);
+  if (src.dtype() == DType::kF32) {
+    backend.ops().accumulate(dst, src);
+    return;
+  }
+  Tensor staged = backend.empty({src.numel()}, DType::kF32, MemCategory::kWorkspace);
+  backend.ops().cast(src, staged);
+  backend.ops().accumulate(dst, staged);
 }
 
 }  // namespace zero

@@ -1,0 +1,31 @@
+// Moving values in and out of model-state buffers, shared by the stage
+// implementations: initial values (from init_parameter_values, a pure
+// function of seed, parameter name and element index, so every rank computes
+// exactly the values of the elements it holds, whatever the sharding), host
+// read-back, and adding a reduced gradient part of any dtype into a gradient
+// partition.
+#pragma once
+
+#include <vector>
+
+#include "runtime/backend/backend.h"
+#include "runtime/graph/module.h"
+
+namespace zero {
+
+// Converts host fp32 values into dst (any float dtype, any tier of backend),
+// through a tracked staging buffer when dst is not host memory.
+void upload_fp32(Backend& backend, const std::vector<float>& host, const Tensor& dst);
+
+// Elements [begin, end) of p's initial values.
+std::vector<float> initial_values(const Parameter& p, uint64_t seed, int64_t begin, int64_t end);
+
+// src (any float dtype, any tier) read back to host as fp32.
+std::vector<float> download_fp32(Backend& backend, const Tensor& src);
+
+// dst += scale * src, for gradient buffers of any float dtype (src is staged
+// in fp32 when it is 16-bit, so the addition happens in fp32 and rounds once).
+// src is scaled in place when scale != 1.
+void add_reduced(Backend& backend, const Tensor& dst, const Tensor& src, float scale);
+
+}  // namespace zero
