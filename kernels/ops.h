@@ -34,6 +34,15 @@ struct MatmulSpec {
   DType compute = DType::kF32;
 };
 
+// The GEMM dimensions of a matmul call, checked (shapes, transposes, batch,
+// bias length, alpha only without bias): every backend's matmul starts here.
+struct MatmulDims {
+  int64_t batch;  // 0 for a 2-D GEMM
+  int64_t m, n, k;
+};
+MatmulDims matmul_dims(const Tensor& a, const Tensor& b, const Tensor& c, const MatmulSpec& spec,
+                       const Tensor& bias);
+
 class Ops {
  public:
   virtual ~Ops() = default;

@@ -6,7 +6,7 @@
 #include "kernels/cpu/onednn_eltwise_norm.h"
 #include "kernels/cpu/onednn_matmul.h"
 #include "kernels/cpu/simd_kernels.h"
-#include "kernels/cpu/workspace_arena.h"
+#include "kernels/workspace_arena.h"
 #include "kernels/ops.h"
 
 namespace zero {

@@ -8,7 +8,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "absl/container/flat_hash_map.h"
-#include "kernels/cpu/workspace_arena.h"
+#include "kernels/workspace_arena.h"
 #include "runtime/core/tensor.h"
 
 namespace zero::cpu {

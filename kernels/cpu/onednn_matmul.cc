@@ -59,19 +59,8 @@ OneDnnMatmul::Entry& OneDnnMatmul::lookup(const Key& key) {
 
 void OneDnnMatmul::run(const Tensor& a, const Tensor& b, const Tensor& c, const MatmulSpec& spec,
                        const Tensor& bias) {
-  ZE_CHECK(a.ndim() == b.ndim() && a.ndim() == c.ndim() && (a.ndim() == 2 || a.ndim() == 3))
-      << a.debug_string() << " " << b.debug_string() << " " << c.debug_string();
-  const bool batched = a.ndim() == 3;
-  const int64_t batch = batched ? a.dim(0) : 0;
-  if (batched) ZE_CHECK(b.dim(0) == batch && c.dim(0) == batch);
-  const int64_t m = spec.trans_a ? a.dim(-1) : a.dim(-2);
-  const int64_t k = spec.trans_a ? a.dim(-2) : a.dim(-1);
-  const int64_t kb = spec.trans_b ? b.dim(-1) : b.dim(-2);
-  const int64_t n = spec.trans_b ? b.dim(-2) : b.dim(-1);
-  ZE_CHECK(k == kb && c.dim(-2) == m && c.dim(-1) == n)
-      << "matmul shapes " << a.debug_string() << (spec.trans_a ? "^T" : "") << " x "
-      << b.debug_string() << (spec.trans_b ? "^T" : "") << " -> " << c.debug_string();
-  ZE_CHECK(!bias.defined() || (bias.numel() == n && spec.alpha == 1.0f));
+  const MatmulDims dims = matmul_dims(a, b, c, spec, bias);
+  const int64_t batch = dims.batch, m = dims.m, n = dims.n, k = dims.k;
 
   // fp16 GEMMs need avx512_core_fp16, which these CPUs lack: they run as fp32.
   const DType gemm = spec.compute == DType::kBF16 ? DType::kBF16 : DType::kF32;

@@ -11,7 +11,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "kernels/cpu/simd_kernels.h"
-#include "kernels/cpu/workspace_arena.h"
+#include "kernels/workspace_arena.h"
 #include "kernels/ops.h"
 
 namespace zero::cpu {

@@ -1,7 +1,7 @@
 // The CUDA implementation of the Ops interface: cuBLAS for GEMMs (gemm.h),
 // our kernels (cuda_kernels.h) for everything else. CudaOps checks shapes,
 // dtypes and tiers (every operand must be device memory), carves scratch out
-// of its DeviceWorkspace and launches on the backend's compute stream.
+// of its WorkspaceArena and launches on the backend's compute stream.
 //
 // Every op is asynchronous and returns once its kernels are enqueued, except
 // sum_squares and count_nonfinite, which copy their result into a pinned host
@@ -21,7 +21,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "kernels/cuda/device_workspace.h"
+#include "kernels/workspace_arena.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/ops.h"
 
@@ -90,7 +90,7 @@ class CudaOps final : public Ops {
   const int device_;
   const cudaStream_t stream_;
   cublasHandle_t cublas_;
-  DeviceWorkspace workspace_;
+  WorkspaceArena workspace_;
   CublasGemm gemm_;
   std::shared_ptr<Storage> host_result_;
 };

@@ -42,25 +42,12 @@ void CublasGemm::ensure_cublas_workspace() {
 }
 
 void CublasGemm::run(const Tensor& a, const Tensor& b, const Tensor& c, const MatmulSpec& spec,
-                     const Tensor& bias, DeviceWorkspace& workspace) {
-  ZE_CHECK(a.ndim() == b.ndim() && a.ndim() == c.ndim() && (a.ndim() == 2 || a.ndim() == 3))
-      << a.debug_string() << " " << b.debug_string() << " " << c.debug_string();
-  ZE_CHECK(dtype_is_float(a.dtype()) && dtype_is_float(b.dtype()) && dtype_is_float(c.dtype()))
-      << a.debug_string() << " " << b.debug_string() << " " << c.debug_string();
-  ZE_CHECK(dtype_is_float(spec.compute)) << dtype_name(spec.compute);
-  const bool batched = a.ndim() == 3;
-  const int64_t batch = batched ? a.dim(0) : 1;
-  if (batched) ZE_CHECK(b.dim(0) == batch && c.dim(0) == batch);
-  const int64_t m = spec.trans_a ? a.dim(-1) : a.dim(-2);
-  const int64_t k = spec.trans_a ? a.dim(-2) : a.dim(-1);
-  const int64_t kb = spec.trans_b ? b.dim(-1) : b.dim(-2);
-  const int64_t n = spec.trans_b ? b.dim(-2) : b.dim(-1);
-  ZE_CHECK(k == kb && c.dim(-2) == m && c.dim(-1) == n)
-      << "matmul shapes " << a.debug_string() << (spec.trans_a ? "^T" : "") << " x "
-      << b.debug_string() << (spec.trans_b ? "^T" : "") << " -> " << c.debug_string();
-  ZE_CHECK(!bias.defined() || (bias.numel() == n && dtype_is_float(bias.dtype()) &&
-                               bias.tier() == Tier::kDevice && spec.alpha == 1.0f))
-      << "bias " << bias.debug_string() << " for N = " << n << ", alpha " << spec.alpha;
+                     const Tensor& bias, WorkspaceArena& workspace) {
+  const MatmulDims dims = matmul_dims(a, b, c, spec, bias);
+  ZE_CHECK(!bias.defined() || bias.tier() == Tier::kDevice) << "bias " << bias.debug_string();
+  const bool batched = dims.batch > 0;
+  const int64_t batch = batched ? dims.batch : 1;
+  const int64_t m = dims.m, n = dims.n, k = dims.k;
   if (c.numel() == 0) return;
 
   const DType gemm = spec.compute;

@@ -20,7 +20,7 @@
 
 #include <memory>
 
-#include "kernels/cuda/device_workspace.h"
+#include "kernels/workspace_arena.h"
 #include "kernels/ops.h"
 
 namespace zero {
@@ -38,7 +38,7 @@ class CublasGemm {
   CublasGemm(Backend& backend, cublasHandle_t handle, cudaStream_t stream);
 
   void run(const Tensor& a, const Tensor& b, const Tensor& c, const MatmulSpec& spec,
-           const Tensor& bias, DeviceWorkspace& workspace);
+           const Tensor& bias, WorkspaceArena& workspace);
 
  private:
   void ensure_cublas_workspace();

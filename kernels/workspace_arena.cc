@@ -1,11 +1,12 @@
 // Grow-only workspace; see workspace_arena.h.
-#include "kernels/cpu/workspace_arena.h"
+#include "kernels/workspace_arena.h"
 
 #include "runtime/backend/backend.h"
 
-namespace zero::cpu {
+namespace zero {
 
 void* WorkspaceArena::reserve(size_t bytes) {
+  if (bytes == 0) return nullptr;
   if (buffer_ == nullptr || buffer_->bytes() < bytes) {
     buffer_.reset();  // free first so the peak is not old + new
     const size_t grown = bytes + bytes / 4;
@@ -17,4 +18,4 @@ void* WorkspaceArena::reserve(size_t bytes) {
   return buffer_->data();
 }
 
-}  // namespace zero::cpu
+}  // namespace zero
