@@ -203,6 +203,10 @@ absl::Status FlatModelState::apply_step(const Optimizer::StepArgs& args) {
   }
   const Tensor grads = stage() == 1 ? grads_.slice(lo, {part_}) : grads_;
   step_sub_groups(master_, grads, params_.slice(lo, {part_}), args);
+  return all_gather_parameters();
+}
+
+absl::Status FlatModelState::all_gather_parameters() {
   // Every rank's updated partition to every rank, in allgather_bucket_size chunks.
   const int64_t chunk = std::max<int64_t>(1, options_.zero.allgather_bucket_size);
   const size_t elem = dtype_size(options_.param_dtype);
@@ -220,6 +224,40 @@ absl::Status FlatModelState::apply_step(const Optimizer::StepArgs& args) {
 }
 
 void FlatModelState::zero_grads() { backend_.ops().fill(grads_, 0.0f); }
+
+std::vector<StateRange> FlatModelState::ranges_in(int64_t lo, int64_t hi) const {
+  std::vector<StateRange> out;
+  for (const FlatSegment& seg : layout_.segments()) {
+    const int64_t a = std::max(lo, seg.offset), b = std::min(hi, seg.offset + seg.param->numel());
+    if (a < b) out.push_back({seg.param, a - seg.offset, b - seg.offset, a - lo});
+  }
+  return out;
+}
+
+std::vector<StateRange> FlatModelState::held_ranges() const {
+  return stage() == 0 ? ranges_in(0, layout_.numel()) : ranges_in(part_begin(), part_begin() + part_);
+}
+
+std::vector<StateRange> FlatModelState::written_ranges(int rank) const {
+  // Stage 0 holds everything on every rank: split the writing evenly.
+  const int64_t n = layout_.numel(), world = comm_.world_size();
+  const int64_t part = stage() == 0 ? (n + world - 1) / world : part_;
+  const int64_t lo = std::min(n, rank * part), hi = std::min(n, lo + part);
+  std::vector<StateRange> out = ranges_in(lo, hi);
+  if (stage() == 0)
+    for (StateRange& r : out) r.offset += lo;  // offsets into the full buffers
+  return out;
+}
+
+absl::Status FlatModelState::refresh_parameters() {
+  if (master_.data() == params_.data()) return absl::OkStatus();
+  if (stage() == 0) {
+    backend_.ops().cast(master_, params_);
+    return absl::OkStatus();
+  }
+  backend_.ops().cast(master_, params_.slice(part_begin(), {part_}));
+  return all_gather_parameters();
+}
 
 absl::StatusOr<std::vector<float>> FlatModelState::gather_master(const Parameter& p) {
   const FlatSegment& seg = layout_.segments().at(p.index());

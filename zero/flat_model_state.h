@@ -34,6 +34,9 @@ class FlatModelState final : public ModelState {
   absl::Status apply_step(const Optimizer::StepArgs& args) override;
   void zero_grads() override;
   absl::StatusOr<std::vector<float>> gather_master(const Parameter& p) override;
+  std::vector<StateRange> held_ranges() const override;
+  std::vector<StateRange> written_ranges(int rank) const override;
+  absl::Status refresh_parameters() override;
   absl::StatusOr<std::vector<float>> gather_parameter(const Parameter& p) override;
 
  private:
@@ -46,6 +49,9 @@ class FlatModelState final : public ModelState {
   };
 
   void launch(size_t bucket);
+  // Parameter ranges inside flat elements [lo, hi), with offsets relative to lo.
+  std::vector<StateRange> ranges_in(int64_t lo, int64_t hi) const;
+  absl::Status all_gather_parameters();
   absl::Status finish(InFlight& f);
   absl::Status finish_all();
   bool reduces_now() const { return stage() == 2 || boundary_; }
@@ -57,7 +63,6 @@ class FlatModelState final : public ModelState {
   int64_t part_ = 0;  // partition size (stages 1, 2)
   Tensor params_;     // full, model dtype
   Tensor grads_;      // stages 0/1: full; stage 2: this rank's partition
-  Tensor master_;     // stage 0: full (params_ itself when fp32); stages 1/2: partition
 
   std::vector<GradBucket> buckets_;
   std::vector<Tensor> bucket_buffers_;  // stage 2, live during a backward

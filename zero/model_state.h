@@ -45,6 +45,14 @@ struct ModelStateOptions {
   float post_reduce_scale = 1.0f;
 };
 
+// Elements [begin, end) of one parameter, as held in a rank's fp32 master and
+// optimizer-state buffers, where they start at element `offset`.
+struct StateRange {
+  Parameter* param;
+  int64_t begin, end;
+  int64_t offset;
+};
+
 class ModelState : public ModuleHooks {
  public:
   ~ModelState() override = default;
@@ -81,6 +89,21 @@ class ModelState : public ModuleHooks {
                        const Optimizer::StepArgs& args);
   virtual void zero_grads() = 0;
 
+  // ---- checkpoints
+  // The ranges this rank holds in its master/optimizer buffers (stage 0:
+  // everything; otherwise its partition).
+  virtual std::vector<StateRange> held_ranges() const = 0;
+  // The ranges rank `rank` writes to a checkpoint: a disjoint cover of every
+  // parameter across ranks (its partition, or at stage 0 an even split).
+  virtual std::vector<StateRange> written_ranges(int rank) const = 0;
+  // This rank's fp32 master buffer and optimizer-state buffers (same layout).
+  const Tensor& master_buffer() const { return master_; }
+  std::vector<std::pair<std::string, Tensor>> optimizer_buffers() const { return optimizer_->state(); }
+  std::string_view optimizer_name() const { return optimizer_->name(); }
+  // After the master weights changed underneath (a checkpoint load):
+  // parameters := cast(master) on every rank (a collective).
+  virtual absl::Status refresh_parameters() = 0;
+
   // fp32 master values of one parameter, gathered from every rank's partition
   // (a collective: every rank must call it, in the same order).
   virtual absl::StatusOr<std::vector<float>> gather_master(const Parameter& p) = 0;
@@ -96,6 +119,7 @@ class ModelState : public ModuleHooks {
   Backend& backend_;
   Communicator& comm_;
   std::unique_ptr<Optimizer> optimizer_;
+  Tensor master_;  // fp32 master weights this rank holds (the parameters themselves at stage 0 in fp32)
   int64_t num_parameters_ = 0;
 };
 

@@ -153,6 +153,22 @@ absl::Status Stage3ModelState::apply_step(const Optimizer::StepArgs& args) {
   return coordinator_->gather_persistent();
 }
 
+std::vector<StateRange> Stage3ModelState::written_ranges(int rank) const {
+  std::vector<StateRange> out;
+  for (Parameter* p : params_) {
+    const ParamPartition& part = parts_.at(p);
+    const int64_t lo = std::min(p->numel(), rank * part.chunk), hi = std::min(p->numel(), lo + part.chunk);
+    if (lo < hi) out.push_back({p, lo, hi, part.shard_offset});
+  }
+  return out;
+}
+
+absl::Status Stage3ModelState::refresh_parameters() {
+  backend_.ops().cast(master_, param_shard_);
+  ZE_RETURN_IF_ERROR(coordinator_->release_all());
+  return coordinator_->gather_persistent();
+}
+
 absl::StatusOr<std::vector<float>> Stage3ModelState::gather_master(const Parameter& p) {
   const ParamPartition& part = parts_.at(&p);
   const int world = comm_.world_size();

@@ -35,6 +35,9 @@ class Stage3ModelState final : public ModelState {
   absl::Status apply_step(const Optimizer::StepArgs& args) override;
   void zero_grads() override { backend_.ops().fill(grad_shard_, 0.0f); }
   absl::StatusOr<std::vector<float>> gather_master(const Parameter& p) override;
+  std::vector<StateRange> held_ranges() const override { return written_ranges(comm_.rank()); }
+  std::vector<StateRange> written_ranges(int rank) const override;
+  absl::Status refresh_parameters() override;
   absl::StatusOr<std::vector<float>> gather_parameter(const Parameter& p) override;
 
   const ParamCoordinator& coordinator() const { return *coordinator_; }
@@ -68,7 +71,7 @@ class Stage3ModelState final : public ModelState {
   std::vector<Parameter*> params_;
   std::unordered_map<const Parameter*, ParamPartition> parts_;
   int64_t shard_elems_ = 0;
-  Tensor param_shard_, grad_shard_, master_;
+  Tensor param_shard_, grad_shard_;
   std::unique_ptr<ParamCoordinator> coordinator_;
   std::unordered_map<const Parameter*, int> uses_, uses_left_;
   std::unordered_map<const Parameter*, Tensor> full_grads_;  // during backward

@@ -37,6 +37,19 @@ void parse_data(ConfigReader r, DataSection& d) {
 void parse_run(ConfigReader r, RunSection& run, uint64_t& seed) {
   run.steps = r.get_int("steps", run.steps, 0);
   run.metrics = r.get_string("metrics", run.metrics);
+  run.save_dir = r.get_string("save_dir", run.save_dir);
+  run.save_every = r.get_int("save_every", run.save_every, 0);
+  run.keep = r.get_int("keep", run.keep, 0);
+  // "auto" is a value here (the newest checkpoint), not DeepSpeed's "use the default".
+  const Json& resume = r.get_raw("resume");
+  if (resume.is_string()) run.resume = resume.get<std::string>();
+  else if (!resume.is_null()) r.error("resume", cat("expected a directory or \"auto\", got ", resume.dump()));
+  r.set_effective("resume", run.resume);
+  run.init_from = r.get_string("init_from", run.init_from);
+  if (run.resume == "auto" && run.save_dir.empty()) r.error("resume", "\"auto\" needs run.save_dir (--save-dir)");
+  if (!run.resume.empty() && !run.init_from.empty()) {
+    r.error("init_from", "and run.resume both set: a resumed run takes its weights from the checkpoint");
+  }
   seed = static_cast<uint64_t>(r.get_int("seed", static_cast<int64_t>(seed), 0));
   r.finish();
 }

@@ -30,8 +30,13 @@ struct DataSection {
 
 // "run": the loop around the engine.
 struct RunSection {
-  int64_t steps = 100;    // optimizer steps
+  int64_t steps = 100;    // optimizer steps (in total, counting those before a resume)
   std::string metrics;    // JSON-lines file, one object per optimizer step ("" = none)
+  std::string save_dir;   // checkpoint directory ("" = no checkpoints)
+  int64_t save_every = 0; // save every N optimizer steps (0: only at the end)
+  int64_t keep = 0;       // keep the newest N checkpoints (0: all)
+  std::string resume;     // a checkpoint directory, or "auto" (save_dir's newest if any)
+  std::string init_from;  // a safetensors file to initialise the weights from
 };
 
 struct RunConfig {

@@ -206,6 +206,22 @@ float Engine::evaluate(const Batch& batch) {
   return valid == 0 ? 0.0f : static_cast<float>(sum / valid);
 }
 
+EngineProgress Engine::progress() const {
+  return {global_step_, skipped_steps_, micro_step_, scheduler_.last_batch_iteration(), scaler_.state()};
+}
+
+void Engine::restore(const EngineProgress& p) {
+  ZE_CHECK(!pending_dlogits_.defined() && micro_step_ % config_.gradient_accumulation_steps == 0)
+      << "restore between optimizer steps only";
+  global_step_ = p.global_step;
+  skipped_steps_ = p.skipped_steps;
+  micro_step_ = p.micro_step;
+  scheduler_.set_last_batch_iteration(p.scheduler_iteration);
+  scaler_.set_state(p.loss_scaler);
+  loss_sum_ = 0.0;
+  state_->zero_grads();
+}
+
 std::vector<float> Engine::master_values(const Parameter& p) {
   absl::StatusOr<std::vector<float>> v = state_->gather_master(p);
   ZE_CHECK(v.ok()) << v.status().ToString();

@@ -48,6 +48,16 @@ struct StepResult {
   int64_t comm_bytes = 0;     // bytes this rank sent into collectives during the step
 };
 
+// Where a run is, beyond the weights: what a checkpoint restores so that
+// training continues bitwise as if it had never stopped.
+struct EngineProgress {
+  int64_t global_step = 0;
+  int64_t skipped_steps = 0;
+  int64_t micro_step = 0;
+  int64_t scheduler_iteration = -1;  // DeepSpeed's last_batch_iteration
+  LossScalerState loss_scaler;
+};
+
 class Engine {
  public:
   // comm: the data-parallel group; nullptr means a single process.
@@ -81,6 +91,11 @@ class Engine {
   bool is_accumulation_boundary() const {
     return (micro_step_ + 1) % config_.gradient_accumulation_steps == 0;
   }
+
+  // Counters, schedule position and loss scale (for checkpoints). restore()
+  // is only valid on an accumulation boundary.
+  EngineProgress progress() const;
+  void restore(const EngineProgress& p);
 
   // fp32 master values of a parameter, gathered from every rank's partition.
   // A collective: every rank calls it, in the same order.

@@ -96,8 +96,8 @@ ProgressReporter::ProgressReporter(std::ostream& out, int64_t total_steps, int64
                                    int64_t rss_start)
     : out_(out), total_steps_(total_steps), print_every_(print_every), tier_(tier), rss_start_(rss_start) {}
 
-absl::Status ProgressReporter::open_metrics(const std::string& path) {
-  metrics_.open(path, std::ios::trunc);
+absl::Status ProgressReporter::open_metrics(const std::string& path, bool append) {
+  metrics_.open(path, append ? std::ios::app : std::ios::trunc);
   if (!metrics_) return absl::PermissionDeniedError(cat("metrics file ", path, ": cannot open for writing"));
   return absl::OkStatus();
 }

@@ -37,8 +37,8 @@ class ProgressReporter {
  public:
   // rss_start: the process's RSS before the engine allocated anything.
   ProgressReporter(std::ostream& out, int64_t total_steps, int64_t print_every, Tier tier, int64_t rss_start);
-  // Opens the metrics file (truncating it); errors name the path.
-  absl::Status open_metrics(const std::string& path);
+  // Opens the metrics file (truncated, or appended to when resuming); errors name the path.
+  absl::Status open_metrics(const std::string& path, bool append = false);
 
   // wall_clock: print forward/backward/step times at each print step
   // (DeepSpeed's wall_clock_breakdown); memory: every category and tier.

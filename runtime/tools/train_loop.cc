@@ -10,6 +10,8 @@
 #include "kernels/cpu/simd_kernels.h"
 #include "runtime/base/status.h"
 #include "runtime/base/strings.h"
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/checkpoint/safetensors.h"
 #include "runtime/data/data_loader.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/progress.h"
@@ -70,11 +72,36 @@ absl::Status run_training(const RunConfig& c, Backend& backend, Communicator& co
   if (!c.engine.scheduler.type.empty()) out << "scheduler: " << c.engine.scheduler.type << "\n";
   if (c.dump_state) out << "effective config:\n" << format_effective_config(c);
 
+  // Resume (checkpoint) or initial weights (safetensors).
+  std::string resume_dir = c.run.resume;
+  if (resume_dir == "auto") {
+    resume_dir = latest_tag(c.run.save_dir).ok() ? c.run.save_dir : "";
+    if (resume_dir.empty()) out << "resume: auto, no checkpoint in " << c.run.save_dir << " yet; starting fresh\n";
+  }
+  if (!resume_dir.empty()) {
+    ZE_RETURN_IF_ERROR(annotate(load_checkpoint(*engine, resume_dir), "resuming"));
+    out << "resumed from " << resume_dir << "/" << latest_tag(resume_dir).value_or("?") << " at step "
+        << engine->global_step() << "\n";
+  } else if (!c.run.init_from.empty()) {
+    ZE_RETURN_IF_ERROR(annotate(load_safetensors_weights(*engine, c.run.init_from), "initialising"));
+    out << "weights initialised from " << c.run.init_from << "\n";
+  }
+  const int64_t first_step = engine->global_step();
+
   ProgressReporter progress(out, c.run.steps, c.steps_per_print, backend.compute_tier(), rss_baseline);
   progress.set_breakdowns(c.wall_clock_breakdown, c.memory_breakdown);
-  if (!c.run.metrics.empty() && comm.rank() == 0) ZE_RETURN_IF_ERROR(progress.open_metrics(c.run.metrics));
+  if (!c.run.metrics.empty() && comm.rank() == 0) {
+    ZE_RETURN_IF_ERROR(progress.open_metrics(c.run.metrics, /*append=*/first_step > 0));
+  }
+  auto save = [&]() -> absl::Status {
+    SaveOptions so{c.run.save_dir, "", static_cast<int>(c.run.keep)};
+    ZE_ASSIGN_OR_RETURN(std::string tag, save_checkpoint(*engine, so));
+    out << "saved checkpoint " << c.run.save_dir << "/" << tag << "\n";
+    return absl::OkStatus();
+  };
+  int64_t last_saved = first_step;
   const double tokens_per_step = static_cast<double>(c.train_batch_size * g.seq_len);
-  for (int64_t step = 0; step < c.run.steps; ++step) {
+  for (int64_t step = first_step; step < c.run.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     StepResult r;
     for (int64_t micro = 0; micro < c.engine.gradient_accumulation_steps; ++micro) {
@@ -87,7 +114,12 @@ absl::Status run_training(const RunConfig& c, Backend& backend, Communicator& co
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     progress.on_step(r, {seconds, tokens_per_step});
+    if (!c.run.save_dir.empty() && c.run.save_every > 0 && (step + 1) % c.run.save_every == 0) {
+      ZE_RETURN_IF_ERROR(save());
+      last_saved = step + 1;
+    }
   }
+  if (!c.run.save_dir.empty() && last_saved != engine->global_step()) ZE_RETURN_IF_ERROR(save());
   progress.summary();
   return absl::OkStatus();
 }

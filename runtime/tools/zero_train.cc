@@ -6,6 +6,7 @@
 // Exit status: 0 on success, 2 for bad usage or a bad config, 1 for any
 // other failure (data, memory, disk). Every error names what it is about.
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -25,6 +26,11 @@ constexpr const char* kUsage = R"(usage: zero-train --config FILE [options]
   --set KEY.PATH=VALUE   override one key (repeatable), e.g. --set optimizer.params.lr=3e-4
   --steps N              optimizer steps (overrides run.steps)
   --metrics FILE         write one JSON object per optimizer step (overrides run.metrics)
+  --save-dir DIR         write checkpoints to DIR (run.save_dir)
+  --save-every N         checkpoint every N optimizer steps and at the end (run.save_every)
+  --keep K               keep only the newest K checkpoints (run.keep)
+  --resume DIR|auto      continue from DIR's newest checkpoint; auto: --save-dir's, if any (run.resume)
+  --init-from FILE       initialise the weights from a safetensors file (run.init_from)
   --print-config         print the effective config (defaults filled in) and exit
   --allow-unknown-keys   warn about unknown keys instead of failing
   --help                 this text
@@ -66,7 +72,14 @@ int main(int argc, char** argv) {
       args.overrides.push_back("run.steps=" + v);
     } else if (a == "--metrics") {
       if (!value(v)) return usage_error("--metrics needs a file");
-      args.overrides.push_back("run.metrics=\"" + v + "\"");
+      args.overrides.push_back("run.metrics=" + zero::Json(v).dump());
+    } else if (a == "--save-dir" || a == "--resume" || a == "--init-from") {
+      if (!value(v)) return usage_error(a + " needs a path");
+      const std::string key = a == "--save-dir" ? "save_dir" : a == "--resume" ? "resume" : "init_from";
+      args.overrides.push_back(zero::cat("run.", key, "=", zero::Json(v).dump()));
+    } else if (a == "--save-every" || a == "--keep") {
+      if (!value(v)) return usage_error(a + " needs a number");
+      args.overrides.push_back(zero::cat("run.", a == "--keep" ? "keep" : "save_every", "=", v));
     } else if (a == "--print-config") {
       args.print_config = true;
     } else if (a == "--allow-unknown-keys") {
@@ -111,6 +124,17 @@ int main(int argc, char** argv) {
   }
   zero::CpuBackend backend;
   const absl::Status s = zero::run_training(*config, backend, **comm, std::cout);
-  if (!s.ok()) return fail(1, s);
+  if (!s.ok()) {
+    fail(1, s);
+    if ((*comm)->world_size() > 1) {
+      // The other ranks may be inside a collective this rank will never
+      // join: leave without finalising MPI, so the launcher ends the job
+      // instead of everyone waiting.
+      std::fflush(stdout);
+      std::fflush(stderr);
+      std::_Exit(1);
+    }
+    return 1;
+  }
   return 0;
 }

@@ -1,0 +1,201 @@
+// Loading a sharded checkpoint at any world size and stage; see checkpoint.h.
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <set>
+
+#include "absl/strings/str_format.h"
+#include "runtime/base/status.h"
+#include "runtime/base/strings.h"
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/checkpoint/crc32c.h"
+#include "runtime/checkpoint/file_io.h"
+#include "zero/state_buffers.h"
+
+namespace zero {
+
+absl::StatusOr<Manifest> read_manifest(const std::string& dir, const std::string& tag) {
+  const std::string path = dir + "/" + tag + "/manifest.json";
+  ZE_ASSIGN_OR_RETURN(std::string text, read_file(path));
+  ZE_ASSIGN_OR_RETURN(Json j, parse_json_text(text, path));
+  return Manifest::parse(j, path);
+}
+
+absl::StatusOr<std::string> latest_tag(const std::string& dir) {
+  absl::StatusOr<std::string> text = read_file(dir + "/latest");
+  if (!text.ok()) {
+    return absl::NotFoundError(cat("no checkpoint in ", dir, " (no \"latest\" file: ", text.status().message(), ")"));
+  }
+  std::string tag = *text;
+  while (!tag.empty() && (tag.back() == '\n' || tag.back() == ' ' || tag.back() == '\r')) tag.pop_back();
+  if (!std::filesystem::exists(dir + "/" + tag + "/manifest.json")) {
+    return absl::NotFoundError(cat(dir, "/latest names \"", tag, "\", which has no manifest.json"));
+  }
+  return tag;
+}
+
+absl::StatusOr<std::vector<std::string>> list_checkpoints(const std::string& dir) {
+  ZE_ASSIGN_OR_RETURN(std::vector<std::string> names, list_directory(dir));
+  std::vector<std::pair<int64_t, std::string>> found;
+  for (const std::string& n : names) {
+    if (n.empty() || n[0] == '.' || !std::filesystem::exists(dir + "/" + n + "/manifest.json")) continue;
+    absl::StatusOr<Manifest> m = read_manifest(dir, n);
+    if (m.ok()) found.emplace_back(m->progress.global_step, n);
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<std::string> tags;
+  for (auto& [step, n] : found) tags.push_back(n);
+  return tags;
+}
+
+absl::Status read_segment(const FileReader& file, const CheckpointSegment& seg, const std::string& tensor,
+                          const std::function<absl::Status(const float*, int64_t, int64_t)>& sink,
+                          size_t chunk_bytes) {
+  const int64_t count = seg.end - seg.begin;
+  if (seg.offset + count * 4 > file.size()) {
+    return absl::DataLossError(cat("checkpoint shard ", file.path(), ": tensor ", tensor, " elements [", seg.begin,
+                                   ", ", seg.end, ") should end at byte ", seg.offset + count * 4, " but the file has ",
+                                   file.size(), " bytes (truncated)"));
+  }
+  const int64_t chunk = std::max<int64_t>(1, static_cast<int64_t>(chunk_bytes / 4));
+  std::vector<float> buf(static_cast<size_t>(std::min(chunk, count)));
+  uint32_t crc = 0;
+  for (int64_t e = 0; e < count; e += chunk) {
+    const int64_t n = std::min(chunk, count - e);
+    ZE_RETURN_IF_ERROR(file.read_at(seg.offset + e * 4, buf.data(), static_cast<size_t>(n) * 4));
+    crc = crc32c(buf.data(), static_cast<size_t>(n) * 4, crc);
+    ZE_RETURN_IF_ERROR(sink(buf.data(), seg.begin + e, n));
+  }
+  if (crc != seg.crc32c) {
+    return absl::DataLossError(absl::StrFormat(
+        "checkpoint shard %s: tensor %s elements [%d, %d) fail their checksum (CRC-32C %08x, expected %08x): the file "
+        "is corrupted",
+        file.path(), tensor, seg.begin, seg.end, crc, seg.crc32c));
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// The live model against the checkpoint's: same parameters, names and shapes.
+absl::Status check_model(const Manifest& m, Module& model, const std::string& where) {
+  std::vector<Parameter*> params = model.parameters();
+  std::map<std::string, Shape> saved(m.parameters.begin(), m.parameters.end());
+  for (Parameter* p : params) {
+    auto it = saved.find(p->name());
+    if (it == saved.end()) {
+      return absl::FailedPreconditionError(cat("checkpoint ", where, " is from another model: it has no tensor ",
+                                               p->name(), " (the model has ", params.size(), " parameters, the checkpoint ",
+                                               m.parameters.size(), ")"));
+    }
+    if (it->second != p->shape()) {
+      return absl::FailedPreconditionError(cat("checkpoint ", where, " is from another model: tensor ", p->name(),
+                                               " has shape ", shape_string(it->second), " there and ",
+                                               shape_string(p->shape()), " in the model"));
+    }
+  }
+  if (saved.size() != params.size()) {
+    for (const auto& [name, shape] : m.parameters) {
+      const bool known = std::any_of(params.begin(), params.end(), [&](Parameter* p) { return p->name() == name; });
+      if (!known) {
+        return absl::FailedPreconditionError(
+            cat("checkpoint ", where, " is from another model: its tensor ", name, " is not in the model"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+class ShardFiles {
+ public:
+  ShardFiles(const Manifest& m, std::string dir) : m_(m), dir_(std::move(dir)) {}
+  absl::StatusOr<const FileReader*> get(int index) {
+    auto it = open_.find(index);
+    if (it != open_.end()) return it->second.get();
+    const CheckpointFile& f = m_.files.at(index);
+    const std::string path = dir_ + "/" + f.name;
+    absl::StatusOr<FileReader> r = FileReader::open(path);
+    if (!r.ok()) {
+      return absl::NotFoundError(cat("checkpoint ", dir_, ": shard of rank ", f.rank, " is missing (", r.status().message(), ")"));
+    }
+    if (r->size() != kShardHeaderBytes + f.bytes) {
+      return absl::DataLossError(cat("checkpoint shard ", path, " has ", r->size(), " bytes, the manifest says ",
+                                     kShardHeaderBytes + f.bytes, " (truncated or overwritten)"));
+    }
+    char header[kShardHeaderBytes];
+    ZE_RETURN_IF_ERROR(r->read_at(0, header, sizeof(header)));
+    ZE_RETURN_IF_ERROR(check_shard_header(header, path, f.rank, m_.world_size, m_.tag, f.bytes));
+    auto owned = std::make_unique<FileReader>(std::move(r).value());
+    const FileReader* raw = owned.get();
+    open_.emplace(index, std::move(owned));
+    return raw;
+  }
+
+ private:
+  const Manifest& m_;
+  std::string dir_;
+  std::map<int, std::unique_ptr<FileReader>> open_;
+};
+
+absl::Status load_local(Engine& engine, const Manifest& m, const std::string& tag_dir) {
+  ModelState& state = engine.state();
+  ZE_RETURN_IF_ERROR(check_model(m, engine.model(), tag_dir));
+  std::map<std::string, Tensor> buffers{{"master", state.master_buffer()}};
+  std::vector<std::string> live_states;
+  for (const auto& [name, t] : state.optimizer_buffers()) {
+    buffers[name] = t;
+    live_states.push_back(name);
+  }
+  if (live_states != m.optimizer_states) {
+    return absl::FailedPreconditionError(cat("checkpoint ", tag_dir, " holds ", m.optimizer, " state (",
+                                             m.optimizer_states.size(), " tensors per parameter); the configured ",
+                                             state.optimizer_name(), " needs ", live_states.size()));
+  }
+  ShardFiles files(m, tag_dir);
+  for (const auto& [kind, buf] : buffers) {
+    for (const StateRange& r : state.held_ranges()) {
+      const std::string key = Manifest::key(kind, r.param->name());
+      auto it = m.tensors.find(key);
+      if (it == m.tensors.end()) return absl::DataLossError(cat("checkpoint ", tag_dir, " has no tensor ", key));
+      for (const CheckpointSegment& seg : it->second.segments) {
+        const int64_t a = std::max(seg.begin, r.begin), b = std::min(seg.end, r.end);
+        if (a >= b) continue;
+        ZE_ASSIGN_OR_RETURN(const FileReader* f, files.get(seg.file));
+        // The whole segment is read (to verify its checksum); the part this
+        // rank holds is copied into its buffer.
+        ZE_RETURN_IF_ERROR(read_segment(*f, seg, key, [&](const float* data, int64_t first, int64_t n) {
+          const int64_t lo = std::max(first, a), hi = std::min(first + n, b);
+          if (lo < hi) {
+            upload_fp32(engine.backend(), std::vector<float>(data + (lo - first), data + (hi - first)),
+                        buf.slice(r.offset + (lo - r.begin), {hi - lo}));
+          }
+          return absl::OkStatus();
+        }));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status load_checkpoint(Engine& engine, const std::string& dir, const std::string& tag_in) {
+  Communicator& comm = engine.comm();
+  absl::StatusOr<std::string> tag = tag_in.empty() ? latest_tag(dir) : absl::StatusOr<std::string>(tag_in);
+  absl::Status local = tag.status();
+  absl::StatusOr<Manifest> m = absl::UnknownError("not read");
+  if (local.ok()) {
+    m = read_manifest(dir, *tag);
+    local = m.status();
+  }
+  if (local.ok()) local = load_local(engine, *m, dir + "/" + *tag);
+  // Every rank must agree before the collectives of refresh_parameters().
+  ZE_ASSIGN_OR_RETURN(double failed, comm.all_reduce_max(local.ok() ? 0.0 : 1.0));
+  if (!local.ok()) return local;
+  if (failed > 0) return absl::AbortedError(cat("loading checkpoint ", dir, ": another rank failed to read its part"));
+  engine.restore(m->progress);
+  return engine.state().refresh_parameters();
+}
+
+}  // namespace zero

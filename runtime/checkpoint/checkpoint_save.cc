@@ -1,0 +1,178 @@
+// Atomic sharded checkpoint saves; see checkpoint.h.
+#include <algorithm>
+#include <filesystem>
+
+#include "runtime/base/status.h"
+#include "runtime/base/strings.h"
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/checkpoint/crc32c.h"
+#include "runtime/checkpoint/file_io.h"
+#include "zero/state_buffers.h"
+
+namespace zero {
+
+namespace {
+
+std::string shard_name(int rank) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "rank_%05d.shard", rank);
+  return buf;
+}
+
+// The segments rank `rank` writes, in file order: for each kind (master,
+// then each optimizer state), for each of its ranges.
+struct PlannedSegment {
+  std::string kind;
+  StateRange range;
+  int64_t offset;  // byte offset in the file
+};
+
+std::vector<PlannedSegment> plan(const ModelState& state, const std::vector<std::string>& kinds, int rank) {
+  std::vector<PlannedSegment> out;
+  int64_t offset = kShardHeaderBytes;
+  const std::vector<StateRange> ranges = state.written_ranges(rank);
+  for (const std::string& kind : kinds)
+    for (const StateRange& r : ranges) {
+      out.push_back({kind, r, offset});
+      offset += (r.end - r.begin) * 4;
+    }
+  return out;
+}
+
+// Writes this rank's shard; returns the CRC of each planned segment.
+absl::StatusOr<std::vector<uint32_t>> write_shard(Engine& engine, const std::vector<PlannedSegment>& segs,
+                                                  const std::map<std::string, Tensor>& buffers,
+                                                  const std::string& path, int rank, int world,
+                                                  const std::string& tag) {
+  const int64_t payload = segs.empty() ? 0 : segs.back().offset + (segs.back().range.end - segs.back().range.begin) * 4 - kShardHeaderBytes;
+  const std::string tmp = path + ".tmp";
+  ZE_ASSIGN_OR_RETURN(FileWriter w, FileWriter::create(tmp));
+  const std::string header = encode_shard_header(rank, world, tag, payload);
+  ZE_RETURN_IF_ERROR(w.write(header.data(), header.size()));
+  std::vector<uint32_t> crcs;
+  constexpr int64_t kChunk = 2 << 20;  // elements staged at a time
+  for (const PlannedSegment& s : segs) {
+    const Tensor& buf = buffers.at(s.kind);
+    uint32_t crc = 0;
+    for (int64_t e = 0; e < s.range.end - s.range.begin; e += kChunk) {
+      const int64_t n = std::min(kChunk, s.range.end - s.range.begin - e);
+      const std::vector<float> host = download_fp32(engine.backend(), buf.slice(s.range.offset + e, {n}));
+      crc = crc32c(host.data(), host.size() * 4, crc);
+      ZE_RETURN_IF_ERROR(w.write(host.data(), host.size() * 4));
+    }
+    crcs.push_back(crc);
+  }
+  ZE_RETURN_IF_ERROR(w.close());
+  ZE_RETURN_IF_ERROR(rename_path(tmp, path));
+  return crcs;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> save_checkpoint(Engine& engine, const SaveOptions& options) {
+  Communicator& comm = engine.comm();
+  ModelState& state = engine.state();
+  const int rank = comm.rank(), world = comm.world_size();
+  const EngineProgress progress = engine.progress();
+  const std::string tag = options.tag.empty() ? cat("global_step", progress.global_step) : options.tag;
+  const std::string final_dir = options.dir + "/" + tag;
+  const std::string partial = options.dir + "/." + tag + ".partial";
+
+  // Every rank learns whether every rank got this far; a failure anywhere
+  // aborts the save everywhere (nobody waits on a rank that gave up).
+  auto agree = [&](absl::Status mine, std::string_view what) -> absl::Status {
+    ZE_ASSIGN_OR_RETURN(double failed, comm.all_reduce_max(mine.ok() ? 0.0 : 1.0));
+    if (!mine.ok()) return mine;
+    if (failed > 0) return absl::AbortedError(cat("checkpoint ", tag, ": another rank failed ", what));
+    return absl::OkStatus();
+  };
+
+  // 1. rank 0 prepares the partial directory.
+  absl::Status prepared;
+  if (rank == 0) {
+    prepared = make_directories(options.dir);
+    if (prepared.ok() && std::filesystem::exists(final_dir)) {
+      prepared = absl::AlreadyExistsError(cat("checkpoint ", final_dir, " already exists; not overwriting it"));
+    }
+    if (prepared.ok()) prepared = remove_tree(partial);
+    if (prepared.ok()) prepared = make_directories(partial);
+  }
+  ZE_RETURN_IF_ERROR(agree(prepared, "to prepare the checkpoint directory"));
+
+  // 2. every rank writes its shard.
+  std::vector<std::string> kinds = {"master"};
+  std::map<std::string, Tensor> buffers{{"master", state.master_buffer()}};
+  for (const auto& [name, t] : state.optimizer_buffers()) {
+    kinds.push_back(name);
+    buffers[name] = t;
+  }
+  const std::vector<PlannedSegment> mine = plan(state, kinds, rank);
+  absl::StatusOr<std::vector<uint32_t>> crcs =
+      write_shard(engine, mine, buffers, partial + "/" + shard_name(rank), rank, world, tag);
+  absl::Status written = agree(crcs.status(), "to write its shard");
+  if (!written.ok()) {
+    if (rank == 0) (void)remove_tree(partial);  // the previous checkpoint stays as it was
+    return written;
+  }
+
+  // 3. rank 0 collects every segment's CRC (each rank fills its own slots).
+  std::vector<std::vector<PlannedSegment>> all(world);
+  size_t total = 0;
+  std::vector<size_t> first(world);
+  for (int r = 0; r < world; ++r) {
+    all[r] = r == rank ? mine : plan(state, kinds, r);
+    first[r] = total;
+    total += all[r].size();
+  }
+  std::vector<double> crc_slots(total, 0.0);
+  for (size_t i = 0; i < crcs->size(); ++i) crc_slots[first[rank] + i] = static_cast<double>((*crcs)[i]);
+  ZE_RETURN_IF_ERROR(comm.all_reduce_doubles(crc_slots.data(), static_cast<int64_t>(crc_slots.size()), ReduceOp::kSum));
+
+  // 4. rank 0 writes the manifest, publishes the directory, then `latest`.
+  absl::Status published;
+  if (rank == 0) {
+    Manifest m;
+    m.tag = tag;
+    m.world_size = world;
+    m.zero_stage = state.stage();
+    m.model_dtype = std::string(dtype_name(engine.config().param_dtype));
+    m.optimizer = std::string(state.optimizer_name());
+    m.optimizer_states.assign(kinds.begin() + 1, kinds.end());
+    m.progress = progress;
+    for (Parameter* p : engine.model().parameters()) m.parameters.emplace_back(p->name(), p->shape());
+    for (int r = 0; r < world; ++r) {
+      const int64_t end = all[r].empty() ? kShardHeaderBytes
+                                         : all[r].back().offset + (all[r].back().range.end - all[r].back().range.begin) * 4;
+      m.files.push_back({shard_name(r), r, end - kShardHeaderBytes});
+      for (size_t i = 0; i < all[r].size(); ++i) {
+        const PlannedSegment& s = all[r][i];
+        CheckpointTensor& t = m.tensors[Manifest::key(s.kind, s.range.param->name())];
+        t.param = s.range.param->name();
+        t.kind = s.kind;
+        t.shape = s.range.param->shape();
+        t.segments.push_back({r, s.range.begin, s.range.end, s.offset,
+                              static_cast<uint32_t>(crc_slots[first[r] + i])});
+      }
+    }
+    for (auto& [name, t] : m.tensors) {
+      std::sort(t.segments.begin(), t.segments.end(),
+                [](const CheckpointSegment& a, const CheckpointSegment& b) { return a.begin < b.begin; });
+    }
+    published = write_file_atomic(partial + "/manifest.json", m.to_json().dump(1));
+    if (published.ok()) published = fsync_directory(partial);
+    if (published.ok()) published = rename_path(partial, final_dir);
+    if (published.ok()) published = fsync_directory(options.dir);
+    if (published.ok()) published = write_file_atomic(options.dir + "/latest", tag + "\n");
+    if (!published.ok()) (void)remove_tree(partial);
+    if (published.ok() && options.keep > 0) {
+      absl::StatusOr<std::vector<std::string>> tags = list_checkpoints(options.dir);
+      if (tags.ok()) {
+        for (size_t i = 0; i + options.keep < tags->size(); ++i) (void)remove_tree(options.dir + "/" + (*tags)[i]);
+      }
+    }
+  }
+  ZE_RETURN_IF_ERROR(agree(published, "to publish the checkpoint"));
+  return tag;
+}
+
+}  // namespace zero

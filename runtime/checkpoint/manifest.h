@@ -1,0 +1,81 @@
+// The checkpoint format.
+//
+//   <dir>/latest                      the tag of the newest complete checkpoint
+//   <dir>/<tag>/manifest.json         everything below, written last by rank 0
+//   <dir>/<tag>/rank_00000.shard ...  one file per rank that saved
+//   <dir>/.<tag>.partial/             a save in progress (ignored, removed)
+//
+// A shard file is a 128-byte header (magic "ZEROSHRD", version, rank, world,
+// payload bytes, tag, CRC-32C of the header) followed by raw little-endian
+// fp32 segments. The manifest names every logical tensor — "master/<param>"
+// (fp32 master weights) and "<state>/<param>" for each optimizer state — with
+// its shape and the segments that hold it: which file, which element range of
+// the tensor, the byte offset in the file, and the segment's CRC-32C. Loading
+// at any world size or stage is reading, for each range a rank now owns, the
+// segments that overlap it. The model-dtype parameters are not stored: they
+// are cast(master) by construction (the engine's invariant), and are rebuilt
+// on load.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "runtime/config/json_file.h"
+#include "runtime/core/tensor.h"
+#include "runtime/engine/engine.h"
+
+namespace zero {
+
+inline constexpr int kCheckpointVersion = 1;
+inline constexpr char kShardMagic[8] = {'Z', 'E', 'R', 'O', 'S', 'H', 'R', 'D'};
+inline constexpr int64_t kShardHeaderBytes = 128;
+
+struct CheckpointSegment {
+  int file = 0;              // index into Manifest::files
+  int64_t begin = 0, end = 0;  // element range of the tensor
+  int64_t offset = 0;        // byte offset in the file
+  uint32_t crc32c = 0;
+};
+
+struct CheckpointTensor {
+  std::string param;  // parameter name
+  std::string kind;   // "master" or an optimizer state ("exp_avg", ...)
+  Shape shape;
+  std::vector<CheckpointSegment> segments;  // sorted by begin, covering [0, numel)
+};
+
+struct CheckpointFile {
+  std::string name;  // relative to the tag directory
+  int rank = 0;
+  int64_t bytes = 0;
+};
+
+struct Manifest {
+  std::string tag;
+  int world_size = 1;
+  int zero_stage = 0;
+  std::string model_dtype;
+  std::string optimizer;                    // "AdamW", "Adam", "SGD"
+  std::vector<std::string> optimizer_states;
+  EngineProgress progress;
+  std::vector<std::pair<std::string, Shape>> parameters;  // the model, in order
+  std::vector<CheckpointFile> files;
+  std::map<std::string, CheckpointTensor> tensors;        // "<kind>/<param>"
+
+  static std::string key(const std::string& kind, const std::string& param) { return kind + "/" + param; }
+  int64_t payload_bytes() const;
+  Json to_json() const;
+  // Validates every field; errors name the manifest path and the field.
+  static absl::StatusOr<Manifest> parse(const Json& j, const std::string& path);
+};
+
+// The 128-byte shard header for (rank, world, tag, payload bytes).
+std::string encode_shard_header(int rank, int world, const std::string& tag, int64_t payload_bytes);
+// Checks a header read from `path` against what the manifest says.
+absl::Status check_shard_header(const char* header, const std::string& path, int rank, int world,
+                                const std::string& tag, int64_t payload_bytes);
+
+}  // namespace zero
