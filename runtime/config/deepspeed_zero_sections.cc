@@ -191,8 +191,9 @@ void parse_checkpoint_section(ConfigReader r) {
   if (v != "WARN" && v != "IGNORE" && v != "FAIL" && v != "warn" && v != "ignore" && v != "fail") {
     r.error("tag_validation", cat("\"", v, "\" is not one of \"WARN\", \"IGNORE\", \"FAIL\""));
   }
-  r.refuse_unless("load_universal", false, "checkpoints are not built yet");
-  r.refuse_unless("use_node_local_storage", false, "checkpoints are not built yet");
+  // Every ZeroEngine checkpoint loads at any world size: both values hold.
+  r.get_bool("load_universal", false);
+  r.refuse_unless("use_node_local_storage", false, "ranks share one checkpoint directory");
   ConfigReader pw = r.section("parallel_write");
   pw.refuse_unless("pipeline_stage", false, "there is no pipeline parallelism");
   pw.finish();
