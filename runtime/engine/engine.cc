@@ -65,6 +65,24 @@ absl::Status Engine::init() {
   o.post_reduce_scale = config_.post_reduce_scale;
   ZE_ASSIGN_OR_RETURN(state_, ModelState::create(*model_, o, backend_, *comm_));
   ctx_.set_hooks(state_.get());
+  // activation_checkpointing.number_checkpoints = K: the model's layers in K
+  // contiguous segments of (as) equal (as possible) length, each keeping only
+  // its input (K = number of layers: every layer its own segment).
+  if (const std::optional<int64_t> k = config_.activation_checkpointing.number_checkpoints) {
+    const std::vector<Module*> layers = model_->checkpointable_layers();
+    if (layers.empty()) {
+      return absl::InvalidArgumentError(
+          "activation_checkpointing.number_checkpoints: this model has no checkpointable layers; mark segments with "
+          "Engine::set_checkpoint_segments");
+    }
+    if (*k < 1 || *k > static_cast<int64_t>(layers.size())) {
+      return absl::InvalidArgumentError(cat("activation_checkpointing.number_checkpoints: ", *k,
+                                            " must be between 1 and the model's ", layers.size(), " layers"));
+    }
+    std::vector<std::vector<Module*>> segments(static_cast<size_t>(*k));
+    for (size_t i = 0; i < layers.size(); ++i) segments[i * static_cast<size_t>(*k) / layers.size()].push_back(layers[i]);
+    ctx_.set_checkpoint_segments(std::move(segments));
+  }
   return absl::OkStatus();
 }
 
@@ -112,6 +130,7 @@ absl::Status Engine::backward() {
   state_->begin_backward(is_accumulation_boundary());
   ctx_.backward(*model_, dlogits);
   ZE_CHECK_EQ(ctx_.live_frames(), 0u);
+  timing_.recompute_s += ctx_.take_recompute_seconds();
   absl::Status s = state_->end_backward();
   timing_.backward_s += seconds_since(t0);
   return s;
@@ -185,6 +204,7 @@ absl::StatusOr<StepResult> Engine::step() {
   r.forward_s = timing_.forward_s;
   r.backward_s = timing_.backward_s;
   r.step_s = timing_.step_s;
+  r.recompute_s = timing_.recompute_s;
   r.comm_bytes = comm_->bytes_communicated() - comm_bytes_at_step_start_;
   timing_ = StepResult();
   return r;

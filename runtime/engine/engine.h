@@ -45,6 +45,7 @@ struct StepResult {
   std::string overflow_in;    // first parameters (on this rank) whose gradient held inf/NaN
   // Wall time of this optimizer step's phases, summed over its micro-steps.
   double forward_s = 0, backward_s = 0, step_s = 0;
+  double recompute_s = 0;     // of backward_s: recomputing checkpointed segments
   int64_t comm_bytes = 0;     // bytes this rank sent into collectives during the step
 };
 
@@ -96,6 +97,14 @@ class Engine {
   // is only valid on an accumulation boundary.
   EngineProgress progress() const;
   void restore(const EngineProgress& p);
+
+  // Activation checkpointing by hand (the config's number_checkpoints maps
+  // onto Module::checkpointable_layers instead): each segment a run of
+  // modules called one after another; see Context.
+  void set_checkpoint_segments(std::vector<std::vector<Module*>> segments) {
+    ctx_.set_checkpoint_segments(std::move(segments));
+  }
+  size_t num_checkpoint_segments() const { return ctx_.num_checkpoint_segments(); }
 
   // fp32 master values of a parameter, gathered from every rank's partition.
   // A collective: every rank calls it, in the same order.

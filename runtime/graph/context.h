@@ -7,9 +7,20 @@
 // Frames are kept per module as a stack, so a module may be called several
 // times in one forward; backward must visit calls in reverse order (which the
 // tree structure of forward/backward gives for free).
+//
+// Activation checkpointing: a checkpoint segment is a run of consecutive
+// module calls (e.g. transformer blocks i..j, each called once per forward).
+// In forward, the segment keeps only its input; its modules save nothing.
+// When backward reaches the segment's last module, the context first runs the
+// segment's forward again from that input, this time saving (the engine's
+// hooks run as in any forward, so ZeRO-3 gathers the parameters again through
+// the same path), and then backward proceeds through the recomputed frames.
+// The kernels are deterministic, so the recomputed activations — and hence
+// the gradients — are bitwise those of a run without checkpointing.
 #pragma once
 
 #include <deque>
+#include <vector>
 #include <unordered_map>
 #include <vector>
 
@@ -46,6 +57,13 @@ class Context {
   Tensor forward(Module& m, const Tensor& x);
   Tensor backward(Module& m, const Tensor& dy);
 
+  // Checkpoint segments: each a list of modules called one after another
+  // (the output of one is the input of the next). Replaces earlier segments.
+  void set_checkpoint_segments(std::vector<std::vector<Module*>> segments);
+  size_t num_checkpoint_segments() const { return segments_.size(); }
+  // Seconds spent recomputing segment forwards since the last call (then reset).
+  double take_recompute_seconds();
+
   // ---- for use inside Module::forward / Module::backward
   // Keeps t for this module call's backward (no-op when grad is disabled).
   void save(const Tensor& t);
@@ -66,10 +84,23 @@ class Context {
     std::vector<Tensor> saved;
   };
 
+  struct Segment {
+    std::vector<Module*> modules;
+    Tensor input;             // kept from the forward until the segment's backward is done
+    bool recomputed = false;  // this backward has rebuilt the frames
+  };
+  // Runs the segment's forward again, saving, from its kept input.
+  void recompute(Segment& s);
+
   Backend& backend_;
   DType param_dtype_;
   ModuleHooks* hooks_ = nullptr;
   bool grad_enabled_ = true;
+  std::vector<Segment> segments_;
+  std::unordered_map<const Module*, size_t> first_of_, last_of_;  // module -> segment it starts / ends
+  int no_save_depth_ = 0;  // > 0 inside a checkpointed forward: modules save nothing
+  bool recomputing_ = false;
+  double recompute_seconds_ = 0;
   std::unordered_map<const Module*, std::deque<Frame>> frames_;  // deque: stable frame addresses
   std::vector<Frame*> current_;  // the frame of each module call in progress
 };

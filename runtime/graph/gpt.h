@@ -34,6 +34,9 @@ class Gpt : public Module {
   Tensor forward(Context& ctx, const Tensor& ids) override;
   Tensor backward(Context& ctx, const Tensor& dlogits) override;
   const GptConfig& config() const { return config_; }
+  std::vector<Module*> checkpointable_layers() override {
+    return std::vector<Module*>(blocks_.begin(), blocks_.end());
+  }
 
  private:
   GptConfig config_;

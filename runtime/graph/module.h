@@ -91,6 +91,10 @@ class Module {
   std::vector<Parameter*> parameters() const;
   // Every module of this subtree, depth-first pre-order (this one first).
   std::vector<Module*> modules();
+  // The layers activation checkpointing maps onto, in forward order, each
+  // called once per forward with the previous one's output (a GPT's blocks).
+  // Empty: the model offers none (segments can still be set by hand).
+  virtual std::vector<Module*> checkpointable_layers() { return {}; }
 
  protected:
   Parameter* add_parameter(const std::string& local_name, Shape shape, ParamInit init);

@@ -70,6 +70,14 @@ absl::Status run_training(const RunConfig& c, Backend& backend, Communicator& co
                            c.engine.loss_scaler.hysteresis, c.engine.loss_scaler.min_scale);
   }
   if (!c.engine.scheduler.type.empty()) out << "scheduler: " << c.engine.scheduler.type << "\n";
+  if (engine->num_checkpoint_segments() > 0) {
+    out << "activation checkpointing: " << g.n_layer << " blocks in " << engine->num_checkpoint_segments()
+        << " segments (each keeps its input; backward recomputes it)\n";
+    if (c.engine.activation_checkpointing.cpu_checkpointing) {
+      out << "activation checkpointing: cpu_checkpointing requested; on the CPU backend segment inputs already live "
+             "in host memory\n";
+    }
+  }
   if (c.dump_state) out << "effective config:\n" << format_effective_config(c);
 
   // Resume (checkpoint) or initial weights (safetensors).
@@ -89,7 +97,7 @@ absl::Status run_training(const RunConfig& c, Backend& backend, Communicator& co
   const int64_t first_step = engine->global_step();
 
   ProgressReporter progress(out, c.run.steps, c.steps_per_print, backend.compute_tier(), rss_baseline);
-  progress.set_breakdowns(c.wall_clock_breakdown, c.memory_breakdown);
+  progress.set_breakdowns(c.wall_clock_breakdown || c.engine.activation_checkpointing.profile, c.memory_breakdown);
   if (!c.run.metrics.empty() && comm.rank() == 0) {
     ZE_RETURN_IF_ERROR(progress.open_metrics(c.run.metrics, /*append=*/first_step > 0));
   }
