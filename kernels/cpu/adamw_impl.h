@@ -6,10 +6,20 @@
 //   denom = sqrt(v) / sqrt(1 - b2^t) + eps
 //   if (adamw && wd) p -= lr * wd * p          (decoupled, before the update)
 //   p -= lr / (1 - b1^t) * m / denom
-// One pass reads p, g, m, v and writes p, m, v (+ the 2-byte copy).
+// One pass reads p, g, m, v and writes p, m, v (+ the copy): 28 (30 with a
+// bf16 copy) bytes per parameter, so the kernel is bound by memory, and what
+// decides its speed is how many cache misses the core keeps in flight
+// (bench/adam_bench.cc measures it against an in-place STREAM kernel):
+//  * the loop is specialised on every option (dtypes, decay mode, copy or not)
+//    and runs over a whole range per call with the scalars in registers: a
+//    short loop body lets more iterations, so more misses, overlap;
+//  * a large parameter copy is written with streaming stores: it is output
+//    only, and a normal store first reads the line it overwrites.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/optimizer_hyper.h"
 #include "kernels/cpu/kernel_common_impl.h"
@@ -17,43 +27,139 @@
 namespace zero::cpu {
 namespace {
 
+// The step's scalars, computed once per call.
+struct AdamScalars {
+  float grad_scale, weight_decay, beta1, one_minus_beta1, beta2, one_minus_beta2;
+  float bc2_rsqrt, eps, decay, step_size;
+};
+
+// The same broadcast into W's lanes, once per thread.
+template <class W>
+struct AdamLanes {
+  using F = typename W::F;
+  explicit AdamLanes(const AdamScalars& s)
+      : grad_scale(W::set1(s.grad_scale)), weight_decay(W::set1(s.weight_decay)),
+        beta1(W::set1(s.beta1)), one_minus_beta1(W::set1(s.one_minus_beta1)),
+        beta2(W::set1(s.beta2)), one_minus_beta2(W::set1(s.one_minus_beta2)),
+        bc2_rsqrt(W::set1(s.bc2_rsqrt)), eps(W::set1(s.eps)), decay(W::set1(s.decay)),
+        step_size(W::set1(s.step_size)) {}
+  F grad_scale, weight_decay, beta1, one_minus_beta1, beta2, one_minus_beta2, bc2_rsqrt, eps,
+      decay, step_size;
+};
+
+enum class AdamDecay { kNone, kL2, kDecoupled };
+template <AdamDecay D>
+using DecayTag = std::integral_constant<AdamDecay, D>;
+enum class CopyStore { kNone, kStore, kStream };  // how the parameter copy is written
+
+// Below this many elements the copy is written with normal stores: a small
+// copy may still be in cache when it is read next.
+inline constexpr int64_t kStreamCopyMinElems = int64_t{1} << 16;
+
+template <class W, DType T>
+inline void vstream(void* base, int64_t i, typename W::F x) {
+  if constexpr (T == DType::kF32) {
+    W::stream(static_cast<float*>(base) + i, x);
+  } else if constexpr (T == DType::kBF16) {
+    W::stream_bf16(static_cast<uint16_t*>(base) + i, x);
+  } else {
+    W::stream_f16(static_cast<uint16_t*>(base) + i, x);
+  }
+}
+
+// The update of the W::kWidth elements at i (one lane for W = Scalar).
+template <class W, DType G, DType P, AdamDecay D, CopyStore C>
+inline void adamw_lanes(const AdamLanes<W>& c, float* master, const void* grad, float* m, float* v,
+                        void* param_out, int64_t i) {
+  using F = typename W::F;
+  F p = W::load(master + i);
+  F g = W::mul(vload<W, G>(grad, i), c.grad_scale);
+  if constexpr (D == AdamDecay::kL2) g = W::fmadd(p, c.weight_decay, g);
+  const F mi = W::fmadd(g, c.one_minus_beta1, W::mul(W::load(m + i), c.beta1));
+  const F vi = W::fmadd(W::mul(g, g), c.one_minus_beta2, W::mul(W::load(v + i), c.beta2));
+  const F denom = W::fmadd(W::sqrt(vi), c.bc2_rsqrt, c.eps);
+  if constexpr (D == AdamDecay::kDecoupled) p = W::fmadd(p, c.decay, p);
+  p = W::fmadd(W::div(mi, denom), c.step_size, p);
+  W::store(master + i, p);
+  W::store(m + i, mi);
+  W::store(v + i, vi);
+  if constexpr (C == CopyStore::kStore) vstore<W, P>(param_out, i, p);
+  if constexpr (C == CopyStore::kStream) vstream<W, P>(param_out, i, p);
+}
+
+// Elements [begin, end): full vectors of V, then one-lane tails (the same
+// arithmetic, see simd.h). With stream_copy, the vectors write the copy with
+// streaming stores, after one-lane heads up to the first element whose copy
+// address is aligned for them.
+template <class V, DType G, DType P, AdamDecay D, bool kCopy>
+void adamw_range(const AdamScalars s, float* master, const void* grad, float* m, float* v,
+                 void* param_out, bool stream_copy, int64_t begin, int64_t end) {
+  constexpr CopyStore kStore = kCopy ? CopyStore::kStore : CopyStore::kNone;
+  const AdamLanes<V> cv(s);
+  const AdamLanes<Scalar> c1(s);
+  int64_t i = begin;
+  if constexpr (kCopy) {
+    constexpr int64_t kElemBytes = P == DType::kF32 ? 4 : 2;
+    constexpr int64_t kVectorBytes = V::kWidth * kElemBytes;  // a streaming store's alignment
+    const uintptr_t at = reinterpret_cast<uintptr_t>(param_out) + begin * kElemBytes;
+    if (stream_copy && at % kElemBytes == 0) {
+      const int64_t head = std::min<int64_t>(
+          end, begin + (kVectorBytes - at % kVectorBytes) % kVectorBytes / kElemBytes);
+      for (; i < head; ++i)
+        adamw_lanes<Scalar, G, P, D, kStore>(c1, master, grad, m, v, param_out, i);
+      for (; i + V::kWidth <= end; i += V::kWidth)
+        adamw_lanes<V, G, P, D, CopyStore::kStream>(cv, master, grad, m, v, param_out, i);
+      _mm_sfence();  // streaming stores are weakly ordered
+    }
+  }
+  for (; i + V::kWidth <= end; i += V::kWidth)
+    adamw_lanes<V, G, P, D, kStore>(cv, master, grad, m, v, param_out, i);
+  for (; i < end; ++i) adamw_lanes<Scalar, G, P, D, kStore>(c1, master, grad, m, v, param_out, i);
+}
+
 template <class V>
 void adamw_impl(float* master, const void* grad, DType grad_dtype, float* m, float* v,
                 void* param_out, DType param_dtype, int64_t n, const AdamWHyper& h) {
   const double t = static_cast<double>(h.step);
   const float bc1 = h.bias_correction ? static_cast<float>(1.0 - std::pow(h.beta1, t)) : 1.0f;
-  const float bc2_rsqrt =
+  AdamScalars s;
+  s.grad_scale = h.grad_scale;
+  s.weight_decay = h.weight_decay;
+  s.beta1 = h.beta1;
+  s.one_minus_beta1 = 1.0f - h.beta1;
+  s.beta2 = h.beta2;
+  s.one_minus_beta2 = 1.0f - h.beta2;
+  s.bc2_rsqrt =
       h.bias_correction ? static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(h.beta2, t))) : 1.0f;
-  const float step_size = -h.lr / bc1;
-  const float decay = -h.lr * h.weight_decay;
-  const bool l2 = !h.adamw_mode && h.weight_decay > 0.0f;
-  const bool decoupled = h.adamw_mode && h.weight_decay > 0.0f;
+  s.eps = h.eps;
+  s.decay = -h.lr * h.weight_decay;
+  s.step_size = -h.lr / bc1;
+  const AdamDecay decay = h.weight_decay > 0.0f
+                              ? (h.adamw_mode ? AdamDecay::kDecoupled : AdamDecay::kL2)
+                              : AdamDecay::kNone;
+  const bool stream_copy = param_out != nullptr && n >= kStreamCopyMinElems;
 
+  // Instantiates adamw_range with the run-time options as template arguments.
   with_float_dtype(grad_dtype, [&](auto gtag) {
-    constexpr DType G = decltype(gtag)::value;
-    auto run = [&](auto ptag, bool write_param) {
-      constexpr DType P = decltype(ptag)::value;
-      parallel_lanes<V>(n, [&](auto w, int64_t i) {
-        using W = decltype(w);
-        using F = typename W::F;
-        F p = W::load(master + i);
-        F g = W::mul(vload<W, G>(grad, i), W::set1(h.grad_scale));
-        if (l2) g = W::fmadd(p, W::set1(h.weight_decay), g);
-        F mi = W::fmadd(g, W::set1(1.0f - h.beta1), W::mul(W::load(m + i), W::set1(h.beta1)));
-        F vi = W::fmadd(W::mul(g, g), W::set1(1.0f - h.beta2), W::mul(W::load(v + i), W::set1(h.beta2)));
-        F denom = W::fmadd(W::sqrt(vi), W::set1(bc2_rsqrt), W::set1(h.eps));
-        if (decoupled) p = W::fmadd(p, W::set1(decay), p);
-        p = W::fmadd(W::div(mi, denom), W::set1(step_size), p);
-        W::store(master + i, p);
-        W::store(m + i, mi);
-        W::store(v + i, vi);
-        if (write_param) vstore<W, P>(param_out, i, p);
-      });
+    auto with_copy = [&](auto ptag, auto copy_tag) {
+      auto with_decay = [&](auto decay_tag) {
+        constexpr DType G = decltype(gtag)::value, P = decltype(ptag)::value;
+        constexpr AdamDecay D = decltype(decay_tag)::value;
+        constexpr bool kCopy = decltype(copy_tag)::value;
+        parallel_ranges<V>(n, [&](int64_t begin, int64_t end) {
+          adamw_range<V, G, P, D, kCopy>(s, master, grad, m, v, param_out, stream_copy, begin, end);
+        });
+      };
+      switch (decay) {
+        case AdamDecay::kNone: return with_decay(DecayTag<AdamDecay::kNone>{});
+        case AdamDecay::kL2: return with_decay(DecayTag<AdamDecay::kL2>{});
+        case AdamDecay::kDecoupled: return with_decay(DecayTag<AdamDecay::kDecoupled>{});
+      }
     };
     if (param_out == nullptr) {
-      run(DTypeTag<DType::kF32>{}, false);
+      with_copy(DTypeTag<DType::kF32>{}, std::false_type{});
     } else {
-      with_float_dtype(param_dtype, [&](auto ptag) { run(ptag, true); });
+      with_float_dtype(param_dtype, [&](auto ptag) { with_copy(ptag, std::true_type{}); });
     }
   });
 }

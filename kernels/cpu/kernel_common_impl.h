@@ -65,11 +65,12 @@ inline void for_lanes(int64_t begin, int64_t end, Body& body) {
 inline constexpr int64_t kParallelMinElems = 1 << 15;
 
 // Splits [0, n) into one contiguous range per OpenMP thread, each a multiple
-// of the vector width but the last, and runs body over it with for_lanes.
-template <class V, class Body>
-inline void parallel_lanes(int64_t n, Body body) {
+// of the vector width but the last, and calls fn(begin, end) on each (one
+// call on the calling thread when n is small).
+template <class V, class Fn>
+inline void parallel_ranges(int64_t n, Fn fn) {
   if (n < kParallelMinElems || omp_get_max_threads() == 1) {
-    for_lanes<V>(0, n, body);
+    fn(int64_t{0}, n);
     return;
   }
 #pragma omp parallel
@@ -77,8 +78,14 @@ inline void parallel_lanes(int64_t n, Body body) {
     const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
     const int64_t per = (n / nt) / V::kWidth * V::kWidth;
     const int64_t begin = t * per, end = t == nt - 1 ? n : begin + per;
-    for_lanes<V>(begin, end, body);
+    fn(begin, end);
   }
+}
+
+// parallel_ranges with body(W{}, i) run over each range by for_lanes.
+template <class V, class Body>
+inline void parallel_lanes(int64_t n, Body body) {
+  parallel_ranges<V>(n, [&](int64_t begin, int64_t end) { for_lanes<V>(begin, end, body); });
 }
 
 // Rows [0, rows) split across threads (for row-wise kernels).

@@ -45,19 +45,35 @@ struct Avx512 {
     return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
   }
   static void store_bf16(uint16_t* p, F x) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), bf16_bits(x));
+  }
+  // The 16 bf16 values store_bf16 writes.
+  static __m256i bf16_bits(F x) {
     __m512i u = _mm512_castps_si512(x);
     __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
     __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
     __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
     r = _mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x00400000));  // quiet NaN
     r = _mm512_srli_epi32(r, 16);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(r));
+    return _mm512_cvtepi32_epi16(r);
   }
   static F load_f16(const uint16_t* p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   }
   static void store_f16(uint16_t* p, F x) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                        _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  // Non-temporal (streaming) stores of what store / store_bf16 / store_f16
+  // write, for outputs nobody reads soon: they skip reading the line first.
+  // p must be aligned to the bytes written (64 for fp32, 32 for 16-bit), and
+  // the caller fences (_mm_sfence) before another thread reads the data.
+  static void stream(float* p, F x) { _mm512_stream_ps(p, x); }
+  static void stream_bf16(uint16_t* p, F x) {
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(p), bf16_bits(x));
+  }
+  static void stream_f16(uint16_t* p, F x) {
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(p),
                         _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
   // Lanes that are inf or NaN.
@@ -129,6 +145,10 @@ struct Avx2 {
     return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
   }
   static void store_bf16(uint16_t* p, F x) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), bf16_bits(x));
+  }
+  // The 8 bf16 values store_bf16 writes.
+  static __m128i bf16_bits(F x) {
     __m256i u = _mm256_castps_si256(x);
     __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
     __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
@@ -137,13 +157,22 @@ struct Avx2 {
     r = _mm256_blendv_epi8(r, qnan, nan);
     r = _mm256_srli_epi32(r, 16);
     __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
+    return _mm256_castsi256_si128(packed);
   }
   static F load_f16(const uint16_t* p) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   }
   static void store_f16(uint16_t* p, F x) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
+                     _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  // Streaming stores, as in Avx512 (p aligned to 32 bytes for fp32, 16 for 16-bit).
+  static void stream(float* p, F x) { _mm256_stream_ps(p, x); }
+  static void stream_bf16(uint16_t* p, F x) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(p), bf16_bits(x));
+  }
+  static void stream_f16(uint16_t* p, F x) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(p),
                      _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
   static int count_nonfinite(F x) {

@@ -38,6 +38,7 @@ std::string dir_for(const std::string& name) {
     if (c == '/') c = '_';  // parameterised names contain '/'
   const std::string d = ::testing::TempDir() + "/" + test + "." + name;
   fs::remove_all(d);
+  fs::remove(d + ".jsonl");  // resumed runs append to their metrics file
   return d;
 }
 
