@@ -164,23 +164,30 @@ TEST(CheckpointMpiTest, KilledAtAnyMomentLeavesALoadableLatest) {
   // A model whose checkpoint (~38 MB) takes a while to write, saved every step.
   const std::string args = " --set model.d_model=256 --set model.n_layer=4 --steps 400 --save-every 1 --keep 2 --save-dir " +
                            dir + " --resume auto";
-  const std::string cmd = train_cmd(1, args);
+  // exec: the pid killed is zero-train itself.
+  const std::string cmd = "cd " + std::string(ZE_SOURCE_DIR) + " && exec " + ZE_TRAIN_BIN +
+                          " --config configs/small-gpt.json --config configs/ds/fp32-adamw.json" + args +
+                          " > /dev/null 2>&1";
   for (int attempt = 0; attempt < 6; ++attempt) {
     const pid_t pid = fork();
     if (pid == 0) {
-      execl("/bin/sh", "sh", "-c", ("exec " + cmd.substr(cmd.find("&& ") + 3) + " > /dev/null 2>&1").c_str(),
-            static_cast<char*>(nullptr));
+      execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
       _exit(127);
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(700 + 137 * attempt));
+    // Let it reach its step-and-save cycle (a first checkpoint exists), then
+    // kill it at a moment that moves through the cycle from attempt to attempt.
+    const std::string before = fs::exists(dir + "/latest") ? file_bytes(dir + "/latest") : "";
+    for (int i = 0; i < 600 && (!fs::exists(dir + "/latest") || file_bytes(dir + "/latest") == before); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(53 + 97 * attempt));
     kill(pid, SIGKILL);
     waitpid(pid, nullptr, 0);
-    if (!fs::exists(dir + "/latest")) continue;  // killed before the first save finished
+    ASSERT_TRUE(fs::exists(dir + "/latest")) << "no checkpoint within 60 s";
     const auto inspect = run_command(std::string(ZE_CKPT_BIN) + " inspect " + dir);
     EXPECT_EQ(inspect.exit_code, 0) << "after kill " << attempt << ":\n" << inspect.output;
     EXPECT_NE(inspect.output.find("segments OK"), std::string::npos) << inspect.output;
   }
-  ASSERT_TRUE(fs::exists(dir + "/latest")) << "no save completed in 6 attempts";
   // And the run resumes from it.
   const auto r = run_command(train_cmd(1, " --set model.d_model=256 --set model.n_layer=4 --save-dir " + dir +
                                               " --resume auto --steps 1"));
