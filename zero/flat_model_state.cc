@@ -116,12 +116,13 @@ void FlatModelState::launch(size_t b) {
     const int64_t first = std::max(bucket.begin, part_begin());
     f.bucket = buf;
     f.partition_offset = first - part_begin();
-    if (options_.zero.reduce_scatter) {
+    // One rank, or reduce_scatter: false: (all-)reduce the bucket in place and
+    // keep this rank's part (on one rank the bucket is the part: no copy).
+    if (options_.zero.reduce_scatter && comm_.world_size() > 1) {
       f.recv = backend_.empty({std::max<int64_t>(mine, 1)}, options_.grad_dtype, MemCategory::kCommBuffers);
       f.recv = f.recv.slice(0, {mine});
       f.handle = comm_.reduce_scatter_async(buf.data(), f.recv.data(), counts, options_.grad_dtype);
     } else {
-      // reduce_scatter: false: all-reduce the bucket and keep this rank's part.
       f.recv = buf.slice(mine > 0 ? first - bucket.begin : 0, {mine});
       f.handle = comm_.all_reduce_async(buf.data(), buf.numel(), options_.grad_dtype, ReduceOp::kSum);
     }

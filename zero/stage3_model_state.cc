@@ -89,12 +89,13 @@ void Stage3ModelState::reduce(Parameter& p) {
   f.full_grad = std::move(full_grads_.at(&p));
   full_grads_.erase(&p);
   f.shard_offset = part.shard_offset;
-  if (options_.zero.reduce_scatter) {
+  if (options_.zero.reduce_scatter && world > 1) {
     f.recv = backend_.empty({part.chunk}, options_.grad_dtype, MemCategory::kCommBuffers);
     f.handle = comm_.reduce_scatter_async(f.full_grad.data(), f.recv.data(), std::vector<int64_t>(world, part.chunk),
                                           options_.grad_dtype);
   } else {
-    // reduce_scatter: false: all-reduce the full gradient and keep this rank's chunk.
+    // One rank, or reduce_scatter: false: all-reduce the full gradient in
+    // place and keep this rank's chunk (on one rank: no copy).
     f.recv = f.full_grad.slice(comm_.rank() * part.chunk, {part.chunk});
     f.handle = comm_.all_reduce_async(f.full_grad.data(), f.full_grad.numel(), options_.grad_dtype, ReduceOp::kSum);
   }
