@@ -32,26 +32,21 @@ absl::Status FlatModelState::init() {
   const int64_t grad_elems = stage() == 2 ? part_ : n;
   ZE_ASSIGN_OR_RETURN(grads_, alloc(grad_elems, options_.grad_dtype, MemCategory::kGradients));
   backend_.ops().fill(grads_, 0.0f);
-  const bool master_is_params = stage() == 0 && options_.param_dtype == DType::kF32;
-  if (master_is_params) {
-    master_ = params_;
-  } else {
-    ZE_ASSIGN_OR_RETURN(master_, alloc(part_, DType::kF32, MemCategory::kOptimizerState));
-  }
+  master_is_params_ = stage() == 0 && options_.param_dtype == DType::kF32;
   backend_.ops().fill(params_, 0.0f);  // padding
-  if (!master_is_params) backend_.ops().fill(master_, 0.0f);
+  ZE_RETURN_IF_ERROR(init_optimizer_state(part_, master_is_params_ ? params_ : Tensor()));
 
   // Full parameters on every rank; the master partition from the same values.
   const int64_t lo = part_begin(), hi = lo + part_;
   for (const FlatSegment& seg : layout_.segments()) {
     const std::vector<float> v = initial_values(*seg.param, options_.seed, 0, seg.param->numel());
     upload_fp32(backend_, v, layout_.param_view(params_, seg));
-    if (master_is_params) continue;
+    if (master_is_params_) continue;
     const int64_t a = std::max(lo, seg.offset), b = std::min(hi, seg.offset + seg.param->numel());
     if (a >= b) continue;
-    upload_fp32(backend_, std::vector<float>(v.begin() + (a - seg.offset), v.begin() + (b - seg.offset)),
-                master_.slice(a - lo, {b - a}));
+    ZE_RETURN_IF_ERROR(store_->write(0, a - lo, absl::MakeConstSpan(v).subspan(a - seg.offset, b - a)));
   }
+  ZE_RETURN_IF_ERROR(store_->flush());
   for (const FlatSegment& seg : layout_.segments()) {
     seg.param->data = layout_.param_view(params_, seg);
     seg.param->grad = stage() == 2 ? Tensor() : layout_.param_view(grads_, seg);
@@ -62,7 +57,6 @@ absl::Status FlatModelState::init() {
     for (Parameter* p : buckets_[b].params) bucket_of_[p] = b;
   uses_ = count_parameter_uses(model_);
   bucket_buffers_.resize(buckets_.size());
-  ZE_ASSIGN_OR_RETURN(optimizer_, make_optimizer(options_.optimizer, part_, backend_));
   return absl::OkStatus();
 }
 
@@ -198,12 +192,9 @@ std::string FlatModelState::nonfinite_gradient_names() {
 
 absl::Status FlatModelState::apply_step(const Optimizer::StepArgs& args) {
   const int64_t lo = part_begin();
-  if (stage() == 0) {
-    step_sub_groups(master_, grads_, master_.data() == params_.data() ? Tensor() : params_, args);
-    return absl::OkStatus();
-  }
+  if (stage() == 0) return step_sub_groups(grads_, master_is_params_ ? Tensor() : params_, args);
   const Tensor grads = stage() == 1 ? grads_.slice(lo, {part_}) : grads_;
-  step_sub_groups(master_, grads, params_.slice(lo, {part_}), args);
+  ZE_RETURN_IF_ERROR(step_sub_groups(grads, params_.slice(lo, {part_}), args));
   return all_gather_parameters();
 }
 
@@ -251,20 +242,17 @@ std::vector<StateRange> FlatModelState::written_ranges(int rank) const {
 }
 
 absl::Status FlatModelState::refresh_parameters() {
-  if (master_.data() == params_.data()) return absl::OkStatus();
-  if (stage() == 0) {
-    backend_.ops().cast(master_, params_);
-    return absl::OkStatus();
-  }
-  backend_.ops().cast(master_, params_.slice(part_begin(), {part_}));
+  if (master_is_params_) return absl::OkStatus();
+  if (stage() == 0) return cast_master_into(params_);
+  ZE_RETURN_IF_ERROR(cast_master_into(params_.slice(part_begin(), {part_})));
   return all_gather_parameters();
 }
 
 absl::StatusOr<std::vector<float>> FlatModelState::gather_master(const Parameter& p) {
   const FlatSegment& seg = layout_.segments().at(p.index());
-  if (stage() == 0) return download_fp32(backend_, layout_.param_view(master_, seg).view({p.numel()}));
+  if (stage() == 0) return store_->read(0, seg.offset, p.numel());
   Tensor full = backend_.zeros({layout_.numel()}, DType::kF32, MemCategory::kWorkspace);
-  backend_.copy(full.slice(part_begin(), {part_}), master_);
+  ZE_RETURN_IF_ERROR(copy_master(0, full.slice(part_begin(), {part_})));
   ZE_RETURN_IF_ERROR(comm_.all_gather(full.data(), part_, part_, DType::kF32));
   return download_fp32(backend_, full.slice(seg.offset, {p.numel()}));
 }

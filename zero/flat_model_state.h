@@ -63,6 +63,7 @@ class FlatModelState final : public ModelState {
   int64_t part_ = 0;  // partition size (stages 1, 2)
   Tensor params_;     // full, model dtype
   Tensor grads_;      // stages 0/1: full; stage 2: this rank's partition
+  bool master_is_params_ = false;  // stage 0 in fp32: the parameters are the master weights
 
   std::vector<GradBucket> buckets_;
   std::vector<Tensor> bucket_buffers_;  // stage 2, live during a backward

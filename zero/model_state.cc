@@ -7,6 +7,7 @@
 #include "runtime/base/strings.h"
 #include "zero/flat_model_state.h"
 #include "zero/stage3_model_state.h"
+#include "zero/state_buffers.h"
 
 namespace zero {
 
@@ -24,15 +25,39 @@ absl::StatusOr<std::unique_ptr<ModelState>> ModelState::create(Module& model, co
   return std::unique_ptr<ModelState>(std::move(s));
 }
 
-void ModelState::step_sub_groups(const Tensor& master, const Tensor& grads, const Tensor& param_out,
-                                 const Optimizer::StepArgs& args) {
-  const int64_t n = master.numel();
-  const int64_t group = std::max<int64_t>(1, std::min(options_.zero.sub_group_size, n));
-  for (int64_t o = 0; o < n; o += group) {
-    const Shape s{std::min(group, n - o)};
-    optimizer_->step(master.slice(o, s), grads.slice(o, s), param_out.defined() ? param_out.slice(o, s) : Tensor(),
-                     args, o);
-  }
+absl::Status ModelState::init_optimizer_state(int64_t numel, Tensor master) {
+  ZE_ASSIGN_OR_RETURN(optimizer_, make_optimizer(options_.optimizer, backend_));
+  StateStoreOptions so;
+  so.zero = options_.zero;
+  so.aio = options_.aio;
+  so.rank = comm_.rank();
+  ZE_ASSIGN_OR_RETURN(store_, make_state_store(backend_, numel, optimizer_->state_names(), so, std::move(master)));
+  return absl::OkStatus();
+}
+
+absl::Status ModelState::step_sub_groups(const Tensor& grads, const Tensor& param_out,
+                                         const Optimizer::StepArgs& args) {
+  return store_->for_each(
+      [&](int64_t offset, absl::Span<const Tensor> arrays) {
+        const Shape s{arrays[0].numel()};
+        optimizer_->step(arrays[0], grads.slice(offset, s), arrays.subspan(1),
+                         param_out.defined() ? param_out.slice(offset, s) : Tensor(), args);
+      },
+      /*write_back=*/true);
+}
+
+absl::Status ModelState::cast_master_into(const Tensor& param_out) {
+  return store_->for_each(
+      [&](int64_t offset, absl::Span<const Tensor> arrays) {
+        backend_.ops().cast(arrays[0], param_out.slice(offset, {arrays[0].numel()}));
+      },
+      /*write_back=*/false);
+}
+
+absl::Status ModelState::copy_master(int64_t offset, const Tensor& dst) {
+  ZE_ASSIGN_OR_RETURN(std::vector<float> v, store_->read(0, offset, dst.numel()));
+  upload_fp32(backend_, v, dst);
+  return absl::OkStatus();
 }
 
 }  // namespace zero

@@ -31,12 +31,15 @@
 #include "runtime/comm/communicator.h"
 #include "runtime/engine/optimizer.h"
 #include "runtime/graph/context.h"
+#include "offload/aio_config.h"
+#include "zero/optimizer_state_store.h"
 #include "zero/zero_config.h"
 
 namespace zero {
 
 struct ModelStateOptions {
   ZeroConfig zero;
+  AioConfig aio;  // NVMe offload's I/O engine
   DType param_dtype = DType::kF32;
   DType grad_dtype = DType::kF32;
   OptimizerConfig optimizer;
@@ -82,11 +85,6 @@ class ModelState : public ModuleHooks {
   // One optimizer update of this rank's partition, then the all-gather (or
   // re-gather of persistent parameters) that makes parameters consistent.
   virtual absl::Status apply_step(const Optimizer::StepArgs& args) = 0;
-  // Runs the optimizer over this rank's partition in sub-groups of
-  // sub_group_size elements (DeepSpeed's unit of optimizer work; with NVMe
-  // offload, of swapping).
-  void step_sub_groups(const Tensor& master, const Tensor& grads, const Tensor& param_out,
-                       const Optimizer::StepArgs& args);
   virtual void zero_grads() = 0;
 
   // ---- checkpoints
@@ -96,9 +94,9 @@ class ModelState : public ModuleHooks {
   // The ranges rank `rank` writes to a checkpoint: a disjoint cover of every
   // parameter across ranks (its partition, or at stage 0 an even split).
   virtual std::vector<StateRange> written_ranges(int rank) const = 0;
-  // This rank's fp32 master buffer and optimizer-state buffers (same layout).
-  const Tensor& master_buffer() const { return master_; }
-  std::vector<std::pair<std::string, Tensor>> optimizer_buffers() const { return optimizer_->state(); }
+  // This rank's fp32 master weights and optimizer state ("master", then the
+  // optimizer's states), indexed by the offsets of held_ranges().
+  OptimizerStateStore& state_store() { return *store_; }
   std::string_view optimizer_name() const { return optimizer_->name(); }
   // After the master weights changed underneath (a checkpoint load):
   // parameters := cast(master) on every rank (a collective).
@@ -115,11 +113,24 @@ class ModelState : public ModuleHooks {
   ModelState(const ModelStateOptions& options, Backend& backend, Communicator& comm)
       : options_(options), backend_(backend), comm_(comm) {}
 
+  // Builds the optimizer and the store of `numel` master elements (adopting
+  // `master` as the master weights when it is defined).
+  absl::Status init_optimizer_state(int64_t numel, Tensor master = Tensor());
+  // Runs the optimizer over the store, sub-group by sub-group, reading the
+  // gradients and writing the model-dtype weights (when param_out is
+  // defined) at the same offsets.
+  absl::Status step_sub_groups(const Tensor& grads, const Tensor& param_out, const Optimizer::StepArgs& args);
+  // param_out := cast(master), over the whole store.
+  absl::Status cast_master_into(const Tensor& param_out);
+  // Elements [offset, offset + count) of the master weights into `dst` (any
+  // tier); a helper of gather_master.
+  absl::Status copy_master(int64_t offset, const Tensor& dst);
+
   ModelStateOptions options_;
   Backend& backend_;
   Communicator& comm_;
   std::unique_ptr<Optimizer> optimizer_;
-  Tensor master_;  // fp32 master weights this rank holds (the parameters themselves at stage 0 in fp32)
+  std::unique_ptr<OptimizerStateStore> store_;
   int64_t num_parameters_ = 0;
 };
 

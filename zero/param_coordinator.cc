@@ -8,6 +8,24 @@
 
 namespace zero {
 
+Stage3Partitions plan_stage3_partitions(const std::vector<Parameter*>& params, int world, const ZeroConfig& config) {
+  Stage3Partitions out;
+  int64_t persistent_total = 0;
+  for (Parameter* p : params) {
+    ParamPartition part;
+    part.chunk = (p->numel() + world - 1) / world;
+    part.shard_offset = out.shard_elems;
+    if (p->numel() <= config.param_persistence_threshold &&
+        persistent_total + p->numel() <= config.model_persistence_threshold) {
+      part.persistent = true;
+      persistent_total += p->numel();
+    }
+    out.shard_elems += part.chunk;
+    out.parts[p] = part;
+  }
+  return out;
+}
+
 ParamCoordinator::ParamCoordinator(const ZeroConfig& config, Backend& backend, Communicator& comm, DType dtype)
     : config_(config), backend_(backend), comm_(comm), dtype_(dtype) {}
 

@@ -34,6 +34,18 @@ struct ParamPartition {
   bool persistent = false;
 };
 
+// DeepSpeed's stage-3 partitioning of `params` (in model order) over `world`
+// ranks: each parameter padded to a multiple of world, chunk = ceil(numel /
+// world), the chunks packed in order into this rank's shard buffers; a
+// parameter of at most param_persistence_threshold elements persists, up to
+// model_persistence_threshold elements in total. The stage-3 model state and
+// the memory planner both partition through this.
+struct Stage3Partitions {
+  std::unordered_map<const Parameter*, ParamPartition> parts;
+  int64_t shard_elems = 0;  // sum of the chunks
+};
+Stage3Partitions plan_stage3_partitions(const std::vector<Parameter*>& params, int world, const ZeroConfig& config);
+
 class ParamCoordinator {
  public:
   ParamCoordinator(const ZeroConfig& config, Backend& backend, Communicator& comm, DType dtype);

@@ -39,22 +39,22 @@ absl::Status Stage3ModelState::init() {
   };
   ZE_ASSIGN_OR_RETURN(param_shard_, alloc(options_.param_dtype, MemCategory::kParameters));
   ZE_ASSIGN_OR_RETURN(grad_shard_, alloc(options_.grad_dtype, MemCategory::kGradients));
-  ZE_ASSIGN_OR_RETURN(master_, alloc(DType::kF32, MemCategory::kOptimizerState));
   backend_.ops().fill(grad_shard_, 0.0f);
+  ZE_RETURN_IF_ERROR(init_optimizer_state(shard_elems_));
   // Each rank initialises only its chunk of each parameter; the padding is 0.
   for (Parameter* p : params_) {
     const ParamPartition& part = parts_.at(p);
     const int64_t lo = std::min(p->numel(), rank * part.chunk), hi = std::min(p->numel(), lo + part.chunk);
     std::vector<float> v = initial_values(*p, options_.seed, lo, hi);
     v.resize(static_cast<size_t>(part.chunk), 0.0f);
-    upload_fp32(backend_, v, master_.slice(part.shard_offset, {part.chunk}));
+    ZE_RETURN_IF_ERROR(store_->write(0, part.shard_offset, v));
   }
-  backend_.ops().cast(master_, param_shard_);
+  ZE_RETURN_IF_ERROR(store_->flush());
+  ZE_RETURN_IF_ERROR(cast_master_into(param_shard_));
   coordinator_ = std::make_unique<ParamCoordinator>(options_.zero, backend_, comm_, options_.param_dtype);
   coordinator_->set_partitions(param_shard_, parts_);
   ZE_RETURN_IF_ERROR(coordinator_->gather_persistent());
   uses_ = count_parameter_uses(model_);
-  ZE_ASSIGN_OR_RETURN(optimizer_, make_optimizer(options_.optimizer, shard_elems_, backend_));
   return absl::OkStatus();
 }
 
@@ -150,7 +150,7 @@ absl::Status Stage3ModelState::apply_step(const Optimizer::StepArgs& args) {
   // Gathered copies go stale with the update: release them, update the
   // shards, then re-gather the persistent parameters.
   ZE_RETURN_IF_ERROR(coordinator_->release_all());
-  step_sub_groups(master_, grad_shard_, param_shard_, args);
+  ZE_RETURN_IF_ERROR(step_sub_groups(grad_shard_, param_shard_, args));
   return coordinator_->gather_persistent();
 }
 
@@ -165,7 +165,7 @@ std::vector<StateRange> Stage3ModelState::written_ranges(int rank) const {
 }
 
 absl::Status Stage3ModelState::refresh_parameters() {
-  backend_.ops().cast(master_, param_shard_);
+  ZE_RETURN_IF_ERROR(cast_master_into(param_shard_));
   ZE_RETURN_IF_ERROR(coordinator_->release_all());
   return coordinator_->gather_persistent();
 }
@@ -174,7 +174,7 @@ absl::StatusOr<std::vector<float>> Stage3ModelState::gather_master(const Paramet
   const ParamPartition& part = parts_.at(&p);
   const int world = comm_.world_size();
   Tensor full = backend_.empty({world * part.chunk}, DType::kF32, MemCategory::kWorkspace);
-  backend_.copy(full.slice(comm_.rank() * part.chunk, {part.chunk}), master_.slice(part.shard_offset, {part.chunk}));
+  ZE_RETURN_IF_ERROR(copy_master(part.shard_offset, full.slice(comm_.rank() * part.chunk, {part.chunk})));
   ZE_RETURN_IF_ERROR(comm_.all_gather(full.data(), part.chunk, part.chunk, DType::kF32));
   return download_fp32(backend_, full.slice(0, {p.numel()}));
 }

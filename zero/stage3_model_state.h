@@ -44,14 +44,15 @@ class Stage3ModelState final : public ModelState {
 
   // This rank's chunk of one parameter in each partitioned buffer (views; the
   // last rank's chunk ends in padding).
+  // shard_offset: where the chunk starts in the master weights (state_store()).
   struct Chunks {
-    Tensor param, grad, master;
+    Tensor param, grad;
+    int64_t shard_offset;
   };
   Chunks chunks_of(const Parameter& p) const {
     const ParamPartition& part = parts_.at(&p);
     const Shape s{part.chunk};
-    return {param_shard_.slice(part.shard_offset, s), grad_shard_.slice(part.shard_offset, s),
-            master_.slice(part.shard_offset, s)};
+    return {param_shard_.slice(part.shard_offset, s), grad_shard_.slice(part.shard_offset, s), part.shard_offset};
   }
 
  private:

@@ -5,7 +5,7 @@
 
 namespace zero {
 
-void upload_fp32(Backend& backend, const std::vector<float>& host, const Tensor& dst) {
+void upload_fp32(Backend& backend, absl::Span<const float> host, const Tensor& dst) {
   ZE_CHECK_EQ(static_cast<int64_t>(host.size()), dst.numel());
   if (dst.numel() == 0) return;
   const Tensor src = Tensor::wrap(const_cast<float*>(host.data()), {dst.numel()}, DType::kF32, Tier::kHost);

@@ -8,6 +8,7 @@
 
 #include <vector>
 
+#include "absl/types/span.h"
 #include "runtime/backend/backend.h"
 #include "runtime/graph/module.h"
 
@@ -15,7 +16,7 @@ namespace zero {
 
 // Converts host fp32 values into dst (any float dtype, any tier of backend),
 // through a tracked staging buffer when dst is not host memory.
-void upload_fp32(Backend& backend, const std::vector<float>& host, const Tensor& dst);
+void upload_fp32(Backend& backend, absl::Span<const float> host, const Tensor& dst);
 
 // Elements [begin, end) of p's initial values.
 std::vector<float> initial_values(const Parameter& p, uint64_t seed, int64_t begin, int64_t end);

@@ -141,19 +141,17 @@ class ShardFiles {
 absl::Status load_local(Engine& engine, const Manifest& m, const std::string& tag_dir) {
   ModelState& state = engine.state();
   ZE_RETURN_IF_ERROR(check_model(m, engine.model(), tag_dir));
-  std::map<std::string, Tensor> buffers{{"master", state.master_buffer()}};
-  std::vector<std::string> live_states;
-  for (const auto& [name, t] : state.optimizer_buffers()) {
-    buffers[name] = t;
-    live_states.push_back(name);
-  }
+  OptimizerStateStore& store = state.state_store();
+  const std::vector<std::string>& kinds = store.names();  // "master", then the optimizer's
+  const std::vector<std::string> live_states(kinds.begin() + 1, kinds.end());
   if (live_states != m.optimizer_states) {
     return absl::FailedPreconditionError(cat("checkpoint ", tag_dir, " holds ", m.optimizer, " state (",
                                              m.optimizer_states.size(), " tensors per parameter); the configured ",
                                              state.optimizer_name(), " needs ", live_states.size()));
   }
   ShardFiles files(m, tag_dir);
-  for (const auto& [kind, buf] : buffers) {
+  for (int index = 0; index < static_cast<int>(kinds.size()); ++index) {
+    const std::string& kind = kinds[index];
     for (const StateRange& r : state.held_ranges()) {
       const std::string key = Manifest::key(kind, r.param->name());
       auto it = m.tensors.find(key);
@@ -166,16 +164,13 @@ absl::Status load_local(Engine& engine, const Manifest& m, const std::string& ta
         // rank holds is copied into its buffer.
         ZE_RETURN_IF_ERROR(read_segment(*f, seg, key, [&](const float* data, int64_t first, int64_t n) {
           const int64_t lo = std::max(first, a), hi = std::min(first + n, b);
-          if (lo < hi) {
-            upload_fp32(engine.backend(), std::vector<float>(data + (lo - first), data + (hi - first)),
-                        buf.slice(r.offset + (lo - r.begin), {hi - lo}));
-          }
-          return absl::OkStatus();
+          if (lo >= hi) return absl::OkStatus();
+          return store.write(index, r.offset + (lo - r.begin), absl::MakeConstSpan(data + (lo - first), hi - lo));
         }));
       }
     }
   }
-  return absl::OkStatus();
+  return store.flush();
 }
 
 }  // namespace

@@ -40,8 +40,7 @@ std::vector<PlannedSegment> plan(const ModelState& state, const std::vector<std:
 }
 
 // Writes this rank's shard; returns the CRC of each planned segment.
-absl::StatusOr<std::vector<uint32_t>> write_shard(Engine& engine, const std::vector<PlannedSegment>& segs,
-                                                  const std::map<std::string, Tensor>& buffers,
+absl::StatusOr<std::vector<uint32_t>> write_shard(OptimizerStateStore& store, const std::vector<PlannedSegment>& segs,
                                                   const std::string& path, int rank, int world,
                                                   const std::string& tag) {
   const int64_t payload = segs.empty() ? 0 : segs.back().offset + (segs.back().range.end - segs.back().range.begin) * 4 - kShardHeaderBytes;
@@ -51,12 +50,13 @@ absl::StatusOr<std::vector<uint32_t>> write_shard(Engine& engine, const std::vec
   ZE_RETURN_IF_ERROR(w.write(header.data(), header.size()));
   std::vector<uint32_t> crcs;
   constexpr int64_t kChunk = 2 << 20;  // elements staged at a time
+  const std::vector<std::string>& kinds = store.names();
   for (const PlannedSegment& s : segs) {
-    const Tensor& buf = buffers.at(s.kind);
+    const int index = static_cast<int>(std::find(kinds.begin(), kinds.end(), s.kind) - kinds.begin());
     uint32_t crc = 0;
     for (int64_t e = 0; e < s.range.end - s.range.begin; e += kChunk) {
       const int64_t n = std::min(kChunk, s.range.end - s.range.begin - e);
-      const std::vector<float> host = download_fp32(engine.backend(), buf.slice(s.range.offset + e, {n}));
+      ZE_ASSIGN_OR_RETURN(const std::vector<float> host, store.read(index, s.range.offset + e, n));
       crc = crc32c(host.data(), host.size() * 4, crc);
       ZE_RETURN_IF_ERROR(w.write(host.data(), host.size() * 4));
     }
@@ -100,15 +100,10 @@ absl::StatusOr<std::string> save_checkpoint(Engine& engine, const SaveOptions& o
   ZE_RETURN_IF_ERROR(agree(prepared, "to prepare the checkpoint directory"));
 
   // 2. every rank writes its shard.
-  std::vector<std::string> kinds = {"master"};
-  std::map<std::string, Tensor> buffers{{"master", state.master_buffer()}};
-  for (const auto& [name, t] : state.optimizer_buffers()) {
-    kinds.push_back(name);
-    buffers[name] = t;
-  }
+  const std::vector<std::string> kinds = state.state_store().names();  // "master", then the optimizer's
   const std::vector<PlannedSegment> mine = plan(state, kinds, rank);
   absl::StatusOr<std::vector<uint32_t>> crcs =
-      write_shard(engine, mine, buffers, partial + "/" + shard_name(rank), rank, world, tag);
+      write_shard(state.state_store(), mine, partial + "/" + shard_name(rank), rank, world, tag);
   absl::Status written = agree(crcs.status(), "to write its shard");
   if (!written.ok()) {
     if (rank == 0) (void)remove_tree(partial);  // the previous checkpoint stays as it was

@@ -148,10 +148,9 @@ absl::Status load_safetensors_weights(Engine& engine, const std::string& path) {
       const DType src = dt == "F32" ? DType::kF32 : dt == "BF16" ? DType::kBF16 : DType::kF16;
       for (int64_t i = 0; i < n; ++i) v[i] = load_as_float(raw.data(), src, static_cast<size_t>(i));
       if (conv1d && is_gpt2_conv1d_weight(name) && want.size() == 2) v = transposed(v, want[0], want[1]);
-      upload_fp32(engine.backend(), std::vector<float>(v.begin() + r.begin, v.begin() + r.end),
-                  state.master_buffer().slice(r.offset, {r.end - r.begin}));
+      ZE_RETURN_IF_ERROR(state.state_store().write(0, r.offset, absl::MakeConstSpan(v).subspan(r.begin, r.end - r.begin)));
     }
-    return absl::OkStatus();
+    return state.state_store().flush();
   }();
   ZE_ASSIGN_OR_RETURN(double failed, engine.comm().all_reduce_max(local.ok() ? 0.0 : 1.0));
   if (!local.ok()) return local;

@@ -51,6 +51,7 @@ void parse_run(ConfigReader r, RunSection& run, uint64_t& seed) {
     r.error("init_from", "and run.resume both set: a resumed run takes its weights from the checkpoint");
   }
   seed = static_cast<uint64_t>(r.get_int("seed", static_cast<int64_t>(seed), 0));
+  run.backend = r.get_choice("backend", run.backend, {"cpu", "cuda"});
   r.finish();
 }
 
@@ -197,7 +198,7 @@ absl::StatusOr<RunConfig> parse_run_config(const Json& config, const ConfigOptio
   } else {
     out.engine.pre_divide = world;
   }
-  parse_aio_section(root.section("aio"), out.aio);
+  parse_aio_section(root.section("aio"), out.engine.aio);
   parse_activation_checkpointing_section(root.section("activation_checkpointing"),
                                          out.engine.activation_checkpointing);
   parse_checkpoint_section(root.section("checkpoint"));

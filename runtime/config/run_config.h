@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "offload/aio_config.h"
 #include "runtime/config/json_file.h"
 #include "runtime/engine/engine_config.h"
 #include "runtime/graph/gpt.h"
@@ -37,6 +36,7 @@ struct RunSection {
   int64_t keep = 0;       // keep the newest N checkpoints (0: all)
   std::string resume;     // a checkpoint directory, or "auto" (save_dir's newest if any)
   std::string init_from;  // a safetensors file to initialise the weights from
+  std::string backend = "cpu";  // where ops run: "cpu" or "cuda" (one GPU per rank: the node-local rank's)
 };
 
 struct RunConfig {
@@ -44,7 +44,6 @@ struct RunConfig {
   DataSection data;
   RunSection run;
   EngineConfig engine;
-  AioConfig aio;
   int world_size = 1;
   int64_t train_batch_size = 0;  // global: micro x accumulation x world
   int64_t steps_per_print = 10;  // DeepSpeed's default is None (no progress log); ours prints every 10

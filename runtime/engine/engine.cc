@@ -58,6 +58,7 @@ Engine::~Engine() {
 absl::Status Engine::init() {
   ModelStateOptions o;
   o.zero = config_.zero;
+  o.aio = config_.aio;
   o.param_dtype = config_.param_dtype;
   o.grad_dtype = config_.gradient_dtype();
   o.optimizer = config_.optimizer;

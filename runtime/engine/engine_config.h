@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "offload/aio_config.h"
 #include "runtime/core/dtype.h"
 #include "runtime/engine/loss_scaler.h"
 #include "runtime/engine/lr_scheduler.h"
@@ -48,6 +49,8 @@ struct EngineConfig {
   bool check_grad_overflow = false;
 
   ZeroConfig zero;
+  // "aio": the io_uring engine behind NVMe offload.
+  AioConfig aio;
   // DeepSpeed's pre- and post-communication gradient division: gradients are
   // divided by pre_divide before reduction (the data-parallel size, or
   // gradient_predivide_factor with prescale_gradients) and multiplied by

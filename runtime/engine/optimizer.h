@@ -1,7 +1,11 @@
 // Optimizers over a flat fp32 master buffer (the whole model at stage 0, this
-// rank's shard under ZeRO). Each owns its state tensors (tracked as optimizer
-// state) sized to the buffer it was built for, and runs as one fused kernel
-// per step: update, then write the model-dtype copy of the new weights.
+// rank's shard under ZeRO). An optimizer names the fp32 state arrays it needs
+// beside the master weights (Adam: exp_avg, exp_avg_sq) but does not own
+// them: the model state's store keeps them in memory or streams them through
+// NVMe (zero/optimizer_state_store.h) and hands each step a slice of master
+// and states. A step is one fused kernel: update, then write the model-dtype
+// copy of the new weights. Every optimizer here is elementwise, so a buffer
+// may be updated in pieces with bitwise the same result.
 #pragma once
 
 #include <memory>
@@ -11,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "runtime/backend/backend.h"
 
 namespace zero {
@@ -42,24 +47,22 @@ class Optimizer {
     std::optional<std::pair<float, float>> betas;
   };
 
-  // One update of master (fp32) from grad (model or fp32 dtype), which are
-  // elements [offset, offset + numel) of what the optimizer was built for
-  // (a sub-group; the whole buffer by default). When param_out is defined it
-  // receives the new weights in its dtype in the same pass.
-  virtual void step(const Tensor& master, const Tensor& grad, const Tensor& param_out, const StepArgs& args,
-                    int64_t offset = 0) = 0;
+  // Names of the fp32 state arrays, each as long as the master buffer and
+  // zero at the start (checkpoint tensor kinds: "exp_avg", ...).
+  virtual std::vector<std::string> state_names() const = 0;
+
+  // One update of master (fp32) from grad (model or fp32 dtype) and the
+  // matching slices of the state arrays (state_names() order). When
+  // param_out is defined it receives the new weights in its dtype in the same
+  // pass.
+  virtual void step(const Tensor& master, const Tensor& grad, absl::Span<const Tensor> state,
+                    const Tensor& param_out, const StepArgs& args) = 0;
   // Whether the optimizer has betas a schedule may drive (Adam) or not (SGD).
   virtual bool has_betas() const = 0;
-
-  // Named state tensors, for checkpoints and memory accounting.
-  virtual std::vector<std::pair<std::string, Tensor>> state() const = 0;
-
 };
 
-// Builds the optimizer named by config.type for `numel` master elements,
-// allocating its state through `backend`. Unknown types are an error naming
-// the type and the supported ones.
-absl::StatusOr<std::unique_ptr<Optimizer>> make_optimizer(const OptimizerConfig& config,
-                                                          int64_t numel, Backend& backend);
+// Builds the optimizer named by config.type, running its kernels through
+// `backend`. Unknown types are an error naming the type and the supported ones.
+absl::StatusOr<std::unique_ptr<Optimizer>> make_optimizer(const OptimizerConfig& config, Backend& backend);
 
 }  // namespace zero

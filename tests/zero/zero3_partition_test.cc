@@ -77,10 +77,11 @@ TEST(Zero3PartitionTest, GradientChunksMatchHandComputedValues) {
     const Stage3ModelState::Chunks c = state.chunks_of(*params[i]);
     ASSERT_EQ(c.param.numel(), 8);
     const int64_t real = rank == 0 ? 8 : 7;
-    backend.ops().fill(c.master, 0.0f);
-    backend.ops().fill(c.master.slice(0, {real}), static_cast<float>((i + 1) * (1 + rank)));
-    backend.ops().cast(c.master, c.param);
+    std::vector<float> master(8, 0.0f);
+    std::fill(master.begin(), master.begin() + real, static_cast<float>((i + 1) * (1 + rank)));
+    ASSERT_TRUE(state.state_store().write(0, c.shard_offset, master).ok());
   }
+  ASSERT_TRUE(state.refresh_parameters().ok());  // parameters := cast(master) on every rank
 
   // Full weights as every rank sees them once gathered: elements 0-7 from
   // rank 0, 8-14 from rank 1; all three summed.

@@ -1,0 +1,117 @@
+// The resident optimizer-state store and the choice between stores; see
+// optimizer_state_store.h (the NVMe store is offload/nvme_state_store.h).
+#include "zero/optimizer_state_store.h"
+
+#include <algorithm>
+
+#include "runtime/base/status.h"
+#include "runtime/base/strings.h"
+#include "zero/state_buffers.h"
+#ifdef ZE_HAVE_NVME_OFFLOAD
+#include "offload/nvme_state_store.h"
+#endif
+
+namespace zero {
+
+namespace {
+
+std::vector<std::string> with_master(const std::vector<std::string>& state_names) {
+  std::vector<std::string> names = {"master"};
+  names.insert(names.end(), state_names.begin(), state_names.end());
+  return names;
+}
+
+class ResidentStateStore final : public OptimizerStateStore {
+ public:
+  ResidentStateStore(Backend& backend, int64_t numel, const std::vector<std::string>& state_names,
+                     int64_t sub_group_size)
+      : OptimizerStateStore(with_master(state_names), numel),
+        backend_(backend),
+        group_(std::max<int64_t>(1, std::min(sub_group_size, numel))) {}
+
+  absl::Status init(Tensor master) {
+    for (size_t i = 0; i < names().size(); ++i) {
+      if (i == 0 && master.defined()) {
+        ZE_CHECK(master.dtype() == DType::kF32 && master.numel() == numel()) << master.debug_string();
+        arrays_.push_back(master.view({numel()}));
+        continue;
+      }
+      ZE_ASSIGN_OR_RETURN(auto storage, backend_.allocate(static_cast<size_t>(numel()) * 4, backend_.compute_tier(),
+                                                          MemCategory::kOptimizerState));
+      arrays_.emplace_back(std::move(storage), Shape{numel()}, DType::kF32);
+      backend_.ops().fill(arrays_.back(), 0.0f);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status for_each(RangeFn fn, bool /*write_back*/) override {
+    std::vector<Tensor> slices(arrays_.size());
+    for (int64_t o = 0; o < numel(); o += group_) {
+      const Shape s{std::min(group_, numel() - o)};
+      for (size_t i = 0; i < arrays_.size(); ++i) slices[i] = arrays_[i].slice(o, s);
+      fn(o, slices);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::vector<float>> read(int index, int64_t offset, int64_t count) override {
+    ZE_CHECK(offset >= 0 && count >= 0 && offset + count <= numel()) << offset << " + " << count << " > " << numel();
+    return download_fp32(backend_, arrays_.at(static_cast<size_t>(index)).slice(offset, {count}));
+  }
+
+  absl::Status write(int index, int64_t offset, absl::Span<const float> values) override {
+    const int64_t count = static_cast<int64_t>(values.size());
+    ZE_CHECK(offset >= 0 && offset + count <= numel()) << offset << " + " << count << " > " << numel();
+    upload_fp32(backend_, values, arrays_.at(static_cast<size_t>(index)).slice(offset, {count}));
+    return absl::OkStatus();
+  }
+
+  std::string describe() const override {
+    return cat(backend_.compute_tier() == Tier::kHost ? "host" : "device", " memory");
+  }
+
+ private:
+  Backend& backend_;
+  int64_t group_;
+  std::vector<Tensor> arrays_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<OptimizerStateStore>> make_resident_state_store(
+    Backend& backend, int64_t numel, const std::vector<std::string>& state_names, int64_t sub_group_size,
+    Tensor master) {
+  auto store = std::make_unique<ResidentStateStore>(backend, numel, state_names, sub_group_size);
+  ZE_RETURN_IF_ERROR(store->init(std::move(master)));
+  return std::unique_ptr<OptimizerStateStore>(std::move(store));
+}
+
+absl::StatusOr<std::unique_ptr<OptimizerStateStore>> make_state_store(Backend& backend, int64_t numel,
+                                                                      const std::vector<std::string>& state_names,
+                                                                      const StateStoreOptions& options,
+                                                                      Tensor master) {
+  const OffloadConfig& offload = options.zero.offload_optimizer;
+  if (offload.device != OffloadDevice::kNvme) {
+    return make_resident_state_store(backend, numel, state_names, options.zero.sub_group_size, std::move(master));
+  }
+#ifdef ZE_HAVE_NVME_OFFLOAD
+  if (options.zero.stage == 0) {
+    return absl::InvalidArgumentError(
+        "zero_optimization.offload_optimizer.device \"nvme\" needs ZeRO stage 1, 2 or 3 (at stage 0 there is no "
+        "partitioned optimizer state to offload; DeepSpeed refuses it too)");
+  }
+  NvmeStateStoreOptions o;
+  o.nvme_path = offload.nvme_path;
+  o.buffer_count = offload.buffer_count;
+  o.sub_group_size = options.zero.sub_group_size;
+  o.aio = options.aio;
+  o.rank = options.rank;
+  return NvmeStateStore::create(backend, numel, with_master(state_names), o);
+#else
+  return absl::UnimplementedError(
+      "zero_optimization.offload_optimizer.device \"nvme\": this build has no io_uring (liburing 2.3 or later was "
+      "not found when it was configured)");
+#endif
+}
+
+}  // namespace zero

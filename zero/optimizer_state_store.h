@@ -1,0 +1,90 @@
+// Where a rank's fp32 master weights and optimizer state live, and how the
+// step reaches them: resident in memory (the default; offload_optimizer cpu
+// on the CPU backend is the same thing), or in a swap file under
+// offload_optimizer.nvme_path, streamed through a few host buffers in
+// sub-groups (offload/nvme_state_store.h).
+//
+// The store holds arrays of fp32 elements, all as long as the partition:
+// index 0 is the master weights, then the optimizer's states in
+// Optimizer::state_names() order. The model state reaches them only through
+// this interface:
+//   - for_each() runs the optimizer (or a cast) over the whole partition,
+//     sub-group by sub-group;
+//   - read()/write() move any range in and out as host fp32 (checkpoints,
+//     initial values, gathering the master weights).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "offload/aio_config.h"
+#include "runtime/backend/backend.h"
+#include "zero/zero_config.h"
+
+namespace zero {
+
+class OptimizerStateStore {
+ public:
+  virtual ~OptimizerStateStore() = default;
+
+  // "master", then the optimizer's state names.
+  const std::vector<std::string>& names() const { return names_; }
+  int64_t numel() const { return numel_; }
+
+  // fn(offset, arrays): arrays[i] is elements [offset, offset + n) of array i
+  // (a tensor on the compute tier). Called for consecutive ranges that cover
+  // the partition in order; a range never crosses a sub-group, but a store may
+  // cut a sub-group into several ranges, so fn must act elementwise (every
+  // optimizer here does). With write_back, what fn changed is kept.
+  using RangeFn = absl::FunctionRef<void(int64_t offset, absl::Span<const Tensor> arrays)>;
+  virtual absl::Status for_each(RangeFn fn, bool write_back) = 0;
+
+  // Elements [offset, offset + count) of array `index`, as host fp32.
+  virtual absl::StatusOr<std::vector<float>> read(int index, int64_t offset, int64_t count) = 0;
+  // Overwrites elements [offset, offset + values.size()) of array `index`.
+  virtual absl::Status write(int index, int64_t offset, absl::Span<const float> values) = 0;
+  // Makes every write() so far part of what the next for_each() or read() sees
+  // from storage (the NVMe store writes back its cached sub-group).
+  virtual absl::Status flush() { return absl::OkStatus(); }
+
+  // Where the state is, for the log ("host memory", "NVMe: <file>, ...").
+  virtual std::string describe() const = 0;
+
+ protected:
+  OptimizerStateStore(std::vector<std::string> names, int64_t numel) : names_(std::move(names)), numel_(numel) {}
+
+ private:
+  std::vector<std::string> names_;
+  int64_t numel_;
+};
+
+// Every array resident on the backend's compute tier (tracked as optimizer
+// state); sub-groups of sub_group_size elements. `master`, when defined, is
+// adopted as array 0 instead of allocating one (stage 0 in fp32, where the
+// parameters are the master weights).
+absl::StatusOr<std::unique_ptr<OptimizerStateStore>> make_resident_state_store(
+    Backend& backend, int64_t numel, const std::vector<std::string>& state_names, int64_t sub_group_size,
+    Tensor master = Tensor());
+
+// What ModelState needs to pick and build the store for this run.
+struct StateStoreOptions {
+  ZeroConfig zero;                   // sub_group_size, offload_optimizer
+  AioConfig aio;                     // the I/O engine of the NVMe store
+  int rank = 0;
+};
+
+// The store offload_optimizer asks for: NVMe when device is "nvme" (an error
+// if this build has no io_uring, or the compute tier is not host memory),
+// else resident.
+absl::StatusOr<std::unique_ptr<OptimizerStateStore>> make_state_store(Backend& backend, int64_t numel,
+                                                                      const std::vector<std::string>& state_names,
+                                                                      const StateStoreOptions& options,
+                                                                      Tensor master = Tensor());
+
+}  // namespace zero

@@ -1,0 +1,47 @@
+// How a rank's fp32 master weights and optimizer state are laid out when they
+// live in a swap file (offload_optimizer.device = "nvme"), and so how many
+// bytes of host swap buffers and of disk an NVMe-offloaded run needs. The
+// NVMe state store and the memory planner both size from here.
+//
+// The partition's numel elements are cut into sub-groups of `group` elements
+// (zero_optimization.sub_group_size, capped at numel; the last one may be
+// shorter). A sub-group's record holds one array per state (master first, then
+// the optimizer's states in the optimizer's order), each array starting on a
+// kSwapAlignment boundary, so every read and write is O_DIRECT-aligned:
+//
+//   file: [header: kSwapHeaderBytes][record 0][record 1]...
+//   record g: [master | pad][exp_avg | pad][exp_avg_sq | pad]
+//
+// A swap step holds buffer_count records in host memory at once.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+namespace zero {
+
+inline constexpr int64_t kSwapAlignment = 4096;
+inline constexpr int64_t kSwapHeaderBytes = 4096;
+
+inline int64_t align_up(int64_t bytes, int64_t alignment) { return (bytes + alignment - 1) / alignment * alignment; }
+
+struct SwapLayout {
+  int64_t numel = 0;  // fp32 elements of the partition
+  int64_t group = 1;  // elements per sub-group
+  int arrays = 1;     // master + optimizer states
+
+  static SwapLayout make(int64_t numel, int64_t sub_group_size, int arrays) {
+    return {numel, std::max<int64_t>(1, std::min(sub_group_size, numel)), arrays};
+  }
+  int64_t groups() const { return (numel + group - 1) / group; }
+  int64_t group_begin(int64_t g) const { return g * group; }
+  int64_t group_numel(int64_t g) const { return std::min(group, numel - g * group); }
+  int64_t array_stride_bytes() const { return align_up(group * 4, kSwapAlignment); }
+  int64_t record_bytes() const { return arrays * array_stride_bytes(); }
+  int64_t record_offset(int64_t g) const { return kSwapHeaderBytes + g * record_bytes(); }
+  int64_t file_bytes() const { return kSwapHeaderBytes + groups() * record_bytes(); }
+  // Host bytes of the swap buffers for `buffer_count` records in flight.
+  int64_t buffer_bytes(int64_t buffer_count) const { return buffer_count * record_bytes(); }
+};
+
+}  // namespace zero
