@@ -21,6 +21,13 @@ struct OffloadConfig {
   double ratio = 1.0;                  // optimizer only
 };
 
+// offload_param's defaults differ from offload_optimizer's in buffer_count.
+inline OffloadConfig param_offload_defaults() {
+  OffloadConfig o;
+  o.buffer_count = 5;
+  return o;
+}
+
 struct ZeroConfig {
   int stage = 0;
   bool contiguous_gradients = true;
@@ -41,7 +48,7 @@ struct ZeroConfig {
   int64_t max_reuse_distance = 1000000000;
   bool gather_16bit_weights_on_model_save = false;
 
-  OffloadConfig offload_param{.buffer_count = 5};
+  OffloadConfig offload_param = param_offload_defaults();
   OffloadConfig offload_optimizer;
 };
 

@@ -29,7 +29,7 @@ void parse_offload(ConfigReader r, OffloadConfig& o, bool is_param) {
   }
   if (o.device == OffloadDevice::kNvme) {
     if (o.nvme_path.empty()) r.error("nvme_path", "is required when device is \"nvme\"");
-    r.error("device", "\"nvme\" is not supported yet (the io_uring NVMe offload is not built)");
+    if (is_param) r.error("device", "\"nvme\" for parameters is not supported yet (optimizer state can go to NVMe)");
   }
   r.finish();
 }
@@ -109,6 +109,10 @@ void parse_zero_section(ConfigReader& root, ZeroConfig& z) {
     parse_offload(r.section("offload_param"), z.offload_param, true);
   }
   r.mark_known("offload_param");
+  if (z.offload_optimizer.device == OffloadDevice::kNvme && z.stage == 0) {
+    r.error("offload_optimizer", "device \"nvme\" requires stage 1, 2 or 3 (stage 0 has no partitioned optimizer "
+                                 "state to offload)");
+  }
   if (z.offload_param.device != OffloadDevice::kNone && z.stage != 3) {
     r.error("offload_param", "requires stage 3 (parameters are only partitioned at stage 3)");
   }

@@ -163,6 +163,15 @@ void ProgressReporter::summary() {
   const int ti = static_cast<int>(tier_);
   out_ << " total " << format_bytes(mem.allocated[ti].peak) << " allocated, " << format_bytes(mem.reserved[ti].peak)
        << " reserved\n";
+  const MemCounter& nvme = mem.allocated[static_cast<int>(Tier::kNvme)];
+  if (nvme.peak > 0) {
+    out_ << "peak on NVMe:";
+    for (int c = 0; c < kNumMemCategories; ++c) {
+      const int64_t peak = mem.at(Tier::kNvme, static_cast<MemCategory>(c)).peak;
+      if (peak > 0) out_ << " " << mem_category_name(static_cast<MemCategory>(c)) << " " << format_bytes(peak);
+    }
+    out_ << " (swap files)\n";
+  }
   if (tier_ == Tier::kHost) {
     out_ << "process RSS " << format_bytes(process_rss_bytes()) << " (" << format_bytes(rss_start_)
          << " before the engine started; tracked reserved now " << format_bytes(mem.reserved[ti].current) << ")\n";

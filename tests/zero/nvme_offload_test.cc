@@ -1,0 +1,200 @@
+// Optimizer state on NVMe (offload_optimizer.device = "nvme") trains exactly
+// what resident optimizer state trains: on every rank count this binary runs
+// with, at stages 1-3, in fp32 and bf16, with 1 to 4 swap buffers and
+// sub-groups much smaller than a partition, the losses and the fp32 master
+// weights are bitwise those of the same run without offload (the same Adam
+// kernel runs on the same values, only sub-group by sub-group out of a swap
+// file). Host optimizer-state bytes drop by exactly the offloaded bytes, the
+// swap buffers and the swap file are accounted for, the file is gone when the
+// engine is, and checkpoints move between offloaded and resident runs.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "runtime/backend/cpu_backend.h"
+#include "runtime/base/strings.h"
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/core/memory_tracker.h"
+#include "runtime/engine/engine.h"
+#include "runtime/graph/gpt.h"
+#include "tests/zero/mpi_test_main.h"
+#include "zero/swap_layout.h"
+
+namespace zero {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::world;
+
+const GptConfig kModel{.n_layer = 2, .n_head = 2, .d_model = 16, .vocab_size = 37, .seq_len = 8};
+constexpr int64_t kMicroBatch = 3;
+constexpr int kSteps = 5;
+constexpr int64_t kSubGroup = 1000;  // elements: several sub-groups per partition
+
+int32_t token(int64_t row, int64_t t) { return static_cast<int32_t>((row * 7 + t * 3) % 37); }
+
+struct Rows {
+  std::vector<int32_t> ids, targets;
+  Batch make(int64_t first_row) {
+    ids.clear();
+    targets.clear();
+    for (int64_t r = first_row; r < first_row + kMicroBatch; ++r)
+      for (int64_t t = 0; t < kModel.seq_len; ++t) {
+        ids.push_back(token(r, t));
+        targets.push_back(token(r, t + 1));
+      }
+    return {Tensor::wrap(ids.data(), {kMicroBatch, kModel.seq_len}, DType::kI32),
+            Tensor::wrap(targets.data(), {kMicroBatch, kModel.seq_len}, DType::kI32)};
+  }
+};
+
+// A directory every rank sees: rank 0 names it, everyone creates it.
+std::string shared_dir(const std::string& name) {
+  const std::string dir = (fs::current_path() / name).string();
+  fs::create_directories(dir);
+  return dir;
+}
+
+int64_t tracked(Tier t, MemCategory c) { return MemoryTracker::global().snapshot().at(t, c).current; }
+
+struct RunSetup {
+  int stage = 1;
+  DType dtype = DType::kF32;
+  bool nvme = false;
+  int64_t buffers = 4;
+  std::string name() const {
+    return cat("stage ", stage, " ", dtype_name(dtype), nvme ? cat(" nvme x", buffers) : std::string(" resident"));
+  }
+};
+
+EngineConfig config(const RunSetup& s, const std::string& swap_dir) {
+  EngineConfig ec;
+  ec.micro_batch_size = kMicroBatch;
+  ec.pre_divide = world().world_size();
+  ec.param_dtype = s.dtype;
+  ec.check_grad_overflow = false;
+  ec.zero.stage = s.stage;
+  ec.zero.sub_group_size = kSubGroup;
+  ec.zero.param_persistence_threshold = 0;
+  ec.optimizer = {.type = "AdamW", .lr = 1e-2f, .weight_decay = 0.01f};
+  if (s.nvme) {
+    ec.zero.offload_optimizer.device = OffloadDevice::kNvme;
+    ec.zero.offload_optimizer.nvme_path = swap_dir;
+    ec.zero.offload_optimizer.buffer_count = s.buffers;
+  }
+  return ec;
+}
+
+struct Trained {
+  std::vector<double> losses;
+  std::vector<std::vector<float>> master;
+  int64_t host_optimizer_bytes = 0, swap_buffer_bytes = 0, nvme_bytes = 0, held = 0;
+};
+
+void train_steps(Engine& engine, int from, int to, std::vector<double>& losses) {
+  Rows rows;
+  const int w = world().world_size(), r = world().rank();
+  for (int step = from; step < to; ++step) {
+    engine.forward(rows.make((step * w + r) * kMicroBatch));
+    EXPECT_TRUE(engine.backward().ok());
+    absl::StatusOr<StepResult> s = engine.step();
+    EXPECT_TRUE(s.ok()) << s.status();
+    losses.push_back(s.ok() ? s->loss : -1.0);
+  }
+}
+
+std::vector<std::vector<float>> masters(Engine& engine) {
+  std::vector<std::vector<float>> out;
+  for (Parameter* p : engine.model().parameters()) {
+    absl::StatusOr<std::vector<float>> v = engine.gather_master(*p);
+    EXPECT_TRUE(v.ok()) << v.status();
+    out.push_back(v.ok() ? *v : std::vector<float>());
+  }
+  return out;
+}
+
+Trained train(const RunSetup& s, const std::string& swap_dir) {
+  const int64_t nvme0 = tracked(Tier::kNvme, MemCategory::kOptimizerState);
+  const int64_t swap0 = tracked(Tier::kHost, MemCategory::kSwapBuffers);
+  const int64_t optim0 = tracked(Tier::kHost, MemCategory::kOptimizerState);
+  CpuBackend backend;
+  auto engine = initialize(std::make_unique<Gpt>(kModel), config(s, swap_dir), backend, &world());
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  if (!engine.ok()) return {};
+  Trained out;
+  train_steps(**engine, 0, kSteps, out.losses);
+  out.master = masters(**engine);
+  out.host_optimizer_bytes = tracked(Tier::kHost, MemCategory::kOptimizerState) - optim0;
+  out.swap_buffer_bytes = tracked(Tier::kHost, MemCategory::kSwapBuffers) - swap0;
+  out.nvme_bytes = tracked(Tier::kNvme, MemCategory::kOptimizerState) - nvme0;
+  out.held = (*engine)->state().state_store().numel();
+  return out;
+}
+
+TEST(NvmeOffloadTest, TrainsBitwiseLikeResidentStateAtEveryStage) {
+  const std::string dir = shared_dir("nvme_offload_test.swap");
+  for (int stage : {1, 2, 3}) {
+    for (DType dtype : {DType::kF32, DType::kBF16}) {
+      const RunSetup resident{stage, dtype, false};
+      const Trained ref = train(resident, dir);
+      for (int64_t buffers : {1, 2, 4}) {
+        if (dtype == DType::kBF16 && buffers != 4) continue;  // the buffer count is dtype-blind
+        const RunSetup offloaded{stage, dtype, true, buffers};
+        const Trained got = train(offloaded, dir);
+        EXPECT_EQ(got.losses, ref.losses) << offloaded.name();
+        EXPECT_EQ(got.master, ref.master) << offloaded.name();
+        // Master + exp_avg + exp_avg_sq of this rank's partition left host memory.
+        EXPECT_EQ(ref.host_optimizer_bytes - got.host_optimizer_bytes, 12 * ref.held) << offloaded.name();
+        EXPECT_EQ(got.host_optimizer_bytes, 0) << offloaded.name();
+        const SwapLayout layout = SwapLayout::make(got.held, kSubGroup, 3);
+        EXPECT_EQ(got.swap_buffer_bytes, layout.buffer_bytes(buffers)) << offloaded.name();
+        EXPECT_EQ(got.nvme_bytes, layout.file_bytes()) << offloaded.name();
+      }
+      EXPECT_LT(ref.losses.back(), ref.losses.front()) << resident.name() << " learns";
+    }
+  }
+  // Every engine is gone: so is every swap file.
+  EXPECT_TRUE(fs::is_empty(dir)) << dir;
+}
+
+TEST(NvmeOffloadTest, CheckpointsMoveBetweenOffloadedAndResidentRuns) {
+  const std::string swap = shared_dir("nvme_offload_test.swap2");
+  const std::string ckpt = (fs::current_path() / cat("nvme_offload_test.ckpt.np", world().world_size())).string();
+  if (world().rank() == 0) fs::remove_all(ckpt);
+  EXPECT_TRUE(world().barrier().ok());
+  CpuBackend backend;
+  // Resident run: 3 steps, save, 2 more steps.
+  std::vector<double> ref_losses;
+  std::vector<std::vector<float>> ref_master;
+  {
+    auto e = initialize(std::make_unique<Gpt>(kModel), config({2, DType::kF32, false}, swap), backend, &world());
+    ASSERT_TRUE(e.ok()) << e.status();
+    train_steps(**e, 0, 3, ref_losses);
+    EXPECT_TRUE(save_checkpoint(**e, {ckpt, "mid", 0}).ok());
+    train_steps(**e, 3, 5, ref_losses);
+    ref_master = masters(**e);
+  }
+  // An offloaded run resumes it and finishes bitwise the same way, then saves.
+  std::vector<double> losses(ref_losses.begin(), ref_losses.begin() + 3);
+  {
+    auto e = initialize(std::make_unique<Gpt>(kModel), config({2, DType::kF32, true, 3}, swap), backend, &world());
+    ASSERT_TRUE(e.ok()) << e.status();
+    absl::Status loaded = load_checkpoint(**e, ckpt, "mid");
+    EXPECT_TRUE(loaded.ok()) << loaded;
+    train_steps(**e, 3, 5, losses);
+    EXPECT_EQ(losses, ref_losses);
+    EXPECT_EQ(masters(**e), ref_master);
+    EXPECT_TRUE(save_checkpoint(**e, {ckpt, "end", 0}).ok());
+  }
+  // Its checkpoint loads into a resident run at another stage exactly.
+  {
+    auto e = initialize(std::make_unique<Gpt>(kModel), config({3, DType::kF32, false}, swap), backend, &world());
+    ASSERT_TRUE(e.ok()) << e.status();
+    EXPECT_TRUE(load_checkpoint(**e, ckpt, "end").ok());
+    EXPECT_EQ(masters(**e), ref_master);
+  }
+  EXPECT_TRUE(fs::is_empty(swap)) << swap;
+}
+
+}  // namespace
+}  // namespace zero
