@@ -70,6 +70,8 @@ class MemoryTracker {
 
 // Resident set size of this process in bytes, from /proc/self/statm.
 int64_t process_rss_bytes();
+// Peak resident set size of this process (VmHWM of /proc/self/status).
+int64_t process_peak_rss_bytes();
 
 // "1.23 GiB"-style formatting shared by logs and tools.
 std::string format_bytes(int64_t bytes);

@@ -173,7 +173,8 @@ void ProgressReporter::summary() {
     out_ << " (swap files)\n";
   }
   if (tier_ == Tier::kHost) {
-    out_ << "process RSS " << format_bytes(process_rss_bytes()) << " (" << format_bytes(rss_start_)
+    out_ << "process RSS " << format_bytes(process_rss_bytes()) << ", peak " << format_bytes(process_peak_rss_bytes())
+         << " (" << format_bytes(rss_start_)
          << " before the engine started; tracked reserved now " << format_bytes(mem.reserved[ti].current) << ")\n";
   }
   out_.flush();

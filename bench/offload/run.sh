@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The offload headline: the largest GPT this machine trains with every model
+# state in memory, the same model with its optimizer state on NVMe, and a
+# model whose fp32 model states exceed the machine's memory trained with its
+# optimizer state on NVMe. Each row is a real zero-train run of a few steps;
+# the table gives the peak RSS (VmHWM), the tracked model-state bytes in host
+# memory and on NVMe, and the step time (median of the steps after the
+# first), and goes to bench/offload/results/table.md.
+#
+# Usage: bench/offload/run.sh [BUILD_DIR]   (default: ./build)
+# Environment: SWAP_DIR (default /var/tmp/zeroengine-swap; needs ~32 GB free),
+# STEPS (default 3), ONLY (a row name to run alone). About 10 minutes on
+# 2 cores and one NVMe drive. Needs python3.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+build=$(cd "${1:-$root/build}" && pwd)
+swap=${SWAP_DIR:-/var/tmp/zeroengine-swap}
+steps=${STEPS:-3}
+train=$build/runtime/zero-train
+[ -x "$train" ] || { echo "run.sh: $train is not built (cmake --build $build)" >&2; exit 2; }
+out=$here/results
+mkdir -p "$out" "$swap"
+
+# name | config | extra overrides
+rows=(
+  "1.2B resident|gpt-1.2b.json|"
+  "1.2B optimizer on NVMe|gpt-1.2b.json|--set zero_optimization.sub_group_size=50000000 --set zero_optimization.offload_optimizer.device=nvme --set zero_optimization.offload_optimizer.nvme_path=$swap --set aio.queue_depth=32"
+  "2.5B optimizer on NVMe|gpt-2.5b-nvme.json|--set zero_optimization.offload_optimizer.nvme_path=$swap"
+)
+cd "$root"
+for row in "${rows[@]}"; do
+  IFS='|' read -r name config extra <<<"$row"
+  [ -n "${ONLY:-}" ] && [ "$ONLY" != "$name" ] && continue
+  tag=$(echo "$name" | tr ' .' '__')
+  echo "== $name"
+  echo "$name" >"$out/$tag.name"
+  # shellcheck disable=SC2086
+  "$train" --config "$here/$config" --steps "$steps" --metrics "$out/$tag.jsonl" $extra 2>&1 | tee "$out/$tag.log"
+done
+python3 - "$out" <<'PY'
+import json, pathlib, re, statistics, sys
+out = pathlib.Path(sys.argv[1])
+rows = []
+for log in sorted(out.glob("*.log")):
+    text = log.read_text()
+    metrics = [json.loads(l) for l in (out / (log.stem + ".jsonl")).read_text().splitlines() if l.strip()]
+    params = re.search(r"([\d.]+)M parameters", text)
+    peak = re.search(r"process RSS [^,]+, peak ([\d.]+ \w+)", text)
+    last = metrics[-1]["memory"]
+    host = last.get("host", {})
+    model_state = sum(host.get(c, {}).get("peak", 0) for c in ("parameters", "gradients", "optimizer_state"))
+    swap_buffers = host.get("swap_buffers", {}).get("peak", 0)
+    nvme = last.get("nvme", {}).get("optimizer_state", {}).get("peak", 0)
+    times = [m["step_time_s"] for m in metrics[1:]] or [metrics[0]["step_time_s"]]
+    step_s = [m["time"]["step_s"] for m in metrics[1:]] or [metrics[0]["time"]["step_s"]]
+    rows.append(((out / (log.stem + ".name")).read_text().strip(), params.group(1) if params else "?", peak.group(1) if peak else "?",
+                 model_state / 2**30, swap_buffers / 2**30, nvme / 2**30, statistics.median(times),
+                 statistics.median(step_s)))
+lines = ["| run | params (M) | peak RSS | model states in memory (GiB) | swap buffers (GiB) | on NVMe (GiB) | step time (s) | of which optimizer step (s) |",
+         "|---|---|---|---|---|---|---|---|"]
+for r in rows:
+    lines.append("| %s | %s | %s | %.2f | %.2f | %.2f | %.1f | %.1f |" % r)
+(out / "table.md").write_text("\n".join(lines) + "\n")
+print("\n".join(lines))
+PY
