@@ -16,6 +16,8 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
+#include <string>
 #include <string_view>
 
 #include "absl/status/statusor.h"
@@ -42,6 +44,9 @@ class Backend {
   virtual ~Backend() = default;
 
   virtual std::string_view name() const = 0;  // "cpu", "cuda:0"
+  // One line for logs: the name plus what the hardware is ("cuda:0 (NVIDIA
+  // H200, 139.8 GiB, sm_90)"); the name alone by default.
+  virtual std::string description() const { return std::string(name()); }
   // The tier op operands live in: kHost for the CPU backend, kDevice for CUDA.
   virtual Tier compute_tier() const = 0;
   virtual Ops& ops() = 0;
@@ -57,6 +62,11 @@ class Backend {
   Tensor zeros(const Shape& shape, DType dtype, MemCategory category);
   // Returns cached blocks of every tier to the OS/driver.
   void release_cached();
+  // Bytes of device memory in use on this backend's device as the driver
+  // reports it (cudaMemGetInfo: total - free, every process and the context
+  // included): what the tracked device figures are checked against. nullopt
+  // for a backend without a device.
+  virtual std::optional<int64_t> device_memory_in_use() { return std::nullopt; }
 
   // ---- streams and events
   virtual StreamId create_stream() = 0;

@@ -3,6 +3,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "absl/strings/str_format.h"
 #include "runtime/base/strings.h"
 
 namespace zero {
@@ -93,12 +94,14 @@ void* CudaCachingAllocator::driver_allocate(size_t size) {
   }
   ZE_CUDA_CHECK(err);
   MemoryTracker::global().add_reserved(tier_, static_cast<int64_t>(size));
+  ++driver_blocks_;
   return p;
 }
 
 void CudaCachingAllocator::driver_free(void* ptr, size_t size) {
   ZE_CUDA_CHECK(tier_ == Tier::kDevice ? cudaFree(ptr) : cudaFreeHost(ptr));
   MemoryTracker::global().add_reserved(tier_, -static_cast<int64_t>(size));
+  --driver_blocks_;
 }
 
 void CudaCachingAllocator::collect_pending_locked(bool wait) {
@@ -184,6 +187,11 @@ size_t CudaCachingAllocator::cached_bytes() const {
   return cached_bytes_;
 }
 
+size_t CudaCachingAllocator::driver_blocks() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return driver_blocks_;
+}
+
 // ---------------------------------------------------------------- backend
 
 absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::create(int device) {
@@ -207,6 +215,11 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::create(int device) {
   ZE_CUDA_RETURN_IF_ERROR(cudaFree(nullptr));  // creates the context now, so failures surface here
 
   std::unique_ptr<CudaBackend> backend(new CudaBackend(device));
+  cudaDeviceProp prop{};
+  ZE_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, device));
+  backend->description_ =
+      absl::StrFormat("%s (%s, %.1f GiB, sm_%d%d)", backend->name_, prop.name,
+                      static_cast<double>(prop.totalGlobalMem) / (1024.0 * 1024 * 1024), prop.major, prop.minor);
   cudaStream_t compute = nullptr;
   ZE_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
   backend->streams_.push_back(compute);
@@ -219,7 +232,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::create(int device) {
   return backend;
 }
 
-CudaBackend::CudaBackend(int device) : device_(device), name_(cat("cuda:", device)) {}
+CudaBackend::CudaBackend(int device) : device_(device), name_(cat("cuda:", device)), description_(name_) {}
 
 CudaBackend::~CudaBackend() {
   enter();
@@ -236,6 +249,13 @@ CudaBackend::~CudaBackend() {
 }
 
 void CudaBackend::enter() const { make_current(device_); }
+
+std::optional<int64_t> CudaBackend::device_memory_in_use() {
+  enter();
+  size_t free_bytes = 0, total_bytes = 0;
+  ZE_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  return static_cast<int64_t>(total_bytes - free_bytes);
+}
 
 Ops& CudaBackend::ops() { return *ops_; }
 

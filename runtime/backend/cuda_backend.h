@@ -28,6 +28,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,11 @@ class CudaCachingAllocator final : public RawAllocator {
 
   // Bytes held in the cache (freed, waiting or ready for reuse).
   size_t cached_bytes() const;
+  // Blocks currently obtained from the driver (cudaMalloc / cudaHostAlloc
+  // calls not yet freed), in use or cached. The driver maps device memory in
+  // whole pages, so this bounds how far cudaMemGetInfo may exceed the
+  // tracked reserved bytes.
+  size_t driver_blocks() const;
 
  private:
   struct PendingBlock {
@@ -87,6 +93,7 @@ class CudaCachingAllocator final : public RawAllocator {
   std::map<size_t, std::vector<void*>> free_blocks_;  // rounded size -> blocks
   std::vector<cudaEvent_t> spare_events_;
   size_t cached_bytes_ = 0;
+  size_t driver_blocks_ = 0;
 };
 
 class CudaBackend final : public Backend {
@@ -99,7 +106,13 @@ class CudaBackend final : public Backend {
   CudaBackend& operator=(const CudaBackend&) = delete;
 
   std::string_view name() const override { return name_; }
+  std::string description() const override { return description_; }
   Tier compute_tier() const override { return Tier::kDevice; }
+  // cudaMemGetInfo's total - free on this device (the driver's figure).
+  std::optional<int64_t> device_memory_in_use() override;
+  // The device-tier allocator's live cudaMalloc blocks (see
+  // CudaCachingAllocator::driver_blocks).
+  size_t device_driver_blocks() const { return device_memory_->driver_blocks(); }
   Ops& ops() override;
   cuda::CudaOps& cuda_ops() { return *ops_; }
   int device() const { return device_; }
@@ -124,6 +137,7 @@ class CudaBackend final : public Backend {
 
   const int device_;
   const std::string name_;
+  std::string description_;
   mutable std::mutex streams_mu_;
   std::vector<cudaStream_t> streams_;  // index = StreamId; [0] = compute stream
   std::unique_ptr<CudaCachingAllocator> device_memory_;

@@ -129,7 +129,9 @@ PositionalEmbedding::PositionalEmbedding(std::string name, int64_t max_positions
 Tensor PositionalEmbedding::forward(Context& ctx, const Tensor& x) {
   ZE_CHECK(x.ndim() == 3 && x.dim(2) == dim_ && x.dim(1) <= max_positions_) << x.debug_string();
   Tensor y = ctx.activation(x.shape());
-  ctx.backend().copy(y, x);
+  // On the compute stream, where the ops run: no host wait (x stays alive
+  // until the copy is done, by the allocator's stream-ordered reuse).
+  ctx.backend().copy_async(y.data(), x.data(), x.nbytes(), kComputeStream);
   ctx.ops().add_positional(y, weight_->data);
   return y;
 }

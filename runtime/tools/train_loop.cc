@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <chrono>
+#include <optional>
 #include <sstream>
 
 #include "absl/strings/str_format.h"
@@ -41,6 +42,11 @@ absl::Status run_training(const RunConfig& c, Backend& backend, Communicator& co
   std::ostringstream discard;
   std::ostream& out = comm.rank() == 0 ? rank0_out : discard;
   const int64_t rss_baseline = process_rss_bytes();
+  // The driver's figure for the device (cudaMemGetInfo), and the tracked one,
+  // before the engine allocates: the summary compares their growth.
+  const std::optional<int64_t> device_baseline = backend.device_memory_in_use();
+  const int64_t tracked_device_baseline =
+      MemoryTracker::global().snapshot().reserved[static_cast<int>(Tier::kDevice)].current;
   ZE_ASSIGN_OR_RETURN(std::unique_ptr<DataLoader> data, open_data(c));
   ZE_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
                       initialize(std::make_unique<Gpt>(c.model.gpt), c.engine, backend, &comm));
@@ -53,16 +59,25 @@ absl::Status run_training(const RunConfig& c, Backend& backend, Communicator& co
                          c.train_batch_size, c.engine.micro_batch_size, c.engine.gradient_accumulation_steps,
                          comm.world_size(), comm.world_size() == 1 ? "" : "s", c.engine.zero.stage,
                          c.engine.zero.overlap_comm ? " (overlap_comm)" : "");
-  out << absl::StrFormat("backend: %s, %d threads per rank, %s kernels; communicator: %s\n", backend.name(),
-                         omp_get_max_threads(), cpu::simd_kernels().isa, comm.name());
+  if (backend.compute_tier() == Tier::kHost) {
+    out << absl::StrFormat("backend: %s, %d threads per rank, %s kernels; communicator: %s\n", backend.name(),
+                           omp_get_max_threads(), cpu::simd_kernels().isa, comm.name());
+  } else {
+    out << absl::StrFormat("backend: %s; communicator: %s\n", backend.description(), comm.name());
+  }
   out << absl::StrFormat("optimizer: %s lr %g, clipping %g; %d steps\n", c.engine.optimizer.type,
                          c.engine.optimizer.lr, c.engine.gradient_clipping, c.run.steps);
   out.flush();
 
-  if (c.engine.zero.offload_optimizer.device == OffloadDevice::kCpu ||
-      c.engine.zero.offload_param.device == OffloadDevice::kCpu) {
+  // (On a device backend these keys are refused before we get here: see
+  // check_backend_supports.)
+  if (backend.compute_tier() == Tier::kHost && (c.engine.zero.offload_optimizer.device == OffloadDevice::kCpu ||
+                                                c.engine.zero.offload_param.device == OffloadDevice::kCpu)) {
     out << "offload: device \"cpu\" requested; on the CPU backend parameters and optimizer state already "
            "live in host memory, so nothing moves\n";
+  }
+  if (c.engine.zero.offload_optimizer.device == OffloadDevice::kNvme) {
+    out << "optimizer state: " << engine->state().state_store().describe() << "\n";
   }
   if (c.engine.loss_scaler.dynamic) {
     out << absl::StrFormat("fp16: dynamic loss scale from 2^%d, window %d, hysteresis %d, min %g\n",
@@ -73,7 +88,7 @@ absl::Status run_training(const RunConfig& c, Backend& backend, Communicator& co
   if (engine->num_checkpoint_segments() > 0) {
     out << "activation checkpointing: " << g.n_layer << " blocks in " << engine->num_checkpoint_segments()
         << " segments (each keeps its input; backward recomputes it)\n";
-    if (c.engine.activation_checkpointing.cpu_checkpointing) {
+    if (c.engine.activation_checkpointing.cpu_checkpointing && backend.compute_tier() == Tier::kHost) {
       out << "activation checkpointing: cpu_checkpointing requested; on the CPU backend segment inputs already live "
              "in host memory\n";
     }
@@ -98,8 +113,13 @@ absl::Status run_training(const RunConfig& c, Backend& backend, Communicator& co
 
   ProgressReporter progress(out, c.run.steps, c.steps_per_print, backend.compute_tier(), rss_baseline);
   progress.set_breakdowns(c.wall_clock_breakdown || c.engine.activation_checkpointing.profile, c.memory_breakdown);
-  if (!c.run.metrics.empty() && comm.rank() == 0) {
-    ZE_RETURN_IF_ERROR(progress.open_metrics(c.run.metrics, /*append=*/first_step > 0));
+  // Rank 0 writes the metrics; with "{rank}" in the path every rank writes its
+  // own file (per-rank memory, e.g. bench/memory_scaling).
+  const size_t rank_at = c.run.metrics.find("{rank}");
+  if (!c.run.metrics.empty() && (comm.rank() == 0 || rank_at != std::string::npos)) {
+    std::string path = c.run.metrics;
+    if (rank_at != std::string::npos) path.replace(rank_at, 6, std::to_string(comm.rank()));
+    ZE_RETURN_IF_ERROR(progress.open_metrics(path, /*append=*/first_step > 0));
   }
   auto save = [&]() -> absl::Status {
     SaveOptions so{c.run.save_dir, "", static_cast<int>(c.run.keep)};
@@ -129,6 +149,14 @@ absl::Status run_training(const RunConfig& c, Backend& backend, Communicator& co
   }
   if (!c.run.save_dir.empty() && last_saved != engine->global_step()) ZE_RETURN_IF_ERROR(save());
   progress.summary();
+  if (device_baseline) {
+    const std::optional<int64_t> in_use = backend.device_memory_in_use();
+    const int64_t tracked = MemoryTracker::global().snapshot().reserved[static_cast<int>(Tier::kDevice)].current;
+    out << "device memory (driver, all processes) " << format_bytes(*in_use) << " ("
+        << format_bytes(*device_baseline) << " before the engine started, +" << format_bytes(*in_use - *device_baseline)
+        << "); tracked reserved now " << format_bytes(tracked) << " (+" << format_bytes(tracked - tracked_device_baseline)
+        << ")\n";
+  }
   return absl::OkStatus();
 }
 

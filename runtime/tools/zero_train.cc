@@ -1,20 +1,22 @@
 // zero-train: train a model from a JSON config.
 //
 //   zero-train --config run.json [--config ds_config.json] [--set key.path=value]...
-//              [--steps N] [--metrics FILE] [--print-config] [--allow-unknown-keys]
+//              [--backend cpu|cuda] [--steps N] [--metrics FILE] [--print-config]
+//              [--allow-unknown-keys]
 //
 // Exit status: 0 on success, 2 for bad usage or a bad config, 1 for any
-// other failure (data, memory, disk). Every error names what it is about.
+// other failure (data, memory, disk, no GPU). Every error names what it is
+// about.
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <string>
 #include <vector>
 
-#include "runtime/backend/cpu_backend.h"
-#include "runtime/comm/communicator.h"
 #include "runtime/base/strings.h"
+#include "runtime/comm/communicator.h"
 #include "runtime/config/run_config.h"
+#include "runtime/tools/compute_setup.h"
 #include "runtime/tools/train_loop.h"
 
 namespace {
@@ -24,6 +26,8 @@ constexpr const char* kUsage = R"(usage: zero-train --config FILE [options]
   --config FILE          JSON config (comments allowed); repeat to layer files,
                          later ones override earlier ones key by key
   --set KEY.PATH=VALUE   override one key (repeatable), e.g. --set optimizer.params.lr=3e-4
+  --backend cpu|cuda     where ops run (run.backend; default cpu); cuda: one GPU per rank,
+                         the rank's index on its node, collectives over NCCL
   --steps N              optimizer steps (overrides run.steps)
   --metrics FILE         write one JSON object per optimizer step (overrides run.metrics)
   --save-dir DIR         write checkpoints to DIR (run.save_dir)
@@ -67,6 +71,9 @@ int main(int argc, char** argv) {
     } else if (a == "--set") {
       if (!value(v)) return usage_error("--set needs KEY.PATH=VALUE");
       args.overrides.push_back(v);
+    } else if (a == "--backend") {
+      if (!value(v)) return usage_error("--backend needs cpu or cuda");
+      args.overrides.push_back("run.backend=" + zero::Json(v).dump());
     } else if (a == "--steps") {
       if (!value(v)) return usage_error("--steps needs a number");
       args.overrides.push_back("run.steps=" + v);
@@ -98,11 +105,10 @@ int main(int argc, char** argv) {
                  std::string(comm.status().message()).c_str());
     return 1;
   }
-  const int rank = (*comm)->rank();
+  const int rank = (*comm)->rank(), world = (*comm)->world_size();
   auto fail = [&](int code, const absl::Status& s) {
     if (rank == 0 || code == 1) {
-      std::fprintf(stderr, "zero-train%s: %s\n",
-                   (*comm)->world_size() > 1 ? zero::cat(" (rank ", rank, ")").c_str() : "",
+      std::fprintf(stderr, "zero-train%s: %s\n", world > 1 ? zero::cat(" (rank ", rank, ")").c_str() : "",
                    std::string(s.message()).c_str());
     }
     return code;
@@ -112,7 +118,7 @@ int main(int argc, char** argv) {
   if (!merged.ok()) return fail(2, merged.status());
   zero::ConfigOptions options;
   options.allow_unknown_keys = args.allow_unknown;
-  options.world_size = (*comm)->world_size();
+  options.world_size = world;
   absl::StatusOr<zero::RunConfig> config = zero::parse_run_config(*merged, options);
   if (!config.ok()) return fail(2, config.status());
   if (rank == 0) {
@@ -122,19 +128,24 @@ int main(int argc, char** argv) {
     if (rank == 0) std::cout << zero::format_effective_config(*config);
     return 0;
   }
-  zero::CpuBackend backend;
-  const absl::Status s = zero::run_training(*config, backend, **comm, std::cout);
-  if (!s.ok()) {
+  if (const absl::Status s = zero::check_backend_supports(*config); !s.ok()) return fail(2, s);
+  // The other ranks may be inside a collective this rank will never join
+  // (NCCL's start-up, a training step): on several ranks a failure leaves
+  // without finalising MPI, so the launcher ends the job instead of everyone
+  // waiting.
+  auto fail_job = [&](const absl::Status& s) {
     fail(1, s);
-    if ((*comm)->world_size() > 1) {
-      // The other ranks may be inside a collective this rank will never
-      // join: leave without finalising MPI, so the launcher ends the job
-      // instead of everyone waiting.
+    if (world > 1) {
       std::fflush(stdout);
       std::fflush(stderr);
       std::_Exit(1);
     }
     return 1;
-  }
+  };
+  std::unique_ptr<zero::Communicator> bootstrap = *std::move(comm);
+  absl::StatusOr<zero::ComputeSetup> setup = zero::make_compute_setup(*config, bootstrap);
+  if (!setup.ok()) return fail_job(setup.status());
+  const absl::Status s = zero::run_training(*config, *setup->backend, *setup->comm, std::cout);
+  if (!s.ok()) return fail_job(s);
   return 0;
 }

@@ -1,7 +1,8 @@
 // zero-train as a user runs it: exit status and message for each kind of bad
 // input (no config, a missing or malformed config, a missing or corrupt data
-// file), and a short real run whose --metrics file has one JSON object per
-// step with falling loss and memory figures that agree with the OS.
+// file, a backend this binary or machine cannot give), and a short real run
+// whose --metrics file has one JSON object per step with falling loss and
+// memory figures that agree with the OS.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -75,6 +76,46 @@ TEST(ZeroTrainCliTest, PrintConfigShowsDefaults) {
   EXPECT_EQ(j["gradient_clipping"], 1.0);
   EXPECT_EQ(j["gradient_accumulation_steps"], 1);
   EXPECT_EQ(j["optimizer"]["params"]["betas"][1], 0.999);
+}
+
+TEST(ZeroTrainCliTest, BackendIsCpuOrCuda) {
+  Result r = run("--config " + write("run.json", kTinyRun) + " --backend tpu");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("run.backend: \"tpu\" is not one of \"cpu\", \"cuda\""), std::string::npos) << r.output;
+  r = run("--config " + write("run.json", kTinyRun) + " --print-config");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  nlohmann::json j = nlohmann::json::parse(r.output, nullptr, true, /*ignore_comments=*/true);
+  EXPECT_EQ(j["run"]["backend"], "cpu");
+}
+
+// Without a GPU (or in a build without CUDA) --backend cuda stops before
+// training with exit 1 and says which; on a GPU machine the same run trains
+// on the device.
+TEST(ZeroTrainCliTest, BackendCudaSaysWhatIsMissing) {
+  Result r = run("--config " + write("run.json", kTinyRun) + " --backend cuda --steps 3");
+  if (r.exit_code == 0) {
+    EXPECT_NE(r.output.find("backend: cuda:0 ("), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("device memory (driver"), std::string::npos) << r.output;
+    return;
+  }
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  const bool no_device = r.output.find("zero-train: --backend cuda (device 0): ") != std::string::npos &&
+                         r.output.find("cudaGetDeviceCount failed") != std::string::npos;
+  const bool not_built = r.output.find("built without the CUDA backend") != std::string::npos;
+  EXPECT_TRUE(no_device || not_built) << r.output;
+  EXPECT_EQ(r.output.find("model:"), std::string::npos) << "nothing should start: " << r.output;
+}
+
+// Offload for GPU ranks is not built: the key is refused as a config error,
+// before any device is looked for.
+TEST(ZeroTrainCliTest, BackendCudaRefusesOffload) {
+  Result r = run("--config " + write("run.json", kTinyRun) +
+                 " --backend cuda --set zero_optimization.stage=2 --set zero_optimization.offload_optimizer.device=cpu");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("zero_optimization.offload_optimizer.device \"cpu\" is not supported with run.backend "
+                          "\"cuda\" yet"),
+            std::string::npos)
+      << r.output;
 }
 
 TEST(ZeroTrainCliTest, ShortRunWritesMetricsAndLearns) {
