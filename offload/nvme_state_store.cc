@@ -48,9 +48,10 @@ bool is_swap_file_name(const std::string& name) {
 }  // namespace
 
 NvmeStateStore::NvmeStateStore(std::vector<std::string> names, int64_t numel, const NvmeStateStoreOptions& options)
-    : OptimizerStateStore(std::move(names), numel),
+    : OptimizerStateStore(std::move(names), numel, options.hold_parameters),
       options_(options),
-      layout_(SwapLayout::make(numel, options.sub_group_size, static_cast<int>(this->names().size()))),
+      layout_(SwapLayout::make(numel, options.sub_group_size, static_cast<int>(this->names().size()),
+                               options.hold_parameters ? static_cast<int64_t>(dtype_size(options.param_dtype)) : 0)),
       run_id_(random_run_id()),
       on_disk_(static_cast<size_t>(layout_.groups()), false) {}
 
@@ -86,7 +87,8 @@ absl::Status NvmeStateStore::open_file(Backend& backend) {
   if (!fs::is_directory(st)) return absl::InvalidArgumentError(cat(kKey, ".nvme_path: ", dir, " is not a directory"));
 
   // Host memory for the buffers, disk for the file: both before any byte moves.
-  const int64_t buffer_bytes = layout_.buffer_bytes(options_.buffer_count);
+  const int64_t buffer_bytes = layout_.buffer_bytes(options_.buffer_count) +
+                               options_.param_read_buffers * param_read_buffer_bytes();
   const int64_t available = host_memory_available();
   if (available >= 0 && buffer_bytes > available) {
     return absl::ResourceExhaustedError(cat(
@@ -117,7 +119,14 @@ absl::Status NvmeStateStore::open_file(Backend& backend) {
   ZE_ASSIGN_OR_RETURN(engine_, IoEngine::create(io));
   ZE_ASSIGN_OR_RETURN(pool_, AlignedBufferPool::create(backend, static_cast<size_t>(options_.buffer_count),
                                                        static_cast<size_t>(layout_.record_bytes())));
-  engine_->register_buffers(pool_->spans());
+  std::vector<absl::Span<uint8_t>> spans = pool_->spans();
+  if (holds_parameters()) {
+    ZE_ASSIGN_OR_RETURN(read_pool_,
+                        AlignedBufferPool::create(backend, static_cast<size_t>(std::max<int64_t>(1, options_.param_read_buffers)),
+                                                  static_cast<size_t>(param_read_buffer_bytes())));
+    for (absl::Span<uint8_t> b : read_pool_->spans()) spans.push_back(b);
+  }
+  engine_->register_buffers(spans);
 
   path_ = cat(dir, "/zeroengine-", run_id_, "-rank", options_.rank, ".optim.swp");
   ZE_ASSIGN_OR_RETURN(file_, engine_->open(path_, IoFileMode::kReadWrite));
@@ -132,7 +141,9 @@ absl::Status NvmeStateStore::open_file(Backend& backend) {
     for (const std::string& n : names()) arrays += cat(arrays.empty() ? "" : ",", n);
     const std::string text = cat(kMagic, "run_id=", run_id_, "\nrank=", options_.rank, "\npid=", ::getpid(),
                                  "\nhost=", host, "\nnumel=", numel(), "\nsub_group=", layout_.group,
-                                 "\narrays=", arrays, "\nrecord_bytes=", layout_.record_bytes(), "\n");
+                                 "\narrays=", arrays,
+                                 holds_parameters() ? cat("\nparameters=", dtype_name(options_.param_dtype)) : "",
+                                 "\nrecord_bytes=", layout_.record_bytes(), "\n");
     std::memcpy(b.data, text.data(), std::min<size_t>(text.size(), kSwapHeaderBytes));
     s = engine_->write(file_, b.data, kSwapHeaderBytes, 0);
     pool_->release(b);
@@ -148,6 +159,11 @@ absl::Status NvmeStateStore::open_file(Backend& backend) {
 }
 
 NvmeStateStore::~NvmeStateStore() {
+  for (auto& [ticket, r] : reads_) {
+    r.io = IoTransfer();  // waits
+    read_pool_->release(r.buffer);
+  }
+  reads_.clear();
   if (cache_.group >= 0) pool_->release(cache_.buffer);
   if (file_.is_open()) {
     (void)engine_->close(file_);
@@ -157,10 +173,16 @@ NvmeStateStore::~NvmeStateStore() {
   // The engine goes before the pool: the kernel holds registered pages until then.
   engine_.reset();
   pool_.reset();
+  read_pool_.reset();
+}
+
+int64_t NvmeStateStore::param_read_buffer_bytes() const {
+  return layout_.param_read_buffer_bytes(options_.max_param_read);
 }
 
 Tensor NvmeStateStore::array_in(const IoBuffer& buffer, int index, int64_t n) const {
-  return Tensor::wrap(buffer.data + index * layout_.array_stride_bytes(), {n}, DType::kF32, Tier::kHost);
+  const DType t = index == layout_.arrays ? options_.param_dtype : DType::kF32;
+  return Tensor::wrap(buffer.data + layout_.array_offset(index), {n}, t, Tier::kHost);
 }
 
 absl::Status NvmeStateStore::for_each(RangeFn fn, bool write_back) {
@@ -218,7 +240,8 @@ absl::Status NvmeStateStore::for_each(RangeFn fn, bool write_back) {
   const int64_t ahead = std::max<int64_t>(1, options_.buffer_count - (write_back ? 2 : 1));
   while (next < groups && next < ahead) ZE_RETURN_IF_ERROR(start_read());
 
-  std::vector<Tensor> arrays(static_cast<size_t>(layout_.arrays));
+  const int narrays = layout_.arrays + (holds_parameters() ? 1 : 0);
+  std::vector<Tensor> arrays(static_cast<size_t>(narrays));
   for (int64_t g = 0; g < groups; ++g) {
     if (reads.empty()) ZE_RETURN_IF_ERROR(start_read());
     Slot cur = std::move(reads.front());
@@ -234,7 +257,7 @@ absl::Status NvmeStateStore::for_each(RangeFn fn, bool write_back) {
     const int64_t piece = std::max<int64_t>(1, options_.poll_every);
     for (int64_t o = 0; o < n; o += piece) {
       const int64_t len = std::min(piece, n - o);
-      for (int i = 0; i < layout_.arrays; ++i) arrays[static_cast<size_t>(i)] = array_in(cur.buffer, i, n).slice(o, {len});
+      for (int i = 0; i < narrays; ++i) arrays[static_cast<size_t>(i)] = array_in(cur.buffer, i, n).slice(o, {len});
       fn(base + o, arrays);
       engine_->poll();
     }
@@ -322,11 +345,72 @@ std::string NvmeStateStore::describe() const {
                       " sub-groups of ", layout_.group, " elements; ", options_.buffer_count, " buffers of ",
                       format_bytes(layout_.record_bytes()), " in host memory; io_uring ",
                       engine_->mode().describe(), ")");
+  if (holds_parameters()) {
+    s += cat("; parameters (", dtype_name(options_.param_dtype), ") in the same records, read ahead through ",
+             options_.param_read_buffers, " buffers of ", format_bytes(param_read_buffer_bytes()));
+  }
   if (!leftovers_.empty()) {
     s += cat("\nnote: ", options_.nvme_path, " holds ", leftovers_.size(),
              " swap file(s) of other runs (", leftovers_.front(), leftovers_.size() > 1 ? ", ..." : "",
              "): a crashed run's leftovers are never read; remove them if no run is using them");
   }
+  return s;
+}
+
+absl::StatusOr<std::optional<int64_t>> NvmeStateStore::start_parameter_read(int64_t offset, int64_t count) {
+  ZE_CHECK(holds_parameters());
+  ZE_CHECK(offset >= 0 && count > 0 && offset + count <= numel() && count <= std::max<int64_t>(1, options_.max_param_read))
+      << offset << " + " << count << " of " << numel() << ", largest read " << options_.max_param_read;
+  // A read must see what the last step wrote: the cached record goes first.
+  ZE_RETURN_IF_ERROR(flush());
+  if (read_pool_->free_count() == 0) return std::optional<int64_t>();
+  ZE_ASSIGN_OR_RETURN(IoBuffer b, read_pool_->acquire());
+  ParamRead r;
+  r.buffer = b;
+  r.offset = offset;
+  r.count = count;
+  // One aligned request per record the range touches, packed into the buffer.
+  std::vector<IoRequest> requests;
+  int64_t at = 0;
+  const int64_t elem = layout_.param_elem;
+  for (int64_t e = offset; e < offset + count;) {
+    const int64_t g = e / layout_.group;
+    const int64_t end = std::min(offset + count, layout_.group_begin(g) + layout_.group_numel(g));
+    const int64_t first = layout_.param_file_offset(e), last = layout_.param_file_offset(end - 1) + elem;
+    const int64_t lo = first / kSwapAlignment * kSwapAlignment, hi = align_up(last, kSwapAlignment);
+    ZE_CHECK_LE(at + (hi - lo), static_cast<int64_t>(b.bytes));
+    r.pieces.emplace_back(at + (first - lo), end - e);
+    if (on_disk_[static_cast<size_t>(g)]) {
+      requests.push_back({IoOp::kRead, &file_, b.data + at, static_cast<size_t>(hi - lo), lo});
+    } else {
+      std::memset(b.data + at, 0, static_cast<size_t>(hi - lo));  // never written by this run: zeros
+    }
+    at += hi - lo;
+    e = end;
+  }
+  if (!requests.empty()) r.io = engine_->submit(requests);
+  const int64_t ticket = next_ticket_++;
+  reads_.emplace(ticket, std::move(r));
+  return std::optional<int64_t>(ticket);
+}
+
+absl::Status NvmeStateStore::finish_parameter_read(int64_t ticket, const Tensor& dst) {
+  auto it = reads_.find(ticket);
+  ZE_CHECK(it != reads_.end()) << "unknown parameter read " << ticket;
+  ParamRead r = std::move(it->second);
+  reads_.erase(it);
+  absl::Status s = r.io.wait();
+  if (s.ok()) {
+    ZE_CHECK(dst.tier() == Tier::kHost && dst.dtype() == options_.param_dtype && dst.numel() == r.count)
+        << dst.debug_string();
+    auto* out = static_cast<uint8_t*>(dst.data());
+    const int64_t elem = layout_.param_elem;
+    for (const auto& [from, n] : r.pieces) {
+      std::memcpy(out, r.buffer.data + from, static_cast<size_t>(n * elem));
+      out += n * elem;
+    }
+  }
+  read_pool_->release(r.buffer);
   return s;
 }
 

@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -50,6 +51,13 @@ struct NvmeStateStoreOptions {
   int rank = 0;
   // Elements updated between two polls of the ring during a step.
   int64_t poll_every = 1 << 20;
+  // offload_param "nvme": the parameter shard (param_dtype) rides in the
+  // records; reads ahead of the all-gather use param_read_buffers buffers,
+  // each holding up to max_param_read elements.
+  bool hold_parameters = false;
+  DType param_dtype = DType::kF32;
+  int64_t param_read_buffers = 5;
+  int64_t max_param_read = 0;
 };
 
 class NvmeStateStore final : public OptimizerStateStore {
@@ -65,6 +73,8 @@ class NvmeStateStore final : public OptimizerStateStore {
   absl::Status write(int index, int64_t offset, absl::Span<const float> values) override;
   absl::Status flush() override;
   std::string describe() const override;
+  absl::StatusOr<std::optional<int64_t>> start_parameter_read(int64_t offset, int64_t count) override;
+  absl::Status finish_parameter_read(int64_t ticket, const Tensor& dst) override;
 
   const std::string& path() const { return path_; }
   const std::string& run_id() const { return run_id_; }
@@ -76,6 +86,7 @@ class NvmeStateStore final : public OptimizerStateStore {
  private:
   NvmeStateStore(std::vector<std::string> names, int64_t numel, const NvmeStateStoreOptions& options);
   absl::Status open_file(Backend& backend);
+  int64_t param_read_buffer_bytes() const;
   // Array `index` of a record held in `buffer`, as an fp32 tensor of n elements.
   Tensor array_in(const IoBuffer& buffer, int index, int64_t n) const;
   // Makes `g` the cached record (writing back a dirty one first).
@@ -87,7 +98,17 @@ class NvmeStateStore final : public OptimizerStateStore {
   std::vector<std::string> leftovers_;
   std::unique_ptr<IoEngine> engine_;
   std::unique_ptr<AlignedBufferPool> pool_;
+  std::unique_ptr<AlignedBufferPool> read_pool_;  // parameter reads (offload_param)
   IoFile file_;
+  struct ParamRead {
+    IoBuffer buffer;
+    IoTransfer io;
+    int64_t offset = 0, count = 0;
+    // (byte offset in the buffer, elements) of each record's piece, in order.
+    std::vector<std::pair<int64_t, int64_t>> pieces;
+  };
+  std::unordered_map<int64_t, ParamRead> reads_;
+  int64_t next_ticket_ = 0;
   std::vector<bool> on_disk_;  // record g was written by this run
   struct Cached {
     IoBuffer buffer;

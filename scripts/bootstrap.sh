@@ -16,7 +16,8 @@ build=${BUILD_DIR:-$root/build}
 packages=(build-essential cmake ninja-build pkg-config
           libdnnl-dev libabsl-dev nlohmann-json3-dev
           libopenmpi-dev openmpi-bin liburing-dev
-          libgtest-dev libgmock-dev libbenchmark-dev)
+          libgtest-dev libgmock-dev libbenchmark-dev
+          python3 gnuplot-nox)  # the benchmark scripts' tables and plot
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -25,33 +25,41 @@ absl::StatusOr<std::unique_ptr<ModelState>> ModelState::create(Module& model, co
   return std::unique_ptr<ModelState>(std::move(s));
 }
 
-absl::Status ModelState::init_optimizer_state(int64_t numel, Tensor master) {
+absl::Status ModelState::init_optimizer_state(int64_t numel, Tensor master, int64_t max_param_read) {
   ZE_ASSIGN_OR_RETURN(optimizer_, make_optimizer(options_.optimizer, backend_));
   StateStoreOptions so;
   so.zero = options_.zero;
   so.aio = options_.aio;
   so.rank = comm_.rank();
+  so.hold_parameters = max_param_read > 0;
+  so.param_dtype = options_.param_dtype;
+  so.max_param_read = max_param_read;
   ZE_ASSIGN_OR_RETURN(store_, make_state_store(backend_, numel, optimizer_->state_names(), so, std::move(master)));
   return absl::OkStatus();
 }
 
 absl::Status ModelState::step_sub_groups(const Tensor& grads, const Tensor& param_out,
                                          const Optimizer::StepArgs& args) {
+  const size_t states = store_->names().size() - 1;
   return store_->for_each(
       [&](int64_t offset, absl::Span<const Tensor> arrays) {
         const Shape s{arrays[0].numel()};
-        optimizer_->step(arrays[0], grads.slice(offset, s), arrays.subspan(1),
-                         param_out.defined() ? param_out.slice(offset, s) : Tensor(), args);
+        const Tensor out = store_->holds_parameters() ? arrays.back()
+                           : param_out.defined()      ? param_out.slice(offset, s)
+                                                      : Tensor();
+        optimizer_->step(arrays[0], grads.slice(offset, s), arrays.subspan(1, states), out, args);
       },
       /*write_back=*/true);
 }
 
 absl::Status ModelState::cast_master_into(const Tensor& param_out) {
+  const bool into_store = !param_out.defined();
+  ZE_CHECK(!into_store || store_->holds_parameters());
   return store_->for_each(
       [&](int64_t offset, absl::Span<const Tensor> arrays) {
-        backend_.ops().cast(arrays[0], param_out.slice(offset, {arrays[0].numel()}));
+        backend_.ops().cast(arrays[0], into_store ? arrays.back() : param_out.slice(offset, {arrays[0].numel()}));
       },
-      /*write_back=*/false);
+      /*write_back=*/into_store);
 }
 
 absl::Status ModelState::copy_master(int64_t offset, const Tensor& dst) {

@@ -114,13 +114,17 @@ class ModelState : public ModuleHooks {
       : options_(options), backend_(backend), comm_(comm) {}
 
   // Builds the optimizer and the store of `numel` master elements (adopting
-  // `master` as the master weights when it is defined).
-  absl::Status init_optimizer_state(int64_t numel, Tensor master = Tensor());
+  // `master` as the master weights when it is defined). With
+  // max_param_read > 0 the store also holds the parameter shard
+  // (offload_param "nvme"), read in pieces of at most that many elements.
+  absl::Status init_optimizer_state(int64_t numel, Tensor master = Tensor(), int64_t max_param_read = 0);
   // Runs the optimizer over the store, sub-group by sub-group, reading the
-  // gradients and writing the model-dtype weights (when param_out is
-  // defined) at the same offsets.
+  // gradients and writing the model-dtype weights at the same offsets: into
+  // param_out when it is defined, into the store when it holds the
+  // parameters, else nowhere (the master weights are the parameters).
   absl::Status step_sub_groups(const Tensor& grads, const Tensor& param_out, const Optimizer::StepArgs& args);
-  // param_out := cast(master), over the whole store.
+  // param_out (or the store's parameters when param_out is undefined) :=
+  // cast(master), over the whole store.
   absl::Status cast_master_into(const Tensor& param_out);
   // Elements [offset, offset + count) of the master weights into `dst` (any
   // tier); a helper of gather_master.

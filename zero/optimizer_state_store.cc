@@ -91,6 +91,11 @@ absl::StatusOr<std::unique_ptr<OptimizerStateStore>> make_state_store(Backend& b
                                                                       const StateStoreOptions& options,
                                                                       Tensor master) {
   const OffloadConfig& offload = options.zero.offload_optimizer;
+  if (options.hold_parameters && offload.device != OffloadDevice::kNvme) {
+    return absl::InvalidArgumentError(
+        "zero_optimization.offload_param.device \"nvme\" needs offload_optimizer.device \"nvme\" too: the parameter "
+        "shard lives in the optimizer's swap records, where the step writes the new weights");
+  }
   if (offload.device != OffloadDevice::kNvme) {
     return make_resident_state_store(backend, numel, state_names, options.zero.sub_group_size, std::move(master));
   }
@@ -106,6 +111,18 @@ absl::StatusOr<std::unique_ptr<OptimizerStateStore>> make_state_store(Backend& b
   o.sub_group_size = options.zero.sub_group_size;
   o.aio = options.aio;
   o.rank = options.rank;
+  if (options.hold_parameters) {
+    o.hold_parameters = true;
+    o.param_dtype = options.param_dtype;
+    o.param_read_buffers = options.zero.offload_param.buffer_count;
+    o.max_param_read = options.max_param_read;
+    if (options.max_param_read > options.zero.offload_param.buffer_size) {
+      return absl::InvalidArgumentError(cat(
+          "zero_optimization.offload_param.buffer_size: ", options.zero.offload_param.buffer_size,
+          " elements is smaller than this rank's largest parameter chunk (", options.max_param_read,
+          " elements); raise it (DeepSpeed needs it at least as large as the largest parameter too)"));
+    }
+  }
   return NvmeStateStore::create(backend, numel, with_master(state_names), o);
 #else
   return absl::UnimplementedError(

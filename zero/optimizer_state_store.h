@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,7 +34,8 @@ class OptimizerStateStore {
  public:
   virtual ~OptimizerStateStore() = default;
 
-  // "master", then the optimizer's state names.
+  // "master", then the optimizer's state names: the fp32 arrays (what
+  // checkpoints hold).
   const std::vector<std::string>& names() const { return names_; }
   int64_t numel() const { return numel_; }
 
@@ -56,12 +58,30 @@ class OptimizerStateStore {
   // Where the state is, for the log ("host memory", "NVMe: <file>, ...").
   virtual std::string describe() const = 0;
 
+  // ---- parameters in the store (offload_param "nvme" at stage 3): the
+  // store then also holds this rank's parameter shard in the model dtype, and
+  // for_each() passes it as one more array after the states, for the step to
+  // write the new weights into.
+  bool holds_parameters() const { return holds_parameters_; }
+  // Starts reading parameter elements [offset, offset + count) ahead of their
+  // use: a ticket for finish_parameter_read, or nullopt when every read
+  // buffer is taken (finish an earlier read first).
+  virtual absl::StatusOr<std::optional<int64_t>> start_parameter_read(int64_t offset, int64_t count) {
+    return absl::UnimplementedError("this store holds no parameters");
+  }
+  // Waits for the read and copies it into dst (host memory, the model dtype).
+  virtual absl::Status finish_parameter_read(int64_t ticket, const Tensor& dst) {
+    return absl::UnimplementedError("this store holds no parameters");
+  }
+
  protected:
-  OptimizerStateStore(std::vector<std::string> names, int64_t numel) : names_(std::move(names)), numel_(numel) {}
+  OptimizerStateStore(std::vector<std::string> names, int64_t numel, bool holds_parameters = false)
+      : names_(std::move(names)), numel_(numel), holds_parameters_(holds_parameters) {}
 
  private:
   std::vector<std::string> names_;
   int64_t numel_;
+  bool holds_parameters_;
 };
 
 // Every array resident on the backend's compute tier (tracked as optimizer
@@ -74,9 +94,14 @@ absl::StatusOr<std::unique_ptr<OptimizerStateStore>> make_resident_state_store(
 
 // What ModelState needs to pick and build the store for this run.
 struct StateStoreOptions {
-  ZeroConfig zero;                   // sub_group_size, offload_optimizer
+  ZeroConfig zero;                   // sub_group_size, offload_optimizer, offload_param
   AioConfig aio;                     // the I/O engine of the NVMe store
   int rank = 0;
+  // Stage 3 with offload_param "nvme": the store also holds the parameter
+  // shard (in param_dtype), read in pieces of at most max_param_read elements.
+  bool hold_parameters = false;
+  DType param_dtype = DType::kF32;
+  int64_t max_param_read = 0;
 };
 
 // The store offload_optimizer asks for: NVMe when device is "nvme" (an error

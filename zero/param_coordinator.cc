@@ -1,6 +1,7 @@
 // Stage-3 gather / prefetch / release; see param_coordinator.h.
 #include "zero/param_coordinator.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "runtime/base/status.h"
@@ -27,31 +28,77 @@ Stage3Partitions plan_stage3_partitions(const std::vector<Parameter*>& params, i
 }
 
 ParamCoordinator::ParamCoordinator(const ZeroConfig& config, Backend& backend, Communicator& comm, DType dtype)
-    : config_(config), backend_(backend), comm_(comm), dtype_(dtype) {}
+    : config_(config), backend_(backend), comm_(comm), dtype_(dtype), trace_(config, comm.world_size(), parts_) {}
 
-void ParamCoordinator::set_partitions(Tensor shard, std::unordered_map<const Parameter*, ParamPartition> parts) {
+void ParamCoordinator::set_partitions(Tensor shard, std::unordered_map<const Parameter*, ParamPartition> parts,
+                                      OptimizerStateStore* swapped) {
+  ZE_CHECK(swapped == nullptr || swapped->holds_parameters());
   shard_ = std::move(shard);
   parts_ = std::move(parts);
+  swapped_ = swapped;
 }
 
-absl::Status ParamCoordinator::start_gather(Parameter& p) {
+absl::Status ParamCoordinator::begin_all_gather(Parameter& p, Slot& slot) {
   const ParamPartition& part = parts_.at(&p);
-  Slot& slot = slots_[&p];
-  if (slot.full.defined()) return absl::OkStatus();  // available or in flight
-  const int world = comm_.world_size();
-  slot.full = backend_.empty({world * part.chunk}, dtype_,
-                             part.persistent ? MemCategory::kParameters : MemCategory::kCommBuffers);
-  // This rank's chunk goes to its place; the all-gather fills the others in place.
-  backend_.copy(slot.full.slice(comm_.rank() * part.chunk, {part.chunk}),
-                shard_.slice(part.shard_offset, {part.chunk}));
+  // This rank's chunk goes to its place (swapped: the read put it there); the
+  // all-gather fills the others in place.
+  if (swapped_ == nullptr) {
+    backend_.copy(slot.full.slice(comm_.rank() * part.chunk, {part.chunk}), shard_.slice(part.shard_offset, {part.chunk}));
+  }
   slot.handle = comm_.all_gather_async(slot.full.data(), part.chunk, part.chunk, dtype_);
-  if (!part.persistent) live_elems_ += world * part.chunk;
   ++gathers_;
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::optional<int64_t>> ParamCoordinator::issue_read(Parameter& p, bool may_skip) {
+  const ParamPartition& part = parts_.at(&p);
+  ZE_ASSIGN_OR_RETURN(std::optional<int64_t> ticket, swapped_->start_parameter_read(part.shard_offset, part.chunk));
+  while (!ticket.has_value() && !may_skip) {
+    // Every read buffer holds a chunk on its way: a prefetch waits for none
+    // of them; a fetch lands the oldest (starting its all-gather) and retries.
+    ZE_CHECK(!reading_.empty()) << "offload_param: no read buffer and no read in flight";
+    ZE_RETURN_IF_ERROR(finish_read(*reading_.front()));
+    ZE_ASSIGN_OR_RETURN(ticket, swapped_->start_parameter_read(part.shard_offset, part.chunk));
+  }
+  return ticket;
+}
+
+absl::Status ParamCoordinator::finish_read(Parameter& p) {
+  Slot& slot = slots_.at(&p);
+  const ParamPartition& part = parts_.at(&p);
+  const int64_t ticket = *slot.read;
+  slot.read.reset();
+  reading_.erase(std::find(reading_.begin(), reading_.end(), &p));
+  ZE_RETURN_IF_ERROR(
+      swapped_->finish_parameter_read(ticket, slot.full.slice(comm_.rank() * part.chunk, {part.chunk})));
+  return begin_all_gather(p, slot);
+}
+
+absl::StatusOr<bool> ParamCoordinator::start_gather(Parameter& p, bool may_skip) {
+  const ParamPartition& part = parts_.at(&p);
+  if (auto it = slots_.find(&p); it != slots_.end() && it->second.full.defined()) return true;  // available or in flight
+  std::optional<int64_t> ticket;
+  if (swapped_ != nullptr) {
+    ZE_ASSIGN_OR_RETURN(ticket, issue_read(p, may_skip));
+    if (!ticket.has_value()) return false;
+  }
+  const int world = comm_.world_size();
+  Slot& slot = slots_[&p];
+  slot.full = backend_.empty({world * part.chunk}, dtype_,
+                             part.persistent ? MemCategory::kParameters : MemCategory::kCommBuffers);
+  if (!part.persistent) live_elems_ += world * part.chunk;
+  if (ticket.has_value()) {
+    slot.read = ticket;
+    reading_.push_back(&p);
+    return true;
+  }
+  ZE_RETURN_IF_ERROR(begin_all_gather(p, slot));
+  return true;
+}
+
 absl::Status ParamCoordinator::wait_gather(Parameter& p) {
   Slot& slot = slots_.at(&p);
+  if (slot.read.has_value()) ZE_RETURN_IF_ERROR(finish_read(p));
   if (slot.handle) {
     ZE_RETURN_IF_ERROR(slot.handle->wait());
     slot.handle.reset();
@@ -63,94 +110,44 @@ absl::Status ParamCoordinator::wait_gather(Parameter& p) {
 void ParamCoordinator::drop(Parameter& p) {
   auto it = slots_.find(&p);
   if (it == slots_.end() || !it->second.full.defined()) return;
-  if (it->second.handle) (void)it->second.handle->wait();  // never free memory a collective still writes
+  // Never free memory a read or a collective still writes (a read in flight
+  // still gathers: every rank issued it, so every rank completes it).
+  if (it->second.read.has_value()) (void)finish_read(p);
+  if (it->second.handle) (void)it->second.handle->wait();
   live_elems_ -= it->second.full.numel();
   slots_.erase(it);
   p.data = Tensor();
 }
 
-int64_t ParamCoordinator::gather_elements(const Module& m) const {
-  int64_t n = 0;
-  for (const Parameter* p : m.direct_parameters()) {
-    const ParamPartition& part = parts_.at(p);
-    if (!part.persistent) n += comm_.world_size() * part.chunk;
-  }
-  return n;
-}
+void ParamCoordinator::begin_iteration() { trace_.begin_iteration(); }
 
-void ParamCoordinator::begin_iteration() {
-  if (trace_state_ == TraceState::kRecord && !trace_.empty()) finish_trace();
-  if (trace_state_ == TraceState::kInvalid) {
-    trace_.clear();
-    trace_state_ = TraceState::kRecord;
-  }
-  position_ = 0;
-}
-
-void ParamCoordinator::finish_trace() {
-  trace_state_ = TraceState::kComplete;
-  trace_prefix_elems_.assign(trace_.size() + 1, 0);
-  for (size_t i = 0; i < trace_.size(); ++i)
-    trace_prefix_elems_[i + 1] = trace_prefix_elems_[i] + gather_elements(*trace_[i].module);
-}
-
-void ParamCoordinator::record(Module& m, bool backward) {
-  if (trace_state_ == TraceState::kRecord) {
-    trace_.push_back({&m, backward});
-    return;
-  }
-  if (trace_state_ != TraceState::kComplete) return;
-  if (position_ < trace_.size() && trace_[position_].module == &m && trace_[position_].backward == backward) {
-    ++position_;
-    return;
-  }
-  // The model ran differently from the recorded order: stop prefetching and
-  // record again from the next iteration.
-  if (!warned_) {
+absl::Status ParamCoordinator::fetch(Module& m, bool backward) {
+  if (!trace_.record(m, backward) && !warned_) {
+    // The model ran differently from the recorded order: no prefetching
+    // until the next iteration has recorded it again.
     std::fprintf(stderr, "zero-train: warning: stage-3 module order changed at %s (%s); re-recording the trace\n",
                  m.name().c_str(), backward ? "backward" : "forward");
     warned_ = true;
   }
-  trace_state_ = TraceState::kInvalid;
-}
-
-absl::Status ParamCoordinator::fetch(Module& m, bool backward) {
-  record(m, backward);
-  for (Parameter* p : m.direct_parameters()) ZE_RETURN_IF_ERROR(start_gather(*p));
-  if (trace_state_ == TraceState::kComplete) prefetch_after(position_);
+  for (Parameter* p : m.direct_parameters()) ZE_RETURN_IF_ERROR(start_gather(*p).status());
+  prefetch();
   for (Parameter* p : m.direct_parameters()) ZE_RETURN_IF_ERROR(wait_gather(*p));
   return absl::OkStatus();
 }
 
-void ParamCoordinator::prefetch_after(size_t position) {
+void ParamCoordinator::prefetch() {
   const int64_t budget = std::min(config_.prefetch_bucket_size, config_.max_live_parameters - live_elems_);
-  int64_t issued = 0;
-  for (size_t j = position; j < trace_.size() && issued < budget; ++j) {
-    for (Parameter* p : trace_[j].module->direct_parameters()) {
-      if (issued >= budget) break;
-      const ParamPartition& part = parts_.at(p);
-      if (part.persistent || slots_.count(p)) continue;
-      if (!start_gather(*p).ok()) return;
-      issued += comm_.world_size() * part.chunk;
-      ++prefetches_;
-    }
+  for (Parameter* p : trace_.prefetch(budget, [&](const Parameter* q) { return slots_.count(q) > 0; })) {
+    absl::StatusOr<bool> started = start_gather(*p, /*may_skip=*/true);
+    if (!started.ok() || !*started) return;  // an error shows again at the fetch
+    ++prefetches_;
   }
-}
-
-bool ParamCoordinator::reused_soon(const Parameter* p, size_t position) const {
-  if (trace_state_ != TraceState::kComplete) return false;
-  for (size_t j = position; j < trace_.size(); ++j) {
-    if (trace_prefix_elems_[j] - trace_prefix_elems_[position] > config_.max_reuse_distance) return false;
-    for (const Parameter* q : trace_[j].module->direct_parameters())
-      if (q == p) return true;
-  }
-  return false;
 }
 
 absl::Status ParamCoordinator::release(Module& m, bool backward) {
   for (Parameter* p : m.direct_parameters()) {
     if (parts_.at(p).persistent) continue;
-    if (reused_soon(p, position_)) continue;
+    if (trace_.reused_soon(p)) continue;
     drop(*p);
   }
   return absl::OkStatus();
@@ -174,20 +171,23 @@ absl::Status ParamCoordinator::gather_persistent() {
   for (Parameter* p : persistent) {
     Slot& slot = slots_[p];
     if (!slot.full.defined()) {
-      ZE_RETURN_IF_ERROR(start_gather(*p));
+      ZE_RETURN_IF_ERROR(start_gather(*p).status());
       continue;
     }
-    const ParamPartition& part = parts_.at(p);
-    backend_.copy(slot.full.slice(comm_.rank() * part.chunk, {part.chunk}), shard_.slice(part.shard_offset, {part.chunk}));
-    slot.handle = comm_.all_gather_async(slot.full.data(), part.chunk, part.chunk, dtype_);
-    ++gathers_;
+    // Already materialised: refresh it from the (updated) shard.
+    if (swapped_ != nullptr) {
+      ZE_ASSIGN_OR_RETURN(slot.read, issue_read(*p, /*may_skip=*/false));
+      reading_.push_back(p);
+    } else {
+      ZE_RETURN_IF_ERROR(begin_all_gather(*p, slot));
+    }
   }
   for (Parameter* p : persistent) ZE_RETURN_IF_ERROR(wait_gather(*p));
   return absl::OkStatus();
 }
 
 absl::Status ParamCoordinator::gather_now(Parameter& p) {
-  ZE_RETURN_IF_ERROR(start_gather(p));
+  ZE_RETURN_IF_ERROR(start_gather(p).status());
   return wait_gather(p);
 }
 

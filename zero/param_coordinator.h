@@ -17,6 +17,8 @@
 // iteration records again (DeepSpeed's behaviour; no error).
 #pragma once
 
+#include <deque>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -24,15 +26,11 @@
 #include "runtime/backend/backend.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/graph/module.h"
+#include "zero/gather_trace.h"
+#include "zero/optimizer_state_store.h"
 #include "zero/zero_config.h"
 
 namespace zero {
-
-struct ParamPartition {
-  int64_t chunk = 0;         // elements per rank (ceil(numel / world))
-  int64_t shard_offset = 0;  // where this rank's chunk sits in the flat shard buffers
-  bool persistent = false;
-};
 
 // DeepSpeed's stage-3 partitioning of `params` (in model order) over `world`
 // ranks: each parameter padded to a multiple of world, chunk = ceil(numel /
@@ -51,7 +49,12 @@ class ParamCoordinator {
   ParamCoordinator(const ZeroConfig& config, Backend& backend, Communicator& comm, DType dtype);
 
   // shard: this rank's flat shard buffer (model dtype); parts: per parameter.
-  void set_partitions(Tensor shard, std::unordered_map<const Parameter*, ParamPartition> parts);
+  // With `swapped` (offload_param "nvme") the shard is not in memory: a
+  // gather first reads the chunk from the store (started when the gather is
+  // issued, so a prefetch reads ahead in the recorded order), and shard is
+  // undefined.
+  void set_partitions(Tensor shard, std::unordered_map<const Parameter*, ParamPartition> parts,
+                      OptimizerStateStore* swapped = nullptr);
 
   void begin_iteration();  // before each forward: trace bookkeeping
   absl::Status fetch(Module& m, bool backward);
@@ -67,43 +70,42 @@ class ParamCoordinator {
   }
 
   int64_t live_elements() const { return live_elems_; }
-  bool trace_complete() const { return trace_state_ == TraceState::kComplete; }
+  bool trace_complete() const { return trace_.complete(); }
   int64_t prefetches() const { return prefetches_; }
   int64_t gathers() const { return gathers_; }
 
  private:
-  enum class TraceState { kRecord, kComplete, kInvalid };
   struct Slot {
     Tensor full;        // [world * chunk], model dtype
     CommHandle handle;  // set while in flight
+    std::optional<int64_t> read;  // swapped: the chunk's read, until it lands and the all-gather starts
   };
-  struct Step {
-    Module* module;
-    bool backward;
-  };
-
-  absl::Status start_gather(Parameter& p);
+  // Issues p's gather. A prefetch (may_skip) of a swapped chunk when every
+  // read buffer is taken is skipped (false); a fetch waits for the oldest read.
+  absl::StatusOr<bool> start_gather(Parameter& p, bool may_skip = false);
+  // Swapped: starts reading p's chunk; nullopt when skipped (may_skip and
+  // every read buffer taken), else the read's ticket.
+  absl::StatusOr<std::optional<int64_t>> issue_read(Parameter& p, bool may_skip);
+  // Swapped: waits for p's chunk to land in its place; starts the all-gather.
+  absl::Status finish_read(Parameter& p);
+  // Copies this rank's chunk of p into the slot and starts the all-gather.
+  absl::Status begin_all_gather(Parameter& p, Slot& slot);
   absl::Status wait_gather(Parameter& p);
   void drop(Parameter& p);
-  void record(Module& m, bool backward);
-  void finish_trace();
-  void prefetch_after(size_t position);
-  bool reused_soon(const Parameter* p, size_t position) const;
-  int64_t gather_elements(const Module& m) const;
+  void prefetch();
 
   ZeroConfig config_;
   Backend& backend_;
   Communicator& comm_;
   DType dtype_;
   Tensor shard_;
+  OptimizerStateStore* swapped_ = nullptr;
+  std::deque<Parameter*> reading_;  // swapped chunks being read, oldest first
   std::unordered_map<const Parameter*, ParamPartition> parts_;
   std::unordered_map<const Parameter*, Slot> slots_;
   int64_t live_elems_ = 0;
 
-  TraceState trace_state_ = TraceState::kRecord;
-  std::vector<Step> trace_;
-  std::vector<int64_t> trace_prefix_elems_;  // elements gathered before position i
-  size_t position_ = 0;
+  GatherTrace trace_;
   int64_t prefetches_ = 0, gathers_ = 0;
   bool warned_ = false;
 };

@@ -15,32 +15,29 @@ Stage3ModelState::Stage3ModelState(Module& model, const ModelStateOptions& optio
 absl::Status Stage3ModelState::init() {
   const int world = comm_.world_size(), rank = comm_.rank();
   params_ = model_.parameters();
-  int64_t persistent_total = 0;
   for (size_t i = 0; i < params_.size(); ++i) {
-    Parameter* p = params_[i];
-    p->set_index(static_cast<int64_t>(i));
-    ParamPartition part;
-    part.chunk = (p->numel() + world - 1) / world;
-    part.shard_offset = shard_elems_;
-    // Small parameters stay materialised (DeepSpeed's persistence), within the model-wide cap.
-    if (p->numel() <= options_.zero.param_persistence_threshold &&
-        persistent_total + p->numel() <= options_.zero.model_persistence_threshold) {
-      part.persistent = true;
-      persistent_total += p->numel();
-    }
-    shard_elems_ += part.chunk;
-    num_parameters_ += p->numel();
-    parts_[p] = part;
+    params_[i]->set_index(static_cast<int64_t>(i));
+    num_parameters_ += params_[i]->numel();
   }
+  Stage3Partitions plan = plan_stage3_partitions(params_, world, options_.zero);
+  parts_ = std::move(plan.parts);
+  shard_elems_ = plan.shard_elems;
+  // offload_param "nvme": the parameter shard lives in the optimizer's swap
+  // records, and a gather reads one parameter's chunk at a time.
+  const bool params_on_nvme = options_.zero.offload_param.device == OffloadDevice::kNvme;
+  int64_t max_chunk = 0;
+  for (const auto& [p, part] : parts_) max_chunk = std::max(max_chunk, part.chunk);
   const Tier tier = backend_.compute_tier();
   auto alloc = [&](DType t, MemCategory c) -> absl::StatusOr<Tensor> {
     ZE_ASSIGN_OR_RETURN(auto s, backend_.allocate(static_cast<size_t>(shard_elems_) * dtype_size(t), tier, c));
     return Tensor(std::move(s), {shard_elems_}, t);
   };
-  ZE_ASSIGN_OR_RETURN(param_shard_, alloc(options_.param_dtype, MemCategory::kParameters));
+  if (!params_on_nvme) {
+    ZE_ASSIGN_OR_RETURN(param_shard_, alloc(options_.param_dtype, MemCategory::kParameters));
+  }
   ZE_ASSIGN_OR_RETURN(grad_shard_, alloc(options_.grad_dtype, MemCategory::kGradients));
   backend_.ops().fill(grad_shard_, 0.0f);
-  ZE_RETURN_IF_ERROR(init_optimizer_state(shard_elems_));
+  ZE_RETURN_IF_ERROR(init_optimizer_state(shard_elems_, Tensor(), params_on_nvme ? max_chunk : 0));
   // Each rank initialises only its chunk of each parameter; the padding is 0.
   for (Parameter* p : params_) {
     const ParamPartition& part = parts_.at(p);
@@ -52,7 +49,7 @@ absl::Status Stage3ModelState::init() {
   ZE_RETURN_IF_ERROR(store_->flush());
   ZE_RETURN_IF_ERROR(cast_master_into(param_shard_));
   coordinator_ = std::make_unique<ParamCoordinator>(options_.zero, backend_, comm_, options_.param_dtype);
-  coordinator_->set_partitions(param_shard_, parts_);
+  coordinator_->set_partitions(param_shard_, parts_, params_on_nvme ? store_.get() : nullptr);
   ZE_RETURN_IF_ERROR(coordinator_->gather_persistent());
   uses_ = count_parameter_uses(model_);
   return absl::OkStatus();

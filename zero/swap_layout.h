@@ -26,22 +26,39 @@ inline constexpr int64_t kSwapHeaderBytes = 4096;
 inline int64_t align_up(int64_t bytes, int64_t alignment) { return (bytes + alignment - 1) / alignment * alignment; }
 
 struct SwapLayout {
-  int64_t numel = 0;  // fp32 elements of the partition
-  int64_t group = 1;  // elements per sub-group
-  int arrays = 1;     // master + optimizer states
+  int64_t numel = 0;       // fp32 elements of the partition
+  int64_t group = 1;       // elements per sub-group
+  int arrays = 1;          // fp32 arrays: master + optimizer states
+  int64_t param_elem = 0;  // bytes per element of the parameter array; 0: none
 
-  static SwapLayout make(int64_t numel, int64_t sub_group_size, int arrays) {
-    return {numel, std::max<int64_t>(1, std::min(sub_group_size, numel)), arrays};
+  static SwapLayout make(int64_t numel, int64_t sub_group_size, int arrays, int64_t param_elem = 0) {
+    return {numel, std::max<int64_t>(1, std::min(sub_group_size, numel)), arrays, param_elem};
   }
   int64_t groups() const { return (numel + group - 1) / group; }
   int64_t group_begin(int64_t g) const { return g * group; }
   int64_t group_numel(int64_t g) const { return std::min(group, numel - g * group); }
   int64_t array_stride_bytes() const { return align_up(group * 4, kSwapAlignment); }
-  int64_t record_bytes() const { return arrays * array_stride_bytes(); }
+  int64_t param_stride_bytes() const { return param_elem == 0 ? 0 : align_up(group * param_elem, kSwapAlignment); }
+  // Where fp32 array i (i == arrays: the parameter array) starts in a record.
+  int64_t array_offset(int i) const { return i * array_stride_bytes(); }
+  int64_t record_bytes() const { return arrays * array_stride_bytes() + param_stride_bytes(); }
+  // File offset of element e of the parameter array.
+  int64_t param_file_offset(int64_t e) const {
+    return record_offset(e / group) + array_offset(arrays) + (e % group) * param_elem;
+  }
   int64_t record_offset(int64_t g) const { return kSwapHeaderBytes + g * record_bytes(); }
   int64_t file_bytes() const { return kSwapHeaderBytes + groups() * record_bytes(); }
   // Host bytes of the swap buffers for `buffer_count` records in flight.
   int64_t buffer_bytes(int64_t buffer_count) const { return buffer_count * record_bytes(); }
+  // Bytes of one buffer that reads up to max_read parameter elements ahead of
+  // their all-gather: the elements, plus up to one block of alignment slack
+  // at each end of every record's piece.
+  int64_t param_read_buffer_bytes(int64_t max_read) const {
+    if (param_elem == 0) return 0;
+    const int64_t n = std::max<int64_t>(1, max_read);
+    const int64_t pieces = (n + group - 1) / group + 1;
+    return align_up(n * param_elem, kSwapAlignment) + pieces * 2 * kSwapAlignment;
+  }
 };
 
 }  // namespace zero

@@ -29,7 +29,6 @@ void parse_offload(ConfigReader r, OffloadConfig& o, bool is_param) {
   }
   if (o.device == OffloadDevice::kNvme) {
     if (o.nvme_path.empty()) r.error("nvme_path", "is required when device is \"nvme\"");
-    if (is_param) r.error("device", "\"nvme\" for parameters is not supported yet (optimizer state can go to NVMe)");
   }
   r.finish();
 }
@@ -109,6 +108,10 @@ void parse_zero_section(ConfigReader& root, ZeroConfig& z) {
     parse_offload(r.section("offload_param"), z.offload_param, true);
   }
   r.mark_known("offload_param");
+  if (z.offload_param.device == OffloadDevice::kNvme && z.offload_optimizer.device != OffloadDevice::kNvme) {
+    r.error("offload_param", "device \"nvme\" needs offload_optimizer.device \"nvme\" as well (the parameter shard "
+                             "rides in the optimizer's swap records, where the step writes the new weights)");
+  }
   if (z.offload_optimizer.device == OffloadDevice::kNvme && z.stage == 0) {
     r.error("offload_optimizer", "device \"nvme\" requires stage 1, 2 or 3 (stage 0 has no partitioned optimizer "
                                  "state to offload)");

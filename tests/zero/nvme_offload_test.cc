@@ -1,5 +1,6 @@
-// Optimizer state on NVMe (offload_optimizer.device = "nvme") trains exactly
-// what resident optimizer state trains: on every rank count this binary runs
+// Optimizer state on NVMe (offload_optimizer.device = "nvme"), and at stage 3
+// the parameters too (offload_param.device = "nvme"), train exactly what
+// resident state trains: on every rank count this binary runs
 // with, at stages 1-3, in fp32 and bf16, with 1 to 4 swap buffers and
 // sub-groups much smaller than a partition, the losses and the fp32 master
 // weights are bitwise those of the same run without offload (the same Adam
@@ -18,6 +19,7 @@
 #include "runtime/engine/engine.h"
 #include "runtime/graph/gpt.h"
 #include "tests/zero/mpi_test_main.h"
+#include "zero/stage3_model_state.h"
 #include "zero/swap_layout.h"
 
 namespace zero {
@@ -62,8 +64,11 @@ struct RunSetup {
   DType dtype = DType::kF32;
   bool nvme = false;
   int64_t buffers = 4;
+  bool nvme_params = false;
+  int64_t param_buffers = 5;
   std::string name() const {
-    return cat("stage ", stage, " ", dtype_name(dtype), nvme ? cat(" nvme x", buffers) : std::string(" resident"));
+    return cat("stage ", stage, " ", dtype_name(dtype), nvme ? cat(" nvme x", buffers) : std::string(" resident"),
+               nvme_params ? cat(" + parameters x", param_buffers) : std::string());
   }
 };
 
@@ -82,13 +87,21 @@ EngineConfig config(const RunSetup& s, const std::string& swap_dir) {
     ec.zero.offload_optimizer.nvme_path = swap_dir;
     ec.zero.offload_optimizer.buffer_count = s.buffers;
   }
+  if (s.nvme_params) {
+    ec.zero.offload_param.device = OffloadDevice::kNvme;
+    ec.zero.offload_param.nvme_path = swap_dir;
+    ec.zero.offload_param.buffer_count = s.param_buffers;
+    ec.zero.prefetch_bucket_size = 2000;  // prefetch a few modules ahead
+    ec.zero.max_reuse_distance = 0;       // and gather every parameter again in backward
+  }
   return ec;
 }
 
 struct Trained {
   std::vector<double> losses;
   std::vector<std::vector<float>> master;
-  int64_t host_optimizer_bytes = 0, swap_buffer_bytes = 0, nvme_bytes = 0, held = 0;
+  int64_t host_optimizer_bytes = 0, swap_buffer_bytes = 0, nvme_bytes = 0, held = 0, host_parameter_bytes = 0;
+  int64_t prefetches = 0, max_chunk = 0;
 };
 
 void train_steps(Engine& engine, int from, int to, std::vector<double>& losses) {
@@ -117,6 +130,7 @@ Trained train(const RunSetup& s, const std::string& swap_dir) {
   const int64_t nvme0 = tracked(Tier::kNvme, MemCategory::kOptimizerState);
   const int64_t swap0 = tracked(Tier::kHost, MemCategory::kSwapBuffers);
   const int64_t optim0 = tracked(Tier::kHost, MemCategory::kOptimizerState);
+  const int64_t param0 = tracked(Tier::kHost, MemCategory::kParameters);
   CpuBackend backend;
   auto engine = initialize(std::make_unique<Gpt>(kModel), config(s, swap_dir), backend, &world());
   EXPECT_TRUE(engine.ok()) << engine.status();
@@ -128,6 +142,11 @@ Trained train(const RunSetup& s, const std::string& swap_dir) {
   out.swap_buffer_bytes = tracked(Tier::kHost, MemCategory::kSwapBuffers) - swap0;
   out.nvme_bytes = tracked(Tier::kNvme, MemCategory::kOptimizerState) - nvme0;
   out.held = (*engine)->state().state_store().numel();
+  for (Parameter* p : (*engine)->model().parameters()) {
+    out.max_chunk = std::max(out.max_chunk, (p->numel() + world().world_size() - 1) / world().world_size());
+  }
+  out.host_parameter_bytes = tracked(Tier::kHost, MemCategory::kParameters) - param0;
+  if (s.stage == 3) out.prefetches = dynamic_cast<Stage3ModelState&>((*engine)->state()).coordinator().prefetches();
   return out;
 }
 
@@ -154,6 +173,34 @@ TEST(NvmeOffloadTest, TrainsBitwiseLikeResidentStateAtEveryStage) {
     }
   }
   // Every engine is gone: so is every swap file.
+  EXPECT_TRUE(fs::is_empty(dir)) << dir;
+}
+
+TEST(NvmeOffloadTest, ParametersOnNvmeTrainBitwiseLikeResidentParameters) {
+  const std::string dir = shared_dir("nvme_offload_test.swap3");
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    const RunSetup resident{3, dtype, false};
+    const Trained ref = train(resident, dir);
+    // 1 read buffer: every prefetch is skipped and each fetch waits for the
+    // oldest read; 2 and 5: reads run ahead of their all-gathers.
+    for (int64_t param_buffers : {1, 2, 5}) {
+      RunSetup offloaded{3, dtype, true, 3, true, param_buffers};
+      const Trained got = train(offloaded, dir);
+      EXPECT_EQ(got.losses, ref.losses) << offloaded.name();
+      EXPECT_EQ(got.master, ref.master) << offloaded.name();
+      // The parameter shard left host memory (nothing persists: threshold 0).
+      const int64_t elem = static_cast<int64_t>(dtype_size(dtype));
+      EXPECT_EQ(ref.host_parameter_bytes - got.host_parameter_bytes, ref.held * elem) << offloaded.name();
+      EXPECT_EQ(got.host_parameter_bytes, 0) << offloaded.name();
+      const SwapLayout layout = SwapLayout::make(got.held, kSubGroup, 3, elem);
+      EXPECT_EQ(got.nvme_bytes, layout.file_bytes()) << offloaded.name();
+      // Record buffers for the step, read buffers for the largest chunk.
+      EXPECT_EQ(got.swap_buffer_bytes,
+                layout.buffer_bytes(3) + param_buffers * layout.param_read_buffer_bytes(got.max_chunk))
+          << offloaded.name();
+      if (param_buffers > 1) EXPECT_GT(got.prefetches, 0) << offloaded.name();
+    }
+  }
   EXPECT_TRUE(fs::is_empty(dir)) << dir;
 }
 

@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""Collects bench/memory_scaling/run.sh's runs into CSV files.
+
+For every (stage, ranks, rank): each memory category's peak over the run, as
+the tracking allocator recorded it in that rank's --metrics lines (each line
+holds the step's peaks; the first step's include initialisation), the peak of
+the total, and the largest RSS; beside each, zero-estimate's planned bytes.
+Prints the summary table and the worst planner error.
+usage: collect.py RUNS_DIR OUT_DIR
+"""
+import csv
+import glob
+import json
+import os
+import re
+import sys
+
+CATEGORIES = ["parameters", "gradients", "optimizer_state", "activations", "comm_buffers", "swap_buffers",
+              "workspace"]
+
+
+def measured(path):
+    peaks = {c: 0 for c in CATEGORIES}
+    peaks["total"] = 0
+    rss = 0
+    with open(path) as f:
+        for line in f:
+            j = json.loads(line)
+            host = j["memory"]["host"]
+            for c in CATEGORIES:
+                peaks[c] = max(peaks[c], host[c]["peak"])
+            peaks["total"] = max(peaks["total"], host["allocated"]["peak"])
+            rss = max(rss, j["rss"])
+    return peaks, rss
+
+
+def error_pct(m, p):
+    if p == 0:
+        return 0.0 if m == 0 else float("inf")
+    return 100.0 * (m - p) / p
+
+
+def main():
+    runs, out = sys.argv[1], sys.argv[2]
+    rows, summary = [], []
+    tags = sorted({re.sub(r"\.plan\.json$", "", os.path.basename(p)) for p in glob.glob(f"{runs}/*.plan.json")},
+                  key=lambda t: tuple(int(x) for x in re.findall(r"\d+", t)))
+    for tag in tags:
+        stage, ranks = (int(x) for x in re.findall(r"\d+", tag))
+        with open(f"{runs}/{tag}.plan.json") as f:
+            plan = json.load(f)
+        worst = (0.0, "")
+        best_rank = None
+        for r in range(ranks):
+            got, rss = measured(f"{runs}/{tag}.rank{r}.jsonl")
+            planned = dict(plan["ranks"][r]["peak"]["host"])
+            planned["total"] = plan["ranks"][r]["total"]["host"]
+            for c in CATEGORIES + ["total"]:
+                e = error_pct(got[c], planned[c])
+                rows.append([stage, ranks, r, c, got[c], planned[c], f"{e:.3f}"])
+                if abs(e) > abs(worst[0]):
+                    worst = (e, f"rank {r} {c}")
+            rows.append([stage, ranks, r, "rss", rss, "", ""])
+            if best_rank is None or got["total"] > best_rank[1]:
+                best_rank = (r, got["total"], planned["total"], rss)
+        r, m, p, rss = best_rank
+        summary.append([stage, ranks, r, m, p, f"{error_pct(m, p):.3f}", rss, f"{worst[0]:.3f}", worst[1]])
+
+    with open(f"{out}/memory_scaling.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["stage", "ranks", "rank", "category", "measured_bytes", "planned_bytes", "error_pct"])
+        w.writerows(rows)
+    with open(f"{out}/summary.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["stage", "ranks", "max_rank", "measured_total_bytes", "planned_total_bytes", "total_error_pct",
+                    "rss_bytes", "worst_category_error_pct", "worst_category"])
+        w.writerows(summary)
+    # One data block per stage for gnuplot: ranks, measured MiB, planned MiB.
+    with open(f"{out}/memory_scaling.dat", "w") as f:
+        for stage in sorted({s[0] for s in summary}):
+            f.write(f"# stage {stage}: ranks measured_MiB planned_MiB rss_MiB\n")
+            for s in summary:
+                if s[0] == stage:
+                    f.write(f"{s[1]} {s[3] / 2**20:.2f} {s[4] / 2**20:.2f} {s[6] / 2**20:.2f}\n")
+            f.write("\n\n")
+
+    print(f"{'stage':>5} {'ranks':>5} | {'measured MiB':>12} {'planned MiB':>12} {'error':>8} | {'RSS MiB':>8} |"
+          " worst category error")
+    worst_all = 0.0
+    for s in summary:
+        print(f"{s[0]:>5} {s[1]:>5} | {s[3] / 2**20:12.1f} {s[4] / 2**20:12.1f} {float(s[5]):7.2f}% |"
+              f" {s[6] / 2**20:8.1f} | {float(s[7]):.2f}% ({s[8] or '-'})")
+        worst_all = max(worst_all, abs(float(s[5])))
+    cat_worst = max((abs(float(s[7])) for s in summary), default=0.0)
+    print(f"worst total error {worst_all:.2f}%, worst single-category error {cat_worst:.2f}%:"
+          f" planner {'within' if worst_all <= 5 else 'NOT within'} 5% of measured in every cell")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Memory scaling: real zero-train runs of bench/memory_scaling/gpt-50m.json (a
+# 51M-parameter GPT, bf16 + AdamW) at ZeRO stages 0-3 on 1, 2, 4 and 8 ranks
+# (mpirun, oversubscribed), each rank writing its own --metrics file. For every
+# rank it collects the peak tracked bytes of each memory category and the
+# process RSS, sets the planner's prediction (zero-estimate --json) beside
+# each figure, and writes into bench/memory_scaling/results/:
+#   memory_scaling.csv  stage, ranks, rank, category, measured, planned, error
+#   summary.csv         per stage and rank count: the largest rank's total
+#                       (measured, planned), its RSS, the worst category error
+#   memory_scaling.png  bytes per rank vs ranks, one line per stage
+#                       (measured solid, planned dashed)
+# Usage: bench/memory_scaling/run.sh [BUILD_DIR]   (default: ./build)
+# Environment: RANKS="1 2 4 8", STAGES="0 1 2 3", STEPS=2. About 6 minutes on
+# 2 cores. Needs mpirun, python3 and gnuplot (gnuplot-nox).
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+build=$(cd "${1:-$root/build}" && pwd)
+ranks=${RANKS:-"1 2 4 8"}
+stages=${STAGES:-"0 1 2 3"}
+steps=${STEPS:-2}
+config=$here/gpt-50m.json
+out=$here/results
+runs=$out/runs
+train=$build/runtime/zero-train
+estimate=$build/runtime/zero-estimate
+for bin in "$train" "$estimate"; do
+  [ -x "$bin" ] || { echo "run.sh: $bin is not built (cmake --build $build)" >&2; exit 2; }
+done
+command -v mpirun >/dev/null || { echo "run.sh: mpirun not found (openmpi-bin)" >&2; exit 2; }
+
+rm -rf "$runs"
+mkdir -p "$runs"
+cd "$root"  # the config's data path is absolute; logs go to $runs
+for n in $ranks; do
+  for s in $stages; do
+    tag=stage${s}_ranks${n}
+    echo "== stage $s on $n rank(s)"
+    start=$(date +%s)
+    # One OpenMP thread per rank: N ranks share the machine's cores.
+    mpirun --allow-run-as-root --oversubscribe -np "$n" -x OMP_NUM_THREADS=1 \
+      "$train" --config "$config" --set zero_optimization.stage="$s" --steps "$steps" \
+      --metrics "$runs/$tag.rank{rank}.jsonl" >"$runs/$tag.log" 2>&1 ||
+      { echo "run.sh: zero-train failed, see $runs/$tag.log" >&2; tail -5 "$runs/$tag.log" >&2; exit 1; }
+    "$estimate" --config "$config" --set zero_optimization.stage="$s" --world "$n" --json >"$runs/$tag.plan.json"
+    echo "   $(( $(date +%s) - start )) s"
+  done
+done
+
+python3 "$here/collect.py" "$runs" "$out"
+if command -v gnuplot >/dev/null; then
+  (cd "$out" && gnuplot "$here/plot.gp")
+  echo "== wrote $out/memory_scaling.png"
+else
+  echo "run.sh: gnuplot not found (apt-get install gnuplot-nox): no plot" >&2
+fi

@@ -1,0 +1,322 @@
+// zero-estimate: per-rank memory of a run before running it, from the memory
+// planner (zero/memory_plan.h) that the tests hold to the engine's measured
+// peaks; or, for a bare parameter count, the ZeRO paper's model-state bytes
+// per stage beside ZeroEngine's own (padding, aliasing) and DeepSpeed's
+// estimators.
+//
+//   zero-estimate --config run.json [--config ds.json] [--set k=v]... --world N [--rank R] [--json]
+//   zero-estimate --params 7.5e9 --world 1,4,16,64 [--dtype bf16] [--optimizer adamw]
+//
+// Configs load exactly as zero-train loads them (load_merged_config,
+// parse_run_config at the given world size). Exit status: 0 success; 2 bad
+// usage or a config that cannot be planned; 1 anything else.
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "runtime/base/strings.h"
+#include "runtime/config/run_config.h"
+#include "zero/memory_plan.h"
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: zero-estimate --config FILE... [--set KEY.PATH=VALUE]... --world N [options]
+       zero-estimate --params P --world N[,N...] [options]
+
+Per-rank peak memory of a zero-train run (parameters, gradients, optimizer
+state, activations under the checkpoint policy, communication buckets and
+gathered stage-3 parameters, swap buffers, workspace; per tier), from the
+planner the tests check against the engine's tracking allocator.
+
+  --config FILE          run config, loaded as zero-train loads it (repeat to layer files)
+  --set KEY.PATH=VALUE   override one key (repeatable)
+  --world N              data-parallel ranks (with --params: a comma list, e.g. 1,4,16,64)
+  --rank R               show rank R (default: the rank with the largest total)
+  --all-ranks            also one line of totals per rank
+  --json                 every rank's peaks as JSON (with --config)
+  --backend cpu|cuda     compute tier: host memory (cpu, the default) or device memory (cuda)
+  --allow-unknown-keys   warn about unknown config keys instead of failing
+
+Model states only, for a parameter count (the ZeRO paper's Table 1):
+  --params P             number of parameters, e.g. 7.5e9
+  --dtype bf16|fp16|fp32 model dtype of parameters and gradients (default bf16)
+  --optimizer adamw|sgd|sgd-momentum   optimizer state (default adamw: K = 12)
+  --largest-layer N      parameters of the largest layer, for DeepSpeed's stage-3 estimate
+  --help                 this text
+)";
+
+int usage_error(const std::string& msg) {
+  std::fprintf(stderr, "zero-estimate: %s\n\n%s", msg.c_str(), kUsage);
+  return 2;
+}
+
+int fail(int code, const absl::Status& s) {
+  std::fprintf(stderr, "zero-estimate: %s\n", std::string(s.message()).c_str());
+  return code;
+}
+
+// A positive number written as an integer or in exponent form ("7.5e9").
+bool parse_positive(const std::string& s, double& out) {
+  char* end = nullptr;
+  out = std::strtod(s.c_str(), &end);
+  return !s.empty() && end == s.c_str() + s.size() && out > 0 && out < 1e18;
+}
+
+bool parse_count(const std::string& s, int64_t& out) {
+  double d;
+  if (!parse_positive(s, d) || d != static_cast<double>(static_cast<int64_t>(d))) return false;
+  out = static_cast<int64_t>(d);
+  return true;
+}
+
+double gb(double bytes) { return bytes / 1e9; }
+
+struct Args {
+  std::vector<std::string> configs, overrides;
+  std::vector<int64_t> worlds;
+  std::string world_text;
+  int rank = -1;
+  bool json = false, all_ranks = false, allow_unknown = false;
+  zero::Tier tier = zero::Tier::kHost;
+  double params = 0;
+  zero::DType dtype = zero::DType::kBF16;
+  std::string optimizer = "adamw";
+  double largest_layer = 0;
+};
+
+int params_mode(const Args& a) {
+  zero::EngineConfig e;
+  e.param_dtype = a.dtype;
+  if (a.optimizer == "sgd" || a.optimizer == "sgd-momentum") {
+    e.optimizer.type = "SGD";
+    e.optimizer.momentum = a.optimizer == "sgd" ? 0.0f : 0.9f;
+  }
+  const zero::ModelStateFactors f0 = zero::model_state_factors(e);
+  std::printf("model states per rank for %.4g parameters: %s parameters and gradients, %s (GB = 1e9 bytes)\n",
+              a.params, std::string(zero::dtype_name(a.dtype)).c_str(),
+              a.optimizer == "adamw"  ? "fp32 master weights + AdamW's m and v"
+              : a.optimizer == "sgd" ? "fp32 master weights, plain SGD"
+                                     : "fp32 master weights + SGD momentum");
+  std::printf("ZeRO formula: stage 0 (%g+%g+K)Psi, 1: %g Psi + K Psi/W, 2: %g Psi + (%g+K) Psi/W, 3: (%g+%g+K) Psi/W,"
+              " K = %g (%s)\n",
+              f0.param_bytes, f0.grad_bytes, f0.param_bytes + f0.grad_bytes, f0.param_bytes, f0.grad_bytes,
+              f0.param_bytes, f0.grad_bytes, f0.optimizer_bytes,
+              a.dtype == zero::DType::kF32 ? "at stage 0 an fp32 model's master copy is the parameters themselves"
+                                           : "the ZeRO paper's mixed precision");
+  std::printf("%6s %5s | %12s | %-51s |\n", "", "", "", "ZeroEngine allocates");
+  std::printf("%6s %5s | %12s | %12s %12s %12s %12s | %s\n", "ranks", "stage", "ZeRO formula", "parameters",
+              "gradients", "optimizer", "total", "DeepSpeed estimator");
+  const int64_t params = static_cast<int64_t>(a.params);
+  for (int64_t w : a.worlds) {
+    for (int stage = 0; stage <= 3; ++stage) {
+      zero::EngineConfig es = e;
+      es.zero.stage = stage;
+      const zero::ModelStateBytes formula = zero::model_state_bytes(a.params, w, stage, zero::model_state_factors(es));
+      const zero::ModelStateBytes ours = zero::engine_model_state_bytes(params, w, stage, e);
+      std::string ds = "-";
+      if (stage == 2) ds = absl::StrFormat("%.2f (4 Psi + 16 Psi/W)", gb(zero::deepspeed_zero2_estimate(a.params, w)));
+      if (stage == 3) {
+        ds = absl::StrFormat("%.2f (4 largest layer + 18 Psi/W%s)",
+                             gb(zero::deepspeed_zero3_estimate(a.params, a.largest_layer, w)),
+                             a.largest_layer > 0 ? "" : ", largest layer 0: pass --largest-layer");
+      }
+      std::printf("%6lld %5d | %12.2f | %12.2f %12.2f %12.2f %12.2f | %s\n", static_cast<long long>(w), stage,
+                  gb(formula.total()), gb(ours.parameters), gb(ours.gradients), gb(ours.optimizer_state),
+                  gb(ours.total()), ds.c_str());
+    }
+  }
+  std::printf("model states only; for activations, buckets, gathered parameters and workspace plan a run config:\n"
+              "  zero-estimate --config run.json --world N\n");
+  return 0;
+}
+
+zero::Json plan_json(const zero::MemoryPlan& p) {
+  zero::Json j;
+  j["rank"] = p.rank;
+  for (int t = 0; t < zero::kNumTiers; ++t) {
+    const zero::Tier tier = static_cast<zero::Tier>(t);
+    if (tier != p.compute_tier && p.total(tier) == 0) continue;
+    const std::string tn(zero::tier_name(tier));
+    for (int c = 0; c < zero::kNumMemCategories; ++c) {
+      const std::string cn(zero::mem_category_name(static_cast<zero::MemCategory>(c)));
+      j["peak"][tn][cn] = p.peak[t][c];
+      j["after_init"][tn][cn] = p.after_init[t][c];
+    }
+    j["total"][tn] = p.total(tier);
+  }
+  return j;
+}
+
+int config_mode(const Args& a) {
+  const int world = static_cast<int>(a.worlds[0]);
+  absl::StatusOr<zero::Json> merged = zero::load_merged_config(a.configs, a.overrides);
+  if (!merged.ok()) return fail(2, merged.status());
+  zero::ConfigOptions options;
+  options.world_size = world;
+  options.allow_unknown_keys = a.allow_unknown;
+  absl::StatusOr<zero::RunConfig> config = zero::parse_run_config(*merged, options);
+  if (!config.ok()) return fail(2, config.status());
+  for (const std::string& w : config->warnings) std::fprintf(stderr, "zero-estimate: warning: %s\n", w.c_str());
+  if (a.rank >= world) return usage_error(zero::cat("--rank ", a.rank, " is not a rank of --world ", world));
+
+  if (config->model.type != "gpt") {
+    return fail(2, absl::InvalidArgumentError(
+                       zero::cat("model.type: \"", config->model.type, "\" cannot be planned (only \"gpt\")")));
+  }
+  std::vector<zero::MemoryPlan> plans;
+  for (int r = 0; r < world; ++r) {
+    zero::PlanInput in = zero::plan_input(*config, world, r);
+    in.compute_tier = a.tier;
+    absl::StatusOr<zero::MemoryPlan> p = zero::plan_memory(in);
+    if (!p.ok()) return fail(p.status().code() == absl::StatusCode::kInternal ? 1 : 2, p.status());
+    plans.push_back(*std::move(p));
+  }
+  // The rank that needs the most (over all tiers); the first one on a tie.
+  auto sum = [](const zero::MemoryPlan& p) {
+    int64_t s = 0;
+    for (int64_t t : p.total_peak) s += t;
+    return s;
+  };
+  int max_rank = 0;
+  for (int r = 1; r < world; ++r)
+    if (sum(plans[r]) > sum(plans[max_rank])) max_rank = r;
+  const zero::EngineConfig& e = config->engine;
+
+  if (a.json) {
+    zero::Json j;
+    j["world"] = world;
+    j["stage"] = e.zero.stage;
+    j["num_parameters"] = plans[0].num_parameters;
+    j["max_rank"] = max_rank;
+    j["ranks"] = zero::Json::array();
+    for (const zero::MemoryPlan& p : plans) j["ranks"].push_back(plan_json(p));
+    std::cout << j.dump(1) << "\n";
+    return 0;
+  }
+
+  const zero::GptConfig& g = config->model.gpt;
+  const int shown = a.rank >= 0 ? a.rank : max_rank;
+  const zero::MemoryPlan& plan = plans[shown];
+  std::printf("model: GPT n_layer=%lld n_head=%lld d_model=%lld vocab=%lld seq_len=%lld, %.2fM parameters\n",
+              static_cast<long long>(g.n_layer), static_cast<long long>(g.n_head), static_cast<long long>(g.d_model),
+              static_cast<long long>(g.vocab_size), static_cast<long long>(g.seq_len),
+              static_cast<double>(plan.num_parameters) / 1e6);
+  std::printf("run: micro-batch %lld x accumulation %lld x %d rank%s; ZeRO stage %d%s; %s parameters, %s gradients, %s;"
+              " activation checkpointing: %s%s\n",
+              static_cast<long long>(e.micro_batch_size), static_cast<long long>(e.gradient_accumulation_steps), world,
+              world == 1 ? "" : "s", e.zero.stage, e.zero.overlap_comm ? " (overlap_comm)" : "",
+              std::string(zero::dtype_name(e.param_dtype)).c_str(),
+              std::string(zero::dtype_name(e.gradient_dtype())).c_str(), e.optimizer.type.c_str(),
+              plan.checkpoint_segments > 0 ? zero::cat(plan.checkpoint_segments, " segments").c_str() : "off",
+              e.zero.offload_optimizer.device == zero::OffloadDevice::kNvme ? "; optimizer state on NVMe" : "");
+  const std::string title =
+      zero::cat("per-rank peak memory in bytes, rank ", shown, " of ", world,
+                shown == max_rank ? (world > 1 ? " (the rank with the largest total)" : "")
+                                  : zero::cat(" (rank ", max_rank, " has the largest total)"));
+  std::fputs(zero::format_memory_plan(plan, title).c_str(), stdout);
+  const zero::ModelStateBytes formula =
+      zero::model_state_bytes(static_cast<double>(plan.num_parameters), world, e.zero.stage,
+                              zero::model_state_factors(e));
+  const int tier = static_cast<int>(plan.compute_tier);
+  auto init = [&](zero::MemCategory c) { return plan.after_init[tier][static_cast<int>(c)]; };
+  std::printf("model states at rest: parameters %s, gradients %s, optimizer state %s; the ZeRO formula without "
+              "padding: %s, %s, %s\n",
+              zero::format_bytes(init(zero::MemCategory::kParameters)).c_str(),
+              zero::format_bytes(init(zero::MemCategory::kGradients)).c_str(),
+              zero::format_bytes(init(zero::MemCategory::kOptimizerState)).c_str(),
+              zero::format_bytes(static_cast<int64_t>(formula.parameters)).c_str(),
+              zero::format_bytes(static_cast<int64_t>(formula.gradients)).c_str(),
+              zero::format_bytes(static_cast<int64_t>(formula.optimizer_state)).c_str());
+  if (a.all_ranks) {
+    for (const zero::MemoryPlan& p : plans) {
+      std::printf("rank %d: total %lld (%s)\n", p.rank, static_cast<long long>(p.total(p.compute_tier)),
+                  zero::format_bytes(p.total(p.compute_tier)).c_str());
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&](std::string& out) {
+      if (i + 1 >= argc) return false;
+      out = argv[++i];
+      return true;
+    };
+    std::string v;
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else if (arg == "--config") {
+      if (!value(v)) return usage_error("--config needs a file");
+      a.configs.push_back(v);
+    } else if (arg == "--set") {
+      if (!value(v)) return usage_error("--set needs KEY.PATH=VALUE");
+      a.overrides.push_back(v);
+    } else if (arg == "--world") {
+      if (!value(v)) return usage_error("--world needs a number of ranks");
+      a.world_text = v;
+      size_t start = 0;
+      while (true) {
+        const size_t comma = v.find(',', start);
+        const std::string item = v.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+        int64_t w;
+        if (!parse_count(item, w) || w > (int64_t{1} << 24))
+          return usage_error(zero::cat("--world: \"", item, "\" is not a number of ranks (1 or more)"));
+        a.worlds.push_back(w);
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+      }
+    } else if (arg == "--rank") {
+      int64_t r;
+      if (!value(v)) return usage_error("--rank needs a number");
+      if (v == "0") r = 0;
+      else if (!parse_count(v, r)) return usage_error(zero::cat("--rank: \"", v, "\" is not a rank"));
+      a.rank = static_cast<int>(r);
+    } else if (arg == "--json") {
+      a.json = true;
+    } else if (arg == "--all-ranks") {
+      a.all_ranks = true;
+    } else if (arg == "--allow-unknown-keys") {
+      a.allow_unknown = true;
+    } else if (arg == "--backend") {
+      if (!value(v) || (v != "cpu" && v != "cuda")) return usage_error("--backend must be cpu or cuda");
+      a.tier = v == "cpu" ? zero::Tier::kHost : zero::Tier::kDevice;
+    } else if (arg == "--params") {
+      if (!value(v)) return usage_error("--params needs a number of parameters");
+      if (!parse_positive(v, a.params) || a.params < 1)
+        return usage_error(zero::cat("--params: \"", v, "\" is not a number of parameters (e.g. 7.5e9)"));
+    } else if (arg == "--dtype") {
+      if (!value(v)) return usage_error("--dtype needs bf16, fp16 or fp32");
+      absl::StatusOr<zero::DType> t = zero::parse_float_dtype(v);
+      if (!t.ok()) return usage_error(zero::cat("--dtype: \"", v, "\" is not bf16, fp16 or fp32"));
+      a.dtype = *t;
+    } else if (arg == "--optimizer") {
+      if (!value(v) || (v != "adamw" && v != "sgd" && v != "sgd-momentum"))
+        return usage_error("--optimizer must be adamw, sgd or sgd-momentum");
+      a.optimizer = v;
+    } else if (arg == "--largest-layer") {
+      if (!value(v) || !parse_positive(v, a.largest_layer))
+        return usage_error(zero::cat("--largest-layer: \"", v, "\" is not a number of parameters"));
+    } else {
+      return usage_error(zero::cat("unknown argument ", arg));
+    }
+  }
+  if (a.configs.empty() && a.params == 0) return usage_error("give --config FILE (a run) or --params P (model states)");
+  if (!a.configs.empty() && a.params > 0) return usage_error("give --config or --params, not both");
+  if (a.worlds.empty()) return usage_error("--world N is required (the number of data-parallel ranks)");
+  if (a.params > 0) {
+    if (a.json || a.rank >= 0) return usage_error("--json and --rank need --config");
+    return params_mode(a);
+  }
+  if (a.worlds.size() != 1)
+    return usage_error(zero::cat("--world: give one world size with --config, not ", a.world_text));
+  return config_mode(a);
+}

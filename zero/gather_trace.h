@@ -1,0 +1,64 @@
+// The stage-3 coordinator's decisions, apart from what a gather does: the
+// order modules ran in during the first iteration (DeepSpeed's trace), which
+// parameters to gather ahead after each fetch (prefetch_bucket_size elements,
+// within max_live_parameters), and whether a parameter is used again soon
+// enough to stay gathered (max_reuse_distance). ParamCoordinator runs it with
+// real gathers and the memory planner with simulated ones, so both make the
+// same decisions.
+#pragma once
+
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "runtime/graph/module.h"
+#include "zero/zero_config.h"
+
+namespace zero {
+
+// One parameter's stage-3 partition (see plan_stage3_partitions).
+struct ParamPartition {
+  int64_t chunk = 0;         // elements per rank (numel padded to a multiple of world, / world)
+  int64_t shard_offset = 0;  // where this rank's chunk starts in its shard buffers
+  bool persistent = false;
+};
+
+class GatherTrace {
+ public:
+  GatherTrace(const ZeroConfig& config, int world, const std::unordered_map<const Parameter*, ParamPartition>& parts)
+      : config_(config), world_(world), parts_(parts) {}
+
+  // Before each forward: completes the trace after the first iteration,
+  // starts recording again after a divergence.
+  void begin_iteration();
+  // Notes that m runs (its forward or backward). False when this breaks the
+  // recorded order: prefetching stops and the next iteration records again.
+  bool record(Module& m, bool backward);
+  bool complete() const { return state_ == State::kComplete; }
+
+  // Parameters to gather ahead of the current position, in trace order:
+  // neither persistent nor `held`, until `budget` elements are gathered.
+  std::vector<Parameter*> prefetch(int64_t budget, absl::FunctionRef<bool(const Parameter*)> held) const;
+  // Whether p is used again within max_reuse_distance gathered elements.
+  bool reused_soon(const Parameter* p) const;
+  // Elements a gather of m's non-persistent parameters materialises.
+  int64_t gather_elements(const Module& m) const;
+
+ private:
+  enum class State { kRecord, kComplete, kInvalid };
+  struct Step {
+    Module* module;
+    bool backward;
+  };
+
+  ZeroConfig config_;
+  int world_;
+  const std::unordered_map<const Parameter*, ParamPartition>& parts_;
+  State state_ = State::kRecord;
+  std::vector<Step> trace_;
+  std::vector<int64_t> prefix_elems_;  // elements gathered before position i
+  size_t position_ = 0;
+};
+
+}  // namespace zero
