@@ -130,8 +130,12 @@ void FlatModelState::launch(size_t b) {
                                       bucket.end - bucket.begin, options_.grad_dtype, ReduceOp::kSum);
   }
   in_flight_.push_back(std::move(f));
-  if (!options_.zero.overlap_comm) {
-    absl::Status s = finish_all();
+  // Without overlap the reduction completes now; with it, at most
+  // kBucketsInFlight run behind backward.
+  const size_t cap = options_.zero.overlap_comm ? kBucketsInFlight : 0;
+  while (in_flight_.size() > cap) {
+    absl::Status s = finish(in_flight_.front());
+    in_flight_.pop_front();
     if (!s.ok() && comm_error_.ok()) comm_error_ = s;
   }
 }

@@ -19,6 +19,12 @@ struct GradBucket {
   std::vector<Parameter*> params;
 };
 
+// With overlap_comm, buckets whose reduction is still in flight at once (the
+// rest of backward waits for the oldest beyond this): DeepSpeed's double-
+// buffered gradient buckets, so communication buffers stay at about two
+// buckets instead of growing to the whole gradient.
+inline constexpr size_t kBucketsInFlight = 2;
+
 std::vector<GradBucket> plan_grad_buckets(const FlatLayout& layout, int64_t bucket_elems);
 
 // How many modules of the tree use each parameter directly: the number of

@@ -12,6 +12,7 @@
 #include "zero/grad_buckets.h"
 #include "zero/memory_plan_sim.h"
 #include "zero/param_coordinator.h"
+#include "zero/state_buffers.h"
 #include "zero/swap_layout.h"
 
 namespace zero::memsim {
@@ -20,7 +21,7 @@ namespace {
 // ---- zero/state_buffers.cc: add_reduced stages a 16-bit reduced part in fp32.
 void simulate_add_reduced(Sim& sim, int64_t numel, DType grad_dtype) {
   if (numel == 0 || grad_dtype == DType::kF32) return;
-  Buf staged = sim.alloc(MemCategory::kWorkspace, numel * 4);
+  Buf staged = sim.alloc(MemCategory::kWorkspace, std::min(numel, kReducedStagingElems) * 4);
 }
 
 // The fp32 master (unless it aliases fp32 parameters at stage 0) and the
@@ -139,15 +140,16 @@ class FlatStateSim final : public StateSim {
       for (Parameter* q : bucket.params) grad_defined_.erase(q);
     }
     in_flight_.push_back(std::move(f));
-    if (!e_.zero.overlap_comm) finish_all();
+    finish_beyond(e_.zero.overlap_comm ? kBucketsInFlight : 0);
   }
 
-  void finish_all() {
-    while (!in_flight_.empty()) {
+  void finish_beyond(size_t cap) {
+    while (in_flight_.size() > cap) {
       if (stage_ == 2) simulate_add_reduced(sim_, in_flight_.front().recv_numel, e_.gradient_dtype());
       in_flight_.pop_front();
     }
   }
+  void finish_all() { finish_beyond(0); }
 
   Sim& sim_;
   const EngineConfig& e_;

@@ -1,6 +1,8 @@
 // Model-state buffer helpers; see state_buffers.h.
 #include "zero/state_buffers.h"
 
+#include <algorithm>
+
 #include "runtime/graph/init.h"
 
 namespace zero {
@@ -42,9 +44,16 @@ void add_reduced(Backend& backend, const Tensor& dst, const Tensor& src, float s
     backend.ops().accumulate(dst, src);
     return;
   }
-  Tensor staged = backend.empty({src.numel()}, DType::kF32, MemCategory::kWorkspace);
-  backend.ops().cast(src, staged);
-  backend.ops().accumulate(dst, staged);
+  // Staged in fp32 a piece at a time: the workspace stays bounded however
+  // large the reduced part (a tied embedding's gradient is one part).
+  const int64_t n = src.numel(), piece = std::min(n, kReducedStagingElems);
+  Tensor staged = backend.empty({piece}, DType::kF32, MemCategory::kWorkspace);
+  for (int64_t o = 0; o < n; o += piece) {
+    const Shape s{std::min(piece, n - o)};
+    const Tensor part = staged.slice(0, s);
+    backend.ops().cast(src.view({n}).slice(o, s), part);
+    backend.ops().accumulate(dst.view({n}).slice(o, s), part);
+  }
 }
 
 }  // namespace zero

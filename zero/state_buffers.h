@@ -27,6 +27,8 @@ std::vector<float> download_fp32(Backend& backend, const Tensor& src);
 // dst += scale * src, for gradient buffers of any float dtype (src is staged
 // in fp32 when it is 16-bit, so the addition happens in fp32 and rounds once).
 // src is scaled in place when scale != 1.
+// 16-bit src is staged through kReducedStagingElems fp32 elements at a time.
+inline constexpr int64_t kReducedStagingElems = 1 << 20;
 void add_reduced(Backend& backend, const Tensor& dst, const Tensor& src, float scale);
 
 }  // namespace zero

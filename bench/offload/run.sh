@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # The offload headline: the largest GPT this machine trains with every model
-# state in memory, the same model with its optimizer state on NVMe, and a
-# model whose fp32 model states exceed the machine's memory trained with its
-# optimizer state on NVMe. Each row is a real zero-train run of a few steps;
+# state in memory, the same model with its optimizer state on NVMe, and models
+# whose fp32 model states exceed the machine's memory trained with their
+# optimizer state, then also their parameters, on NVMe. Each row is a real zero-train run of a few steps;
 # the table gives the peak RSS (VmHWM), the tracked model-state bytes in host
 # memory and on NVMe, and the step time (median of the steps after the
 # first), and goes to bench/offload/results/table.md.
 #
 # Usage: bench/offload/run.sh [BUILD_DIR]   (default: ./build)
-# Environment: SWAP_DIR (default /var/tmp/zeroengine-swap; needs ~32 GB free),
-# STEPS (default 3), ONLY (a row name to run alone). About 10 minutes on
+# Environment: SWAP_DIR (default /var/tmp/zeroengine-swap; needs ~60 GB free),
+# STEPS (default 3), ONLY (a row name to run alone). About 25 minutes on
 # 2 cores and one NVMe drive. Needs python3.
 set -euo pipefail
 
@@ -28,6 +28,8 @@ rows=(
   "1.2B resident|gpt-1.2b.json|"
   "1.2B optimizer on NVMe|gpt-1.2b.json|--set zero_optimization.sub_group_size=50000000 --set zero_optimization.offload_optimizer.device=nvme --set zero_optimization.offload_optimizer.nvme_path=$swap --set aio.queue_depth=32"
   "2.5B optimizer on NVMe|gpt-2.5b-nvme.json|--set zero_optimization.offload_optimizer.nvme_path=$swap"
+  "2.5B optimizer and parameters on NVMe|gpt-2.5b-nvme.json|--set zero_optimization.stage=3 --set zero_optimization.offload_optimizer.nvme_path=$swap --set zero_optimization.offload_param.device=nvme --set zero_optimization.offload_param.nvme_path=$swap"
+  "4.1B optimizer and parameters on NVMe|gpt-4b-nvme.json|--set zero_optimization.offload_optimizer.nvme_path=$swap --set zero_optimization.offload_param.nvme_path=$swap"
 )
 cd "$root"
 for row in "${rows[@]}"; do
@@ -52,7 +54,7 @@ for log in sorted(out.glob("*.log")):
     host = last.get("host", {})
     model_state = sum(host.get(c, {}).get("peak", 0) for c in ("parameters", "gradients", "optimizer_state"))
     swap_buffers = host.get("swap_buffers", {}).get("peak", 0)
-    nvme = last.get("nvme", {}).get("optimizer_state", {}).get("peak", 0)
+    nvme = sum(c.get("peak", 0) for k, c in last.get("nvme", {}).items() if k not in ("allocated", "reserved"))
     times = [m["step_time_s"] for m in metrics[1:]] or [metrics[0]["step_time_s"]]
     step_s = [m["time"]["step_s"] for m in metrics[1:]] or [metrics[0]["time"]["step_s"]]
     rows.append(((out / (log.stem + ".name")).read_text().strip(), params.group(1) if params else "?", peak.group(1) if peak else "?",
