@@ -41,14 +41,20 @@ for row in "${rows[@]}"; do
   # shellcheck disable=SC2086
   "$train" --config "$here/$config" --steps "$steps" --metrics "$out/$tag.jsonl" $extra 2>&1 | tee "$out/$tag.log"
 done
-python3 - "$out" <<'PY'
+names=()
+for row in "${rows[@]}"; do names+=("$(echo "${row%%|*}" | tr ' .' '__')"); done
+python3 - "$out" "${names[@]}" <<'PY'
 import json, pathlib, re, statistics, sys
 out = pathlib.Path(sys.argv[1])
 rows = []
-for log in sorted(out.glob("*.log")):
+# In the order of the rows above, those that have run.
+for log in (out / (tag + ".log") for tag in sys.argv[2:]):
+    if not log.exists():
+        continue
     text = log.read_text()
     metrics = [json.loads(l) for l in (out / (log.stem + ".jsonl")).read_text().splitlines() if l.strip()]
     params = re.search(r"([\d.]+)M parameters", text)
+    stage = re.search(r"ZeRO stage (\d)", text)
     peak = re.search(r"process RSS [^,]+, peak ([\d.]+ \w+)", text)
     last = metrics[-1]["memory"]
     host = last.get("host", {})
@@ -57,13 +63,13 @@ for log in sorted(out.glob("*.log")):
     nvme = sum(c.get("peak", 0) for k, c in last.get("nvme", {}).items() if k not in ("allocated", "reserved"))
     times = [m["step_time_s"] for m in metrics[1:]] or [metrics[0]["step_time_s"]]
     step_s = [m["time"]["step_s"] for m in metrics[1:]] or [metrics[0]["time"]["step_s"]]
-    rows.append(((out / (log.stem + ".name")).read_text().strip(), params.group(1) if params else "?", peak.group(1) if peak else "?",
+    rows.append(((out / (log.stem + ".name")).read_text().strip(), stage.group(1) if stage else "?", params.group(1) if params else "?", peak.group(1) if peak else "?",
                  model_state / 2**30, swap_buffers / 2**30, nvme / 2**30, statistics.median(times),
                  statistics.median(step_s)))
-lines = ["| run | params (M) | peak RSS | model states in memory (GiB) | swap buffers (GiB) | on NVMe (GiB) | step time (s) | of which optimizer step (s) |",
-         "|---|---|---|---|---|---|---|---|"]
+lines = ["| run | ZeRO stage | params (M) | peak RSS | model states in memory (GiB) | swap buffers (GiB) | on NVMe (GiB) | step time (s) | of which optimizer step (s) |",
+         "|---|---|---|---|---|---|---|---|---|"]
 for r in rows:
-    lines.append("| %s | %s | %s | %.2f | %.2f | %.2f | %.1f | %.1f |" % r)
+    lines.append("| %s | %s | %s | %s | %.2f | %.2f | %.2f | %.1f | %.1f |" % r)
 (out / "table.md").write_text("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY
