@@ -12,6 +12,7 @@
 #include "runtime/base/status.h"
 #include "runtime/base/strings.h"
 #include "runtime/config/run_config.h"
+#include "zero/host_step.h"
 #include "zero/memory_plan_sim.h"
 
 namespace zero {
@@ -59,6 +60,9 @@ absl::StatusOr<MemoryPlan> plan_memory(const PlanInput& in) {
   if (e.zero.offload_param.device == OffloadDevice::kNvme && e.zero.offload_optimizer.device != OffloadDevice::kNvme)
     return absl::InvalidArgumentError(
         "zero_optimization.offload_param: device \"nvme\" needs offload_optimizer.device \"nvme\" as well (as the engine)");
+
+  const HostOffload offload = host_offload_for(e.zero, in.compute_tier, e.force_offload_path);
+  ZE_RETURN_IF_ERROR(check_host_offload(e.zero, offload));  // as the engine
 
   MemoryPlan plan;
   plan.world = in.world;
@@ -130,6 +134,12 @@ absl::StatusOr<MemoryPlan> plan_memory(const PlanInput& in) {
   }
   if (e.zero.stage == 3)
     plan.notes.push_back("stage 3: peaks of a run of 2+ steps (from the second step on, the coordinator prefetches)");
+  if (offload.optimizer) {
+    plan.notes.push_back(cat("ZeRO-Offload: optimizer state in host memory, the step on the CPU; host comm_buffers "
+                             "hold its pinned staging (2 chunks of ",
+                             host_step_chunk_elems(plan.partition_numel, e.zero.sub_group_size), " elements)",
+                             offload.parameters ? "; the stage-3 parameter shard in host memory" : ""));
+  }
   return plan;
 }
 

@@ -2,7 +2,8 @@
 // 0-2: flat buffers, gradient buckets), zero/param_coordinator.cc and
 // zero/stage3_model_state.cc (stage 3: gathers, prefetch, reuse, full-size
 // gradients and their reduce-scatters), zero/optimizer_state_store.h (resident
-// or NVMe-swapped optimizer state). Sized by the same layout functions the
+// or NVMe-swapped optimizer state), zero/host_step.h (ZeRO-Offload: the state
+// in host memory, pinned staging). Sized by the same layout functions the
 // model states use. See memory_plan_sim.h.
 #include <algorithm>
 #include <deque>
@@ -10,6 +11,7 @@
 
 #include "zero/flat_layout.h"
 #include "zero/grad_buckets.h"
+#include "zero/host_step.h"
 #include "zero/memory_plan_sim.h"
 #include "zero/param_coordinator.h"
 #include "zero/state_buffers.h"
@@ -28,11 +30,20 @@ void simulate_add_reduced(Sim& sim, int64_t numel, DType grad_dtype) {
 // optimizer's states for `numel` elements: in memory, or in a swap file with
 // host swap buffers (offload_optimizer.device = "nvme", zero/swap_layout.h).
 // With max_param_read > 0 (offload_param "nvme") the records also hold the
-// parameters, read ahead through offload_param.buffer_count buffers.
+// parameters, read ahead through offload_param.buffer_count buffers. With
+// offload.optimizer (ZeRO-Offload, zero/host_step.h) the arrays are host
+// memory, beside the host step's staging (host tier, pinned on a device).
 std::vector<Buf> allocate_optimizer_state(Sim& sim, const EngineConfig& e, int64_t numel, bool separate_master,
-                                          int64_t max_param_read = 0) {
+                                          const HostOffload& offload, int64_t max_param_read = 0) {
   std::vector<Buf> store;
   const int arrays = (separate_master ? 1 : 0) + optimizer_state_arrays(e.optimizer);
+  if (offload.optimizer) {
+    for (int i = 0; i < arrays; ++i) store.push_back(sim.alloc(Tier::kHost, MemCategory::kOptimizerState, numel * 4));
+    const int64_t chunk = host_step_chunk_elems(numel, e.zero.sub_group_size);
+    store.push_back(sim.alloc(Tier::kHost, kHostStepStagingCategory,
+                              host_step_staging_bytes(chunk, e.gradient_dtype(), e.param_dtype, offload.parameters)));
+    return store;
+  }
   if (e.zero.offload_optimizer.device == OffloadDevice::kNvme) {
     const int64_t param_elem = max_param_read > 0 ? static_cast<int64_t>(dtype_size(e.param_dtype)) : 0;
     const SwapLayout layout = SwapLayout::make(numel, e.zero.sub_group_size, arrays, param_elem);
@@ -62,7 +73,7 @@ class FlatStateSim final : public StateSim {
     params_ = sim.alloc(MemCategory::kParameters, n * static_cast<int64_t>(dtype_size(e.param_dtype)));
     grads_ = sim.alloc(MemCategory::kGradients, (stage_ == 2 ? part_ : n) * gsize_);
     const bool aliased = stage_ == 0 && e.param_dtype == DType::kF32;
-    store_ = allocate_optimizer_state(sim, e, part_, !aliased);
+    store_ = allocate_optimizer_state(sim, e, part_, !aliased, host_offload_for(e.zero, sim.tier, e.force_offload_path));
     // On a device, initial values go up through an fp32 staging buffer per
     // parameter (upload_fp32), one at a time.
     if (sim.tier != Tier::kHost) {
@@ -271,14 +282,20 @@ class Stage3StateSim final : public StateSim {
     const int64_t s = parts_.shard_elems;
     gsize_ = static_cast<int64_t>(dtype_size(e.gradient_dtype()));
     const bool params_on_nvme = e.zero.offload_param.device == OffloadDevice::kNvme;
+    const HostOffload offload = host_offload_for(e.zero, sim.tier, e.force_offload_path);
     int64_t largest = 0;
     for (const auto& [p, part] : parts_.parts) largest = std::max(largest, part.chunk);
-    if (!params_on_nvme) {
-      param_shard_ = sim.alloc(MemCategory::kParameters, s * static_cast<int64_t>(dtype_size(e.param_dtype)));
+    const int64_t shard_bytes = s * static_cast<int64_t>(dtype_size(e.param_dtype));
+    if (offload.parameters) {
+      param_shard_ = sim.alloc(Tier::kHost, MemCategory::kParameters, shard_bytes);
+    } else if (!params_on_nvme) {
+      param_shard_ = sim.alloc(MemCategory::kParameters, shard_bytes);
     }
     grad_shard_ = sim.alloc(MemCategory::kGradients, s * gsize_);
-    store_ = allocate_optimizer_state(sim, e, s, /*separate_master=*/true, params_on_nvme ? largest : 0);
-    if (sim.tier != Tier::kHost) {  // per-chunk fp32 staging of the initial values (upload_fp32)
+    store_ = allocate_optimizer_state(sim, e, s, /*separate_master=*/true, offload, params_on_nvme ? largest : 0);
+    // Per-chunk fp32 staging of the initial values (upload_fp32) into a
+    // store on the device; an offloaded store takes them in host memory.
+    if (sim.tier != Tier::kHost && !offload.optimizer) {
       Buf staging = sim.alloc(MemCategory::kWorkspace, largest * 4);
     }
     coordinator_ = std::make_unique<CoordinatorSim>(sim, e.zero, world, e.param_dtype, parts_,

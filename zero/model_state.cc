@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "runtime/backend/cpu_backend.h"
 #include "runtime/base/status.h"
 #include "runtime/base/strings.h"
 #include "zero/flat_model_state.h"
@@ -15,6 +16,8 @@ absl::StatusOr<std::unique_ptr<ModelState>> ModelState::create(Module& model, co
                                                                Backend& backend, Communicator& comm) {
   const int stage = options.zero.stage;
   if (stage < 0 || stage > 3) return absl::InvalidArgumentError(cat("ZeRO stage ", stage, " does not exist (0-3)"));
+  ZE_RETURN_IF_ERROR(check_host_offload(
+      options.zero, host_offload_for(options.zero, backend.compute_tier(), options.force_offload_path)));
   if (stage == 3) {
     auto s = std::make_unique<Stage3ModelState>(model, options, backend, comm);
     ZE_RETURN_IF_ERROR(s->init());
@@ -26,6 +29,18 @@ absl::StatusOr<std::unique_ptr<ModelState>> ModelState::create(Module& model, co
 }
 
 absl::Status ModelState::init_optimizer_state(int64_t numel, Tensor master, int64_t max_param_read) {
+  if (host_offload_.optimizer) {
+    ZE_CHECK(!master.defined() && max_param_read == 0);
+    host_backend_ = std::make_unique<CpuBackend>();
+    ZE_ASSIGN_OR_RETURN(optimizer_, make_optimizer(options_.optimizer, *host_backend_));
+    ZE_ASSIGN_OR_RETURN(store_, make_resident_state_store(*host_backend_, numel, optimizer_->state_names(),
+                                                          options_.zero.sub_group_size));
+    ZE_ASSIGN_OR_RETURN(host_step_,
+                        HostStep::create(backend_, *host_backend_, numel,
+                                         host_step_chunk_elems(numel, options_.zero.sub_group_size),
+                                         options_.grad_dtype, options_.param_dtype, host_offload_.parameters));
+    return absl::OkStatus();
+  }
   ZE_ASSIGN_OR_RETURN(optimizer_, make_optimizer(options_.optimizer, backend_));
   StateStoreOptions so;
   so.zero = options_.zero;
@@ -40,6 +55,7 @@ absl::Status ModelState::init_optimizer_state(int64_t numel, Tensor master, int6
 
 absl::Status ModelState::step_sub_groups(const Tensor& grads, const Tensor& param_out,
                                          const Optimizer::StepArgs& args) {
+  if (host_step_ != nullptr) return host_step_->step(*store_, *optimizer_, grads, param_out, args);
   const size_t states = store_->names().size() - 1;
   return store_->for_each(
       [&](int64_t offset, absl::Span<const Tensor> arrays) {
@@ -53,6 +69,7 @@ absl::Status ModelState::step_sub_groups(const Tensor& grads, const Tensor& para
 }
 
 absl::Status ModelState::cast_master_into(const Tensor& param_out) {
+  if (host_step_ != nullptr) return host_step_->cast_master_into(*store_, param_out);
   const bool into_store = !param_out.defined();
   ZE_CHECK(!into_store || store_->holds_parameters());
   return store_->for_each(

@@ -21,6 +21,11 @@
 //
 // Gradients are pre-divided by the data-parallel size in the loss gradient
 // (DeepSpeed divides before communicating), so every reduction is a sum.
+//
+// ZeRO-Offload (offload_optimizer "cpu" on a device backend): the master
+// weights and optimizer state live on a host backend the model state owns,
+// and the step runs there through zero/host_step.h; at stage 3 with
+// offload_param "cpu" the parameter shard lives in host memory too.
 #pragma once
 
 #include <memory>
@@ -32,6 +37,7 @@
 #include "runtime/engine/optimizer.h"
 #include "runtime/graph/context.h"
 #include "offload/aio_config.h"
+#include "zero/host_step.h"
 #include "zero/optimizer_state_store.h"
 #include "zero/zero_config.h"
 
@@ -46,6 +52,10 @@ struct ModelStateOptions {
   uint64_t seed = 42;
   // Multiplies reduced gradients (prescale_gradients: world / predivide factor, else 1).
   float post_reduce_scale = 1.0f;
+  // Run offload "cpu" through the device path (host_step.h) even on the CPU
+  // backend, where it otherwise moves nothing: how tests exercise it without
+  // a GPU (EngineConfig::force_offload_path).
+  bool force_offload_path = false;
 };
 
 // Elements [begin, end) of one parameter, as held in a rank's fp32 master and
@@ -98,6 +108,12 @@ class ModelState : public ModuleHooks {
   // optimizer's states), indexed by the offsets of held_ranges().
   OptimizerStateStore& state_store() { return *store_; }
   std::string_view optimizer_name() const { return optimizer_->name(); }
+  // ZeRO-Offload: what moved to host memory, the backend the store and the
+  // optimizer live on, and the step that reaches them (nullptr when the
+  // state lives on the compute backend).
+  const HostOffload& host_offload() const { return host_offload_; }
+  Backend* host_backend() const { return host_backend_.get(); }
+  const HostStep* host_step() const { return host_step_.get(); }
   // After the master weights changed underneath (a checkpoint load):
   // parameters := cast(master) on every rank (a collective).
   virtual absl::Status refresh_parameters() = 0;
@@ -111,12 +127,17 @@ class ModelState : public ModuleHooks {
 
  protected:
   ModelState(const ModelStateOptions& options, Backend& backend, Communicator& comm)
-      : options_(options), backend_(backend), comm_(comm) {}
+      : options_(options),
+        backend_(backend),
+        comm_(comm),
+        host_offload_(host_offload_for(options.zero, backend.compute_tier(), options.force_offload_path)) {}
 
   // Builds the optimizer and the store of `numel` master elements (adopting
   // `master` as the master weights when it is defined). With
   // max_param_read > 0 the store also holds the parameter shard
   // (offload_param "nvme"), read in pieces of at most that many elements.
+  // With host_offload().optimizer both are built on a host backend of their
+  // own, with the staging of the host step.
   absl::Status init_optimizer_state(int64_t numel, Tensor master = Tensor(), int64_t max_param_read = 0);
   // Runs the optimizer over the store, sub-group by sub-group, reading the
   // gradients and writing the model-dtype weights at the same offsets: into
@@ -133,8 +154,11 @@ class ModelState : public ModuleHooks {
   ModelStateOptions options_;
   Backend& backend_;
   Communicator& comm_;
+  HostOffload host_offload_;
+  std::unique_ptr<Backend> host_backend_;  // before what lives on it: destroyed after it
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<OptimizerStateStore> store_;
+  std::unique_ptr<HostStep> host_step_;
   int64_t num_parameters_ = 0;
 };
 

@@ -1,8 +1,9 @@
 // Where a rank's fp32 master weights and optimizer state live, and how the
 // step reaches them: resident in memory (the default; offload_optimizer cpu
-// on the CPU backend is the same thing), or in a swap file under
-// offload_optimizer.nvme_path, streamed through a few host buffers in
-// sub-groups (offload/nvme_state_store.h).
+// on the CPU backend is the same thing, and on a device backend it is the
+// resident store built on a host backend, reached through zero/host_step.h),
+// or in a swap file under offload_optimizer.nvme_path, streamed through a few
+// host buffers in sub-groups (offload/nvme_state_store.h).
 //
 // The store holds arrays of fp32 elements, all as long as the partition:
 // index 0 is the master weights, then the optimizer's states in

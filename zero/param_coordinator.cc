@@ -31,11 +31,14 @@ ParamCoordinator::ParamCoordinator(const ZeroConfig& config, Backend& backend, C
     : config_(config), backend_(backend), comm_(comm), dtype_(dtype), trace_(config, comm.world_size(), parts_) {}
 
 void ParamCoordinator::set_partitions(Tensor shard, std::unordered_map<const Parameter*, ParamPartition> parts,
-                                      OptimizerStateStore* swapped) {
+                                      OptimizerStateStore* swapped, bool host_shard) {
   ZE_CHECK(swapped == nullptr || swapped->holds_parameters());
+  ZE_CHECK(!(host_shard && swapped != nullptr));
   shard_ = std::move(shard);
   parts_ = std::move(parts);
   swapped_ = swapped;
+  host_shard_ = host_shard;
+  if (host_shard_ && copy_stream_ == kComputeStream) copy_stream_ = backend_.create_stream();
 }
 
 absl::Status ParamCoordinator::begin_all_gather(Parameter& p, Slot& slot) {
@@ -43,7 +46,18 @@ absl::Status ParamCoordinator::begin_all_gather(Parameter& p, Slot& slot) {
   // This rank's chunk goes to its place (swapped: the read put it there); the
   // all-gather fills the others in place.
   if (swapped_ == nullptr) {
-    backend_.copy(slot.full.slice(comm_.rank() * part.chunk, {part.chunk}), shard_.slice(part.shard_offset, {part.chunk}));
+    const Tensor mine = slot.full.slice(comm_.rank() * part.chunk, {part.chunk});
+    const Tensor src = shard_.slice(part.shard_offset, {part.chunk});
+    if (host_shard_) {
+      // Up on the copy stream, overlapping what the compute stream already
+      // has queued; the compute stream (and the collective behind it) waits.
+      // slot.full stays alive until the gather is waited for, which is after.
+      backend_.copy_async(mine.data(), src.data(), mine.nbytes(), copy_stream_);
+      backend_.wait_event(kComputeStream, backend_.record_event(copy_stream_));
+      ++host_copies_;
+    } else {
+      backend_.copy(mine, src);
+    }
   }
   slot.handle = comm_.all_gather_async(slot.full.data(), part.chunk, part.chunk, dtype_);
   ++gathers_;
@@ -158,6 +172,9 @@ absl::Status ParamCoordinator::release_all() {
   for (auto& [p, slot] : slots_)
     if (!parts_.at(p).persistent) held.push_back(const_cast<Parameter*>(p));
   for (Parameter* p : held) drop(*p);
+  // A persistent parameter's copy may still be in flight (one rank: the
+  // gather itself waits for nothing).
+  if (host_shard_) backend_.synchronize_stream(copy_stream_);
   return absl::OkStatus();
 }
 

@@ -52,14 +52,19 @@ class ParamCoordinator {
   // With `swapped` (offload_param "nvme") the shard is not in memory: a
   // gather first reads the chunk from the store (started when the gather is
   // issued, so a prefetch reads ahead in the recorded order), and shard is
-  // undefined.
+  // undefined. With `host_shard` (offload_param "cpu" on a device backend)
+  // the shard is host memory: a gather copies the chunk up on a copy stream,
+  // started when the gather is issued (a prefetch starts it early), and the
+  // compute stream, which the collective follows, waits for it.
   void set_partitions(Tensor shard, std::unordered_map<const Parameter*, ParamPartition> parts,
-                      OptimizerStateStore* swapped = nullptr);
+                      OptimizerStateStore* swapped = nullptr, bool host_shard = false);
 
   void begin_iteration();  // before each forward: trace bookkeeping
   absl::Status fetch(Module& m, bool backward);
   absl::Status release(Module& m, bool backward);
-  // Releases every non-persistent parameter (their values go stale at the step).
+  // Releases every non-persistent parameter (their values go stale at the
+  // step). With a host shard, also waits for every copy of it: the step
+  // rewrites it next.
   absl::Status release_all();
   // Gathers the persistent parameters from the (updated) shards.
   absl::Status gather_persistent();
@@ -73,6 +78,7 @@ class ParamCoordinator {
   bool trace_complete() const { return trace_.complete(); }
   int64_t prefetches() const { return prefetches_; }
   int64_t gathers() const { return gathers_; }
+  int64_t host_copies() const { return host_copies_; }  // chunks copied up from a host shard
 
  private:
   struct Slot {
@@ -100,13 +106,15 @@ class ParamCoordinator {
   DType dtype_;
   Tensor shard_;
   OptimizerStateStore* swapped_ = nullptr;
+  bool host_shard_ = false;
+  StreamId copy_stream_ = kComputeStream;  // host shard: where chunks go up
   std::deque<Parameter*> reading_;  // swapped chunks being read, oldest first
   std::unordered_map<const Parameter*, ParamPartition> parts_;
   std::unordered_map<const Parameter*, Slot> slots_;
   int64_t live_elems_ = 0;
 
   GatherTrace trace_;
-  int64_t prefetches_ = 0, gathers_ = 0;
+  int64_t prefetches_ = 0, gathers_ = 0, host_copies_ = 0;
   bool warned_ = false;
 };
 

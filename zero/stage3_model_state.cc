@@ -32,7 +32,14 @@ absl::Status Stage3ModelState::init() {
     ZE_ASSIGN_OR_RETURN(auto s, backend_.allocate(static_cast<size_t>(shard_elems_) * dtype_size(t), tier, c));
     return Tensor(std::move(s), {shard_elems_}, t);
   };
-  if (!params_on_nvme) {
+  // offload_param "cpu" on a device backend: the shard lives in host memory
+  // (pinned), the step writes it there, and a gather copies the chunk up.
+  const bool params_on_host = host_offload_.parameters;
+  if (params_on_host) {
+    ZE_ASSIGN_OR_RETURN(auto s, backend_.allocate(static_cast<size_t>(shard_elems_) * dtype_size(options_.param_dtype),
+                                                  Tier::kHost, MemCategory::kParameters));
+    param_shard_ = Tensor(std::move(s), {shard_elems_}, options_.param_dtype);
+  } else if (!params_on_nvme) {
     ZE_ASSIGN_OR_RETURN(param_shard_, alloc(options_.param_dtype, MemCategory::kParameters));
   }
   ZE_ASSIGN_OR_RETURN(grad_shard_, alloc(options_.grad_dtype, MemCategory::kGradients));
@@ -49,7 +56,7 @@ absl::Status Stage3ModelState::init() {
   ZE_RETURN_IF_ERROR(store_->flush());
   ZE_RETURN_IF_ERROR(cast_master_into(param_shard_));
   coordinator_ = std::make_unique<ParamCoordinator>(options_.zero, backend_, comm_, options_.param_dtype);
-  coordinator_->set_partitions(param_shard_, parts_, params_on_nvme ? store_.get() : nullptr);
+  coordinator_->set_partitions(param_shard_, parts_, params_on_nvme ? store_.get() : nullptr, params_on_host);
   ZE_RETURN_IF_ERROR(coordinator_->gather_persistent());
   uses_ = count_parameter_uses(model_);
   return absl::OkStatus();
@@ -162,8 +169,9 @@ std::vector<StateRange> Stage3ModelState::written_ranges(int rank) const {
 }
 
 absl::Status Stage3ModelState::refresh_parameters() {
-  ZE_RETURN_IF_ERROR(cast_master_into(param_shard_));
+  // Released first: no gather may still be reading the shard the cast rewrites.
   ZE_RETURN_IF_ERROR(coordinator_->release_all());
+  ZE_RETURN_IF_ERROR(cast_master_into(param_shard_));
   return coordinator_->gather_persistent();
 }
 

@@ -22,7 +22,7 @@ absl::StatusOr<std::shared_ptr<Storage>> Backend::allocate(size_t bytes, Tier ti
         " for ", mem_category_name(category), " (", format_bytes(s.allocated[static_cast<int>(tier)].current),
         " already allocated on this rank)"));
   }
-  return std::make_shared<Storage>(p, bytes, tier, category, raw);
+  return std::make_shared<Storage>(p, bytes, tier, category, raw, &tracker_);
 }
 
 Tensor Backend::empty(const Shape& shape, DType dtype, MemCategory category) {

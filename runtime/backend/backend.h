@@ -62,6 +62,11 @@ class Backend {
   Tensor zeros(const Shape& shape, DType dtype, MemCategory category);
   // Returns cached blocks of every tier to the OS/driver.
   void release_cached();
+  // What was allocated through this backend (allocate/empty/zeros), by tier
+  // and category; MemoryTracker::global() sums every backend of the process.
+  // Tells apart two backends that allocate in the same tier (the host
+  // backend of ZeRO-Offload beside a CPU compute backend).
+  MemorySnapshot memory() const { return tracker_.snapshot(); }
   // Bytes of device memory in use on this backend's device as the driver
   // reports it (cudaMemGetInfo: total - free, every process and the context
   // included): what the tracked device figures are checked against. nullopt
@@ -86,6 +91,9 @@ class Backend {
  protected:
   // The allocator behind each tier this backend serves, or nullptr.
   virtual RawAllocator* raw_allocator(Tier tier) = 0;
+
+ private:
+  MemoryTracker tracker_;  // this backend's share of the global figures
 };
 
 }  // namespace zero

@@ -64,6 +64,7 @@ absl::Status Engine::init() {
   o.optimizer = config_.optimizer;
   o.seed = config_.seed;
   o.post_reduce_scale = config_.post_reduce_scale;
+  o.force_offload_path = config_.force_offload_path;
   ZE_ASSIGN_OR_RETURN(state_, ModelState::create(*model_, o, backend_, *comm_));
   ctx_.set_hooks(state_.get());
   // activation_checkpointing.number_checkpoints = K: the model's layers in K

@@ -61,6 +61,14 @@ struct EngineConfig {
 
   uint64_t seed = 42;  // parameter initialisation
 
+  // For tests: run offload_optimizer / offload_param "cpu" through the path a
+  // device backend takes (zero/host_step.h: the optimizer on a host backend
+  // of its own, gradients and weights copied through pinned staging) even on
+  // the CPU backend, which then plays the device. Without it "cpu" on the CPU
+  // backend moves nothing (the state is in host memory already). The memory
+  // planner follows it too. No config key sets it.
+  bool force_offload_path = false;
+
   DType gradient_dtype() const { return grad_dtype.value_or(param_dtype); }
 };
 

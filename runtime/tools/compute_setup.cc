@@ -7,6 +7,7 @@
 #include "runtime/base/check.h"
 #include "runtime/base/status.h"
 #include "runtime/base/strings.h"
+#include "zero/host_step.h"
 
 // CMake defines both, to 0 or 1 (runtime/CMakeLists.txt).
 #ifndef ZE_WITH_CUDA
@@ -37,22 +38,24 @@ int node_local_rank() {
 
 absl::Status check_backend_supports(const RunConfig& c) {
   if (c.run.backend != "cuda") return absl::OkStatus();
-  const char* why = "is not supported with run.backend \"cuda\" yet: moving model state or activations to host "
-                    "memory for GPU ranks is not built, so everything stays in device memory; remove the key or "
-                    "use --backend cpu";
-  auto offload = [](OffloadDevice d) { return d == OffloadDevice::kCpu ? "\"cpu\"" : "\"nvme\""; };
-  if (c.engine.zero.offload_optimizer.device != OffloadDevice::kNone) {
-    return absl::InvalidArgumentError(cat("zero_optimization.offload_optimizer.device ",
-                                          offload(c.engine.zero.offload_optimizer.device), " ", why));
+  const char* not_yet = "is not supported with run.backend \"cuda\" yet: ";
+  const char* nvme_why = "NVMe offload for GPU ranks is not built (the NVMe store steps on the CPU backend only); "
+                         "use device \"cpu\" (ZeRO-Offload), remove the key, or use --backend cpu";
+  const ZeroConfig& z = c.engine.zero;
+  // offload "cpu" is ZeRO-Offload (zero/host_step.h).
+  if (z.offload_optimizer.device == OffloadDevice::kNvme) {
+    return absl::InvalidArgumentError(cat("zero_optimization.offload_optimizer.device \"nvme\" ", not_yet, nvme_why));
   }
-  if (c.engine.zero.offload_param.device != OffloadDevice::kNone) {
-    return absl::InvalidArgumentError(cat("zero_optimization.offload_param.device ",
-                                          offload(c.engine.zero.offload_param.device), " ", why));
+  if (z.offload_param.device == OffloadDevice::kNvme) {
+    return absl::InvalidArgumentError(cat("zero_optimization.offload_param.device \"nvme\" ", not_yet, nvme_why));
   }
   if (c.engine.activation_checkpointing.cpu_checkpointing) {
-    return absl::InvalidArgumentError(cat("activation_checkpointing.cpu_checkpointing true ", why));
+    return absl::InvalidArgumentError(cat("activation_checkpointing.cpu_checkpointing true ", not_yet,
+                                          "moving checkpointed activations to host memory for GPU ranks is not "
+                                          "built, so they stay in device memory; remove the key or use --backend "
+                                          "cpu"));
   }
-  return absl::OkStatus();
+  return check_host_offload(z, host_offload_for(z, Tier::kDevice, /*forced=*/false));
 }
 
 absl::StatusOr<ComputeSetup> make_compute_setup(const RunConfig& c, std::unique_ptr<Communicator>& comm) {

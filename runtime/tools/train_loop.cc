@@ -69,12 +69,25 @@ absl::Status run_training(const RunConfig& c, Backend& backend, Communicator& co
                          c.engine.optimizer.lr, c.engine.gradient_clipping, c.run.steps);
   out.flush();
 
-  // (On a device backend these keys are refused before we get here: see
-  // check_backend_supports.)
-  if (backend.compute_tier() == Tier::kHost && (c.engine.zero.offload_optimizer.device == OffloadDevice::kCpu ||
-                                                c.engine.zero.offload_param.device == OffloadDevice::kCpu)) {
+  // On a device backend "cpu" is ZeRO-Offload (zero/host_step.h); what it
+  // cannot run is refused before we get here (check_backend_supports).
+  const ModelState& state = engine->state();
+  if (state.host_step() == nullptr && (c.engine.zero.offload_optimizer.device == OffloadDevice::kCpu ||
+                                       c.engine.zero.offload_param.device == OffloadDevice::kCpu)) {
     out << "offload: device \"cpu\" requested; on the CPU backend parameters and optimizer state already "
            "live in host memory, so nothing moves\n";
+  }
+  if (state.host_step() != nullptr) {
+    out << "optimizer state: " << state.host_step()->describe() << "\n";
+    if (state.host_offload().parameters) {
+      out << "parameters: this rank's stage-3 shard in pinned host memory; each gather copies its chunk to "
+          << backend.name() << " first (a prefetch starts the copy early)\n";
+    }
+    const OffloadConfig& oo = c.engine.zero.offload_optimizer;
+    if (!oo.pin_memory || (state.host_offload().parameters && !c.engine.zero.offload_param.pin_memory)) {
+      out << "offload: pin_memory false: the staging and the host parameter shard are pinned anyway (the "
+          << backend.name() << " backend's host memory is always pinned)\n";
+    }
   }
   if (c.engine.zero.offload_optimizer.device == OffloadDevice::kNvme) {
     out << "optimizer state: " << engine->state().state_store().describe() << "\n";

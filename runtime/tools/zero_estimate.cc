@@ -211,7 +211,10 @@ int config_mode(const Args& a) {
               std::string(zero::dtype_name(e.param_dtype)).c_str(),
               std::string(zero::dtype_name(e.gradient_dtype())).c_str(), e.optimizer.type.c_str(),
               plan.checkpoint_segments > 0 ? zero::cat(plan.checkpoint_segments, " segments").c_str() : "off",
-              e.zero.offload_optimizer.device == zero::OffloadDevice::kNvme ? "; optimizer state on NVMe" : "");
+              e.zero.offload_optimizer.device == zero::OffloadDevice::kNvme ? "; optimizer state on NVMe"
+              : e.zero.offload_optimizer.device == zero::OffloadDevice::kCpu && a.tier != zero::Tier::kHost
+                  ? "; optimizer state in host memory (ZeRO-Offload)"
+                  : "");
   const std::string title =
       zero::cat("per-rank peak memory in bytes, rank ", shown, " of ", world,
                 shown == max_rank ? (world > 1 ? " (the rank with the largest total)" : "")
@@ -220,8 +223,12 @@ int config_mode(const Args& a) {
   const zero::ModelStateBytes formula =
       zero::model_state_bytes(static_cast<double>(plan.num_parameters), world, e.zero.stage,
                               zero::model_state_factors(e));
-  const int tier = static_cast<int>(plan.compute_tier);
-  auto init = [&](zero::MemCategory c) { return plan.after_init[tier][static_cast<int>(c)]; };
+  // Over every tier: offloaded state counts where it went.
+  auto init = [&](zero::MemCategory c) {
+    int64_t b = 0;
+    for (const auto& tier : plan.after_init) b += tier[static_cast<int>(c)];
+    return b;
+  };
   std::printf("model states at rest: parameters %s, gradients %s, optimizer state %s; the ZeRO formula without "
               "padding: %s, %s, %s\n",
               zero::format_bytes(init(zero::MemCategory::kParameters)).c_str(),

@@ -9,6 +9,12 @@
 //    and release paths on device memory). Per step, the loss and the global
 //    gradient norm must agree within the tolerances below, and the loss must
 //    fall, so the comparison is of two runs that learn.
+//  * The same with ZeRO-Offload (offload_optimizer "cpu" at stages 1-3, and
+//    offload_param "cpu" at stage 3; zero/host_step.h): the optimizer runs on
+//    the CPU, on gradients copied off the GPU, and the new weights go back;
+//    the CPU run (where "cpu" moves nothing) is the reference. The optimizer
+//    state must then be in host memory only: 12 bytes per element of the
+//    partition on the host backend, none on the device.
 //  * A GPT of 164M parameters on the GPU only: after a warm-up run (which
 //    loads every kernel and cuBLAS's heuristics) the growth of cudaMemGetInfo's
 //    used bytes over a fresh run equals the growth of the tracked reserved
@@ -94,8 +100,10 @@ struct Batches {
   }
 };
 
-EngineConfig training_config(DType dtype, int stage) {
+EngineConfig training_config(DType dtype, int stage, bool offload_optimizer = false, bool offload_params = false) {
   EngineConfig ec;
+  if (offload_optimizer) ec.zero.offload_optimizer.device = OffloadDevice::kCpu;
+  if (offload_params) ec.zero.offload_param.device = OffloadDevice::kCpu;
   ec.param_dtype = dtype;
   ec.micro_batch_size = kMicroBatch;
   ec.optimizer = {.type = "AdamW", .lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .weight_decay = 0.01f};
@@ -108,6 +116,9 @@ EngineConfig training_config(DType dtype, int stage) {
 struct Trajectory {
   std::vector<float> loss;
   std::vector<double> grad_norm;
+  int64_t partition = 0;                // elements of this rank's optimizer partition
+  int64_t compute_optimizer_bytes = 0;  // optimizer state on the backend trained on
+  int64_t host_optimizer_bytes = -1;    // on its ZeRO-Offload host backend (-1: none)
 };
 
 Trajectory train(Backend& backend, const GptConfig& g, const EngineConfig& ec, Batches& data, int steps) {
@@ -126,6 +137,12 @@ Trajectory train(Backend& backend, const GptConfig& g, const EngineConfig& ec, B
     t.loss.push_back(r->loss);
     t.grad_norm.push_back(r->grad_norm);
   }
+  const ModelState& state = (*engine)->state();
+  t.partition = (*engine)->state().state_store().numel();
+  t.compute_optimizer_bytes = backend.memory().at(backend.compute_tier(), MemCategory::kOptimizerState).current;
+  if (state.host_backend() != nullptr) {
+    t.host_optimizer_bytes = state.host_backend()->memory().at(Tier::kHost, MemCategory::kOptimizerState).current;
+  }
   return t;
 }
 
@@ -136,6 +153,8 @@ struct Case {
   DType dtype;
   int stage;
   Tolerance tol;
+  bool offload_optimizer = false;  // ZeRO-Offload on the GPU run
+  bool offload_params = false;
 };
 
 // gtest prints the parameter in test listings (and so in ctest's test names).
@@ -155,7 +174,7 @@ class GpuTrainingTest : public ::testing::TestWithParam<Case> {
 TEST_P(GpuTrainingTest, LossesAndGradNormsFollowTheCpu) {
   const Case& c = GetParam();
   Batches data(kSteps, kMicroBatch, kModel);
-  const EngineConfig ec = training_config(c.dtype, c.stage);
+  const EngineConfig ec = training_config(c.dtype, c.stage, c.offload_optimizer, c.offload_params);
   CpuBackend cpu;
   const Trajectory want = train(cpu, kModel, ec, data, kSteps);
   const Trajectory got = train(*gpu_, kModel, ec, data, kSteps);
@@ -181,6 +200,13 @@ TEST_P(GpuTrainingTest, LossesAndGradNormsFollowTheCpu) {
               "loss %.2e, grad norm %.2e (first step %.2e / %.2e)\n",
               c.name, want.loss.front(), want.loss.back(), got.loss.front(), got.loss.back(), kSteps, worst_loss,
               worst_norm, relative(got.loss[0], want.loss[0]), relative(got.grad_norm[0], want.grad_norm[0]));
+  if (c.offload_optimizer) {
+    // Master, exp_avg, exp_avg_sq in host memory; nothing of them on the GPU.
+    EXPECT_EQ(got.compute_optimizer_bytes, 0) << c.name;
+    EXPECT_EQ(got.host_optimizer_bytes, 12 * got.partition) << c.name;
+  } else {
+    EXPECT_EQ(got.host_optimizer_bytes, -1) << c.name;
+  }
   RecordProperty("worst_relative_loss_difference", std::to_string(worst_loss));
   RecordProperty("worst_relative_grad_norm_difference", std::to_string(worst_norm));
 }
@@ -188,7 +214,13 @@ TEST_P(GpuTrainingTest, LossesAndGradNormsFollowTheCpu) {
 INSTANTIATE_TEST_SUITE_P(Dtypes, GpuTrainingTest,
                          ::testing::Values(Case{"fp32_stage0", DType::kF32, 0, kFp32Tolerance},
                                            Case{"bf16_stage0", DType::kBF16, 0, kBf16Tolerance},
-                                           Case{"bf16_stage3", DType::kBF16, 3, kBf16Tolerance}),
+                                           Case{"bf16_stage3", DType::kBF16, 3, kBf16Tolerance},
+                                           // ZeRO-Offload: the step on the CPU, on one rank.
+                                           Case{"fp32_stage1_cpu_offload", DType::kF32, 1, kFp32Tolerance, true},
+                                           Case{"bf16_stage2_cpu_offload", DType::kBF16, 2, kBf16Tolerance, true},
+                                           Case{"bf16_stage3_cpu_offload", DType::kBF16, 3, kBf16Tolerance, true},
+                                           Case{"bf16_stage3_cpu_offload_params", DType::kBF16, 3, kBf16Tolerance,
+                                                true, true}),
                          [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
 // The driver maps device memory in pages of 2 MiB, so every block the caching

@@ -65,9 +65,14 @@ TEST(ConfigsTest, EveryDeepSpeedConfigLayeredOnTheSmallModel) {
     Losses l;
     ASSERT_TRUE(parse_done(r.output, 40, l)) << r.output;
     EXPECT_LT(l.last, l.first) << r.output;
+    if (file.find("cpu-offload") != std::string::npos) {
+      // ZeRO-Offload on the CPU backend: the state is in host memory already.
+      EXPECT_NE(r.output.find("offload: device \"cpu\" requested; on the CPU backend"), std::string::npos)
+          << r.output;
+    }
     ++ran;
   }
-  EXPECT_GE(ran, 7);
+  EXPECT_GE(ran, 13);
 }
 
 }  // namespace

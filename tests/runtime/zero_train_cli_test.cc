@@ -106,16 +106,36 @@ TEST(ZeroTrainCliTest, BackendCudaSaysWhatIsMissing) {
   EXPECT_EQ(r.output.find("model:"), std::string::npos) << "nothing should start: " << r.output;
 }
 
-// Offload for GPU ranks is not built: the key is refused as a config error,
-// before any device is looked for.
-TEST(ZeroTrainCliTest, BackendCudaRefusesOffload) {
-  Result r = run("--config " + write("run.json", kTinyRun) +
-                 " --backend cuda --set zero_optimization.stage=2 --set zero_optimization.offload_optimizer.device=cpu");
-  EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_NE(r.output.find("zero_optimization.offload_optimizer.device \"cpu\" is not supported with run.backend "
-                          "\"cuda\" yet"),
-            std::string::npos)
-      << r.output;
+// For GPU ranks, offload "cpu" is ZeRO-Offload: the config passes, and the
+// run goes on to look for a device (here: none, or a build without CUDA;
+// on a GPU machine it trains). What is not built for GPU ranks (NVMe,
+// cpu_checkpointing) and what the host path does not run are refused as
+// config errors, before any device is looked for.
+TEST(ZeroTrainCliTest, BackendCudaTakesCpuOffloadAndRefusesWhatIsNotBuilt) {
+  const std::string config = "--config " + write("run.json", kTinyRun) + " --backend cuda --steps 3";
+  Result r = run(config + " --set zero_optimization.stage=2 --set zero_optimization.offload_optimizer.device=cpu");
+  if (r.exit_code == 0) {
+    EXPECT_NE(r.output.find("optimizer state: host memory (ZeRO-Offload)"), std::string::npos) << r.output;
+  } else {
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_EQ(r.output.find("offload_optimizer"), std::string::npos) << r.output;
+  }
+  const std::pair<std::string, std::string> refused[] = {
+      {" --set zero_optimization.stage=2 --set zero_optimization.offload_optimizer.device=nvme"
+       " --set zero_optimization.offload_optimizer.nvme_path=/tmp",
+       "zero_optimization.offload_optimizer.device \"nvme\" is not supported with run.backend \"cuda\" yet"},
+      {" --set activation_checkpointing.cpu_checkpointing=true --set activation_checkpointing.number_checkpoints=1",
+       "activation_checkpointing.cpu_checkpointing true is not supported with run.backend \"cuda\" yet"},
+      {" --set zero_optimization.stage=0 --set zero_optimization.offload_optimizer.device=cpu",
+       "zero_optimization.offload_optimizer.device \"cpu\" needs ZeRO stage 1, 2 or 3 on a device backend"},
+      {" --set zero_optimization.stage=3 --set zero_optimization.offload_param.device=cpu",
+       "zero_optimization.offload_param.device \"cpu\" needs offload_optimizer.device \"cpu\" too"},
+  };
+  for (const auto& [args, message] : refused) {
+    r = run(config + args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << args << "\n" << r.output;
+  }
 }
 
 TEST(ZeroTrainCliTest, ShortRunWritesMetricsAndLearns) {

@@ -119,6 +119,8 @@ struct Case {
   std::string optimizer = "AdamW";
   std::string nvme_dir;  // offload_optimizer to NVMe swap files here
   int64_t param_buffers = 0;  // > 0: offload_param to NVMe too, with this many read buffers
+  bool cpu_offload = false;         // offload_optimizer "cpu" on the device path (forced: zero/host_step.h)
+  bool cpu_offload_params = false;  // and offload_param "cpu"
 };
 
 EngineConfig engine_config(const Case& c) {
@@ -145,6 +147,12 @@ EngineConfig engine_config(const Case& c) {
     e.zero.offload_param.device = OffloadDevice::kNvme;
     e.zero.offload_param.nvme_path = c.nvme_dir;
     e.zero.offload_param.buffer_count = c.param_buffers;
+  }
+  if (c.cpu_offload) {
+    e.force_offload_path = true;
+    e.zero.offload_optimizer.device = OffloadDevice::kCpu;
+    e.zero.sub_group_size = 4000;
+    if (c.cpu_offload_params) e.zero.offload_param.device = OffloadDevice::kCpu;
   }
   return e;
 }
@@ -307,6 +315,28 @@ TEST(MemoryPlanTest, PlanEqualsMeasuredWithBucketsOverlapAndAccumulation) {
     more.push_back(c);
   }
 #endif
+  // ZeRO-Offload's device path (forced on the CPU backend): the optimizer
+  // state on the host backend, the pinned staging as comm buffers; at stage
+  // 3 with offload_param "cpu" the parameter shard in host memory and no
+  // weight staging.
+  for (int stage = 1; stage <= 3; ++stage) {
+    for (DType dtype : {DType::kF32, DType::kBF16}) {
+      Case c;
+      c.stage = stage;
+      c.dtype = dtype;
+      c.cpu_offload = true;
+      c.name = cat("stage ", stage, " ", dtype_name(dtype), ", optimizer state offloaded to the CPU");
+      more.push_back(c);
+    }
+  }
+  Case params;
+  params.stage = 3;
+  params.dtype = DType::kBF16;
+  params.cpu_offload = params.cpu_offload_params = true;
+  params.prefetch = 3000;
+  params.reuse = 0;
+  params.name = "stage 3 bf16, optimizer state and parameters offloaded to the CPU";
+  more.push_back(params);
   for (const Case& c : more) expect_plan_matches(c);
 }
 
@@ -347,6 +377,49 @@ TEST(MemoryPlanTest, RefusesWhatItCannotPlan) {
   in.engine.zero.stage = 0;
   in.engine.zero.offload_optimizer.device = OffloadDevice::kNvme;  // refused by the config at stage 0
   EXPECT_NE(plan_memory(in).status().message().find("offload_optimizer"), std::string_view::npos);
+}
+
+// ZeRO-Offload on a device backend: the optimizer state moves from device to
+// host memory, beside the host step's pinned staging; at stage 3 with
+// offload_param "cpu" the parameter shard moves too. What the path does not
+// run is refused as the engine refuses it.
+TEST(MemoryPlanTest, CpuOffloadOnADeviceMovesStateToHostMemory) {
+  PlanInput in;
+  in.model = kModel;
+  in.compute_tier = Tier::kDevice;
+  in.engine.param_dtype = DType::kBF16;
+  in.engine.zero.stage = 2;
+  in.world = 2;
+  in.engine.zero.sub_group_size = 10000;
+  const MemoryPlan resident = plan_memory(in).value();
+  in.engine.zero.offload_optimizer.device = OffloadDevice::kCpu;
+  const MemoryPlan offloaded = plan_memory(in).value();
+  const int64_t part = resident.partition_numel;
+  EXPECT_EQ(resident.at(Tier::kDevice, MemCategory::kOptimizerState), 12 * part);
+  EXPECT_EQ(offloaded.at(Tier::kDevice, MemCategory::kOptimizerState), 0);
+  EXPECT_EQ(offloaded.at(Tier::kHost, MemCategory::kOptimizerState), 12 * part);
+  const int64_t chunk = std::min<int64_t>(10000, part);
+  EXPECT_EQ(offloaded.at(Tier::kHost, MemCategory::kCommBuffers), 2 * chunk * (2 + 2));
+  EXPECT_EQ(offloaded.at(Tier::kDevice, MemCategory::kParameters), resident.at(Tier::kDevice, MemCategory::kParameters));
+
+  in.engine.zero.stage = 3;
+  in.engine.zero.param_persistence_threshold = 0;  // nothing gathered at rest
+  in.engine.zero.offload_param.device = OffloadDevice::kCpu;
+  const MemoryPlan params = plan_memory(in).value();
+  EXPECT_EQ(params.after_init[static_cast<int>(Tier::kDevice)][static_cast<int>(MemCategory::kParameters)], 0);
+  EXPECT_EQ(params.at(Tier::kHost, MemCategory::kParameters), 2 * params.partition_numel);
+  EXPECT_EQ(params.at(Tier::kHost, MemCategory::kCommBuffers),
+            2 * std::min<int64_t>(10000, params.partition_numel) * 2);  // gradients only
+
+  in.engine.zero.offload_optimizer.device = OffloadDevice::kNone;
+  EXPECT_NE(plan_memory(in).status().message().find("offload_param.device \"cpu\" needs offload_optimizer"),
+            std::string_view::npos);
+  in.engine.zero.stage = 0;
+  in.engine.zero.offload_param.device = OffloadDevice::kNone;
+  in.engine.zero.offload_optimizer.device = OffloadDevice::kCpu;
+  EXPECT_NE(plan_memory(in).status().message().find("stage 1, 2 or 3"), std::string_view::npos);
+  in.compute_tier = Tier::kHost;  // the CPU backend: "cpu" moves nothing
+  EXPECT_TRUE(plan_memory(in).ok());
 }
 
 TEST(MemoryPlanTest, NvmeOffloadMovesOptimizerStateToSwapFiles) {

@@ -19,6 +19,7 @@
 #include "runtime/engine/engine.h"
 #include "runtime/graph/gpt.h"
 #include "tests/zero/mpi_test_main.h"
+#include "tests/zero/offload_test_util.h"
 #include "zero/stage3_model_state.h"
 #include "zero/swap_layout.h"
 
@@ -26,38 +27,7 @@ namespace zero {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::world;
-
-const GptConfig kModel{.n_layer = 2, .n_head = 2, .d_model = 16, .vocab_size = 37, .seq_len = 8};
-constexpr int64_t kMicroBatch = 3;
-constexpr int kSteps = 5;
-constexpr int64_t kSubGroup = 1000;  // elements: several sub-groups per partition
-
-int32_t token(int64_t row, int64_t t) { return static_cast<int32_t>((row * 7 + t * 3) % 37); }
-
-struct Rows {
-  std::vector<int32_t> ids, targets;
-  Batch make(int64_t first_row) {
-    ids.clear();
-    targets.clear();
-    for (int64_t r = first_row; r < first_row + kMicroBatch; ++r)
-      for (int64_t t = 0; t < kModel.seq_len; ++t) {
-        ids.push_back(token(r, t));
-        targets.push_back(token(r, t + 1));
-      }
-    return {Tensor::wrap(ids.data(), {kMicroBatch, kModel.seq_len}, DType::kI32),
-            Tensor::wrap(targets.data(), {kMicroBatch, kModel.seq_len}, DType::kI32)};
-  }
-};
-
-// A directory every rank sees: rank 0 names it, everyone creates it.
-std::string shared_dir(const std::string& name) {
-  const std::string dir = (fs::current_path() / name).string();
-  fs::create_directories(dir);
-  return dir;
-}
-
-int64_t tracked(Tier t, MemCategory c) { return MemoryTracker::global().snapshot().at(t, c).current; }
+using namespace offload_test;  // kModel, Rows, train_steps, masters, ...
 
 struct RunSetup {
   int stage = 1;
@@ -103,28 +73,6 @@ struct Trained {
   int64_t host_optimizer_bytes = 0, swap_buffer_bytes = 0, nvme_bytes = 0, held = 0, host_parameter_bytes = 0;
   int64_t prefetches = 0, max_chunk = 0;
 };
-
-void train_steps(Engine& engine, int from, int to, std::vector<double>& losses) {
-  Rows rows;
-  const int w = world().world_size(), r = world().rank();
-  for (int step = from; step < to; ++step) {
-    engine.forward(rows.make((step * w + r) * kMicroBatch));
-    EXPECT_TRUE(engine.backward().ok());
-    absl::StatusOr<StepResult> s = engine.step();
-    EXPECT_TRUE(s.ok()) << s.status();
-    losses.push_back(s.ok() ? s->loss : -1.0);
-  }
-}
-
-std::vector<std::vector<float>> masters(Engine& engine) {
-  std::vector<std::vector<float>> out;
-  for (Parameter* p : engine.model().parameters()) {
-    absl::StatusOr<std::vector<float>> v = engine.gather_master(*p);
-    EXPECT_TRUE(v.ok()) << v.status();
-    out.push_back(v.ok() ? *v : std::vector<float>());
-  }
-  return out;
-}
 
 Trained train(const RunSetup& s, const std::string& swap_dir) {
   const int64_t nvme0 = tracked(Tier::kNvme, MemCategory::kOptimizerState);
