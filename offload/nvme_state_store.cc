@@ -59,8 +59,10 @@ absl::StatusOr<std::unique_ptr<NvmeStateStore>> NvmeStateStore::create(Backend& 
                                                                        std::vector<std::string> names,
                                                                        const NvmeStateStoreOptions& options) {
   if (backend.compute_tier() != Tier::kHost) {
-    return absl::UnimplementedError(cat(kKey, ".device \"nvme\": the optimizer step over swapped state runs on the CPU; ",
-                                        "on the ", backend.name(), " backend it is not implemented yet"));
+    // For a device the model state builds the store on its host backend and
+    // reaches it through the host step (zero/host_step.h).
+    return absl::InvalidArgumentError(cat(kKey, ".device \"nvme\": the store's records are stepped on the CPU; ",
+                                          "build it on a host backend, not on ", backend.name()));
   }
   if (options.buffer_count < 1) {
     return absl::InvalidArgumentError(cat(kKey, ".buffer_count: ", options.buffer_count, " must be at least 1 (3 or more ",

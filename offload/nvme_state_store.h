@@ -24,6 +24,10 @@
 // earlier runs found in nvme_path are reported (never deleted: they may
 // belong to a run still going).
 //
+// The store lives on a host backend: the CPU backend a CPU run computes on,
+// or, for a GPU rank, the host backend of zero/host_step.h, whose step runs
+// over this store's for_each while gradients and weights cross the bus.
+//
 // Memory accounting: the buffers are tracked swap buffers (host tier); the
 // file's bytes are tracked as optimizer state on the NVMe tier.
 #pragma once

@@ -22,23 +22,32 @@ char* element_ptr(const Tensor& t, int64_t offset) {
 HostOffload host_offload_for(const ZeroConfig& zero, Tier compute_tier, bool forced) {
   const bool applies = compute_tier != Tier::kHost || forced;
   HostOffload o;
-  o.optimizer = applies && zero.offload_optimizer.device == OffloadDevice::kCpu;
+  const OffloadDevice od = zero.offload_optimizer.device;
+  o.optimizer = applies && (od == OffloadDevice::kCpu || od == OffloadDevice::kNvme);
+  o.optimizer_on_nvme = o.optimizer && od == OffloadDevice::kNvme;
   o.parameters = applies && zero.stage == 3 && zero.offload_param.device == OffloadDevice::kCpu;
+  o.parameters_on_nvme = applies && zero.stage == 3 && zero.offload_param.device == OffloadDevice::kNvme;
   return o;
 }
 
 absl::Status check_host_offload(const ZeroConfig& zero, const HostOffload& offload) {
+  const char* device = offload.optimizer_on_nvme ? "nvme" : "cpu";
   if (offload.optimizer && zero.stage == 0) {
+    return absl::InvalidArgumentError(cat(
+        "zero_optimization.offload_optimizer.device \"", device, "\" needs ZeRO stage 1, 2 or 3 on a device backend "
+        "(at stage 0 there is no partitioned optimizer state to offload; DeepSpeed offloads only at stages 1-3); set "
+        "zero_optimization.stage"));
+  }
+  if (offload.parameters_on_nvme && !offload.optimizer_on_nvme) {
     return absl::InvalidArgumentError(
-        "zero_optimization.offload_optimizer.device \"cpu\" needs ZeRO stage 1, 2 or 3 on a device backend (at stage "
-        "0 there is no partitioned optimizer state to offload; DeepSpeed offloads only at stages 1-3); set "
-        "zero_optimization.stage");
+        "zero_optimization.offload_param.device \"nvme\" needs offload_optimizer.device \"nvme\" too: the parameter "
+        "shard lives in the optimizer's swap records, where the step writes the new weights");
   }
   if (offload.parameters && !offload.optimizer) {
     return absl::InvalidArgumentError(
-        "zero_optimization.offload_param.device \"cpu\" needs offload_optimizer.device \"cpu\" too on a device "
-        "backend: the optimizer step then runs on the CPU and writes the new weights straight into the parameter "
-        "shard in host memory");
+        "zero_optimization.offload_param.device \"cpu\" needs offload_optimizer.device \"cpu\" too (or \"nvme\") "
+        "on a device backend: the optimizer step then runs on the CPU and writes the new weights straight into the "
+        "parameter shard in host memory");
   }
   return absl::OkStatus();
 }
@@ -54,21 +63,23 @@ int64_t host_step_staging_bytes(int64_t chunk_elems, DType grad_dtype, DType par
 }
 
 HostStep::HostStep(Backend& device, Backend& host, int64_t numel, int64_t chunk_elems, DType grad_dtype,
-                   DType param_dtype, bool params_on_host)
+                   DType param_dtype, bool params_on_host, bool state_on_nvme)
     : device_(device),
       host_(host),
       numel_(numel),
       chunk_(chunk_elems),
       grad_dtype_(grad_dtype),
       param_dtype_(param_dtype),
-      params_on_host_(params_on_host) {}
+      params_on_host_(params_on_host),
+      state_on_nvme_(state_on_nvme) {}
 
 absl::StatusOr<std::unique_ptr<HostStep>> HostStep::create(Backend& device, Backend& host, int64_t numel,
                                                            int64_t chunk_elems, DType grad_dtype, DType param_dtype,
-                                                           bool params_on_host) {
+                                                           bool params_on_host, bool state_on_nvme) {
   ZE_CHECK(numel >= 0 && chunk_elems >= 1) << numel << ", chunk " << chunk_elems;
   ZE_CHECK(host.compute_tier() == Tier::kHost) << host.name();
-  std::unique_ptr<HostStep> s(new HostStep(device, host, numel, chunk_elems, grad_dtype, param_dtype, params_on_host));
+  std::unique_ptr<HostStep> s(new HostStep(device, host, numel, chunk_elems, grad_dtype, param_dtype, params_on_host,
+                                            state_on_nvme));
   auto staging = [&](DType t) -> absl::StatusOr<Tensor> {
     ZE_ASSIGN_OR_RETURN(auto storage, device.allocate(static_cast<size_t>(chunk_elems) * dtype_size(t), Tier::kHost,
                                                       kHostStepStagingCategory));
@@ -88,7 +99,11 @@ absl::StatusOr<std::unique_ptr<HostStep>> HostStep::create(Backend& device, Back
 absl::Status HostStep::run(OptimizerStateStore& store, const Tensor& grads, const Tensor& param_out, bool write_back,
                            PieceFn fn) {
   ZE_CHECK_EQ(store.numel(), numel_);
-  ZE_CHECK(param_out.defined() && param_out.numel() == numel_ && param_out.dtype() == param_dtype_)
+  // offload_param "nvme": the parameters are the store's last array (host
+  // memory, in the swap records), written like a host shard.
+  const bool into_store = store.holds_parameters();
+  ZE_CHECK(!into_store || (params_on_host_ && !param_out.defined())) << param_out.debug_string();
+  ZE_CHECK(into_store || (param_out.defined() && param_out.numel() == numel_ && param_out.dtype() == param_dtype_))
       << param_out.debug_string();
   ZE_CHECK(!grads.defined() || (grads.numel() == numel_ && grads.dtype() == grad_dtype_)) << grads.debug_string();
   const int64_t chunks = (numel_ + chunk_ - 1) / chunk_;
@@ -147,7 +162,9 @@ absl::Status HostStep::run(OptimizerStateStore& store, const Tensor& grads, cons
           for (size_t i = 0; i < arrays.size(); ++i) pieces[i] = arrays[i].slice(e - offset, s);
           const Staging& set = sets_[static_cast<size_t>(k % 2)];
           const Tensor grad = grads.defined() ? set.grad.slice(e - k * chunk_, s) : Tensor();
-          const Tensor param = params_on_host_ ? param_out.slice(e, s) : set.param.slice(e - k * chunk_, s);
+          const Tensor param = into_store        ? pieces.back()
+                               : params_on_host_ ? param_out.slice(e, s)
+                                                 : set.param.slice(e - k * chunk_, s);
           fn(pieces, grad, param);
           e = end;
         }
@@ -175,14 +192,16 @@ absl::Status HostStep::step(OptimizerStateStore& store, Optimizer& optimizer, co
 }
 
 absl::Status HostStep::cast_master_into(OptimizerStateStore& store, const Tensor& param_out) {
-  return run(store, Tensor(), param_out, /*write_back=*/false,
+  return run(store, Tensor(), param_out, /*write_back=*/store.holds_parameters(),
              [&](absl::Span<const Tensor> arrays, const Tensor&, const Tensor& param) {
                host_.ops().cast(arrays[0], param);
              });
 }
 
 std::string HostStep::describe() const {
-  std::string s = cat("host memory (ZeRO-Offload): the optimizer step runs on the CPU in chunks of ", chunk_,
+  std::string s = cat(state_on_nvme_ ? "NVMe, swapped through host memory (ZeRO-Infinity)"
+                                     : "host memory (ZeRO-Offload)",
+                      ": the optimizer step runs on the CPU in chunks of ", chunk_,
                       " elements; gradients (", dtype_name(grad_dtype_), ") go ", device_.name(), " -> host");
   if (params_on_host_) {
     s += cat(", and the new weights are written into the parameter shard in host memory");

@@ -46,19 +46,31 @@ namespace zero {
 
 // Which parts of a run take the host path.
 struct HostOffload {
-  bool optimizer = false;   // master + optimizer state on the host backend, the step on the CPU
-  bool parameters = false;  // stage 3: the parameter shard in (pinned) host memory
+  bool optimizer = false;          // master + optimizer state on the host backend, the step on the CPU
+  bool optimizer_on_nvme = false;  // ... in the NVMe store built there (offload_optimizer "nvme")
+  bool parameters = false;         // stage 3: the parameter shard in (pinned) host memory
+  bool parameters_on_nvme = false; // stage 3: the shard in the NVMe store's records (offload_param "nvme")
 };
 
-// offload_optimizer / offload_param "cpu" on a backend whose compute tier is
-// not host memory; or on any backend with `forced` (EngineConfig::
-// force_offload_path, for tests: the CPU backend then plays the device, and
-// the same code runs as on a GPU). On the CPU backend without it, "cpu" moves
-// nothing (the state is in host memory already).
+// offload_optimizer "cpu" or "nvme" / offload_param "cpu" or "nvme" on a
+// backend whose compute tier is not host memory; or on any backend with
+// `forced` (EngineConfig::force_offload_path, for tests: the CPU backend then
+// plays the device, and the same code runs as on a GPU). On the CPU backend
+// without it, "cpu" moves nothing (the state is in host memory already) and
+// "nvme" runs the NVMe store on the compute backend itself.
+//
+// "nvme" is ZeRO-Infinity's optimizer part on the same path: the store the
+// host step runs over is the NVMe store (offload/nvme_state_store.h) built on
+// the host backend, whose for_each streams the swap records (read i+1 /
+// update i / write i-1) while the host step streams gradients down and
+// weights up. With offload_param "nvme" too the parameter shard rides in the
+// records and the step writes it there (no weight staging, like "cpu").
 HostOffload host_offload_for(const ZeroConfig& zero, Tier compute_tier, bool forced);
 // The combinations the host path does not run, named by their keys: stage 0
 // (nothing partitioned to offload, as DeepSpeed), offload_param "cpu"
-// without offload_optimizer "cpu" (the step writes the host shard).
+// without offload_optimizer on the host (the step writes the host shard),
+// offload_param "nvme" without offload_optimizer "nvme" (the shard lives in
+// the optimizer's records).
 absl::Status check_host_offload(const ZeroConfig& zero, const HostOffload& offload);
 
 // The chunk the step streams in: at most sub_group_size (the unit the store
@@ -76,19 +88,22 @@ class HostStep {
   // device: the compute backend (staging from its host tier, copies on two
   // streams of its own); host: the backend the store and the optimizer run
   // on. numel: the partition; params_on_host: the parameters step() writes
-  // are host memory (no weight staging, no upload).
+  // are host memory (no weight staging, no upload); state_on_nvme: the
+  // store is the NVMe one (for describe()).
   static absl::StatusOr<std::unique_ptr<HostStep>> create(Backend& device, Backend& host, int64_t numel,
                                                           int64_t chunk_elems, DType grad_dtype, DType param_dtype,
-                                                          bool params_on_host);
+                                                          bool params_on_host, bool state_on_nvme = false);
 
-  // One optimizer update of `store` (host arrays) from `grads` (the
+  // One optimizer update of `store` (host arrays; resident or NVMe, whose
+  // ranges may be smaller than a chunk, in order) from `grads` (the
   // partition's gradients, compute tier), writing the new weights into
-  // `param_out` (the partition's parameters). Returns when every copy has
-  // landed.
+  // `param_out` (the partition's parameters), or, when the store holds the
+  // parameters (param_out undefined, params_on_host), into the store.
+  // Returns when every copy has landed.
   absl::Status step(OptimizerStateStore& store, Optimizer& optimizer, const Tensor& grads, const Tensor& param_out,
                     const Optimizer::StepArgs& args);
-  // param_out := cast(master), over the whole store (initial values, a
-  // checkpoint load).
+  // param_out (the store's parameters when it holds them) := cast(master),
+  // over the whole store (initial values, a checkpoint load).
   absl::Status cast_master_into(OptimizerStateStore& store, const Tensor& param_out);
 
   int64_t chunk_elems() const { return chunk_; }
@@ -98,7 +113,7 @@ class HostStep {
 
  private:
   HostStep(Backend& device, Backend& host, int64_t numel, int64_t chunk_elems, DType grad_dtype, DType param_dtype,
-           bool params_on_host);
+           bool params_on_host, bool state_on_nvme);
 
   struct Staging {
     Tensor grad, param;          // chunk_ elements each (param: undefined with params_on_host_)
@@ -116,7 +131,7 @@ class HostStep {
   Backend& host_;
   int64_t numel_, chunk_;
   DType grad_dtype_, param_dtype_;
-  bool params_on_host_;
+  bool params_on_host_, state_on_nvme_;
   StreamId down_ = kComputeStream, up_ = kComputeStream;
   std::array<Staging, 2> sets_;
 };

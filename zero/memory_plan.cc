@@ -91,6 +91,7 @@ absl::StatusOr<MemoryPlan> plan_memory(const PlanInput& in) {
       segments[i * static_cast<size_t>(*k) / layers.size()].push_back(layers[i]);
     ctx.set_checkpoint_segments(std::move(segments));
     plan.checkpoint_segments = *k;
+    ctx.set_checkpoint_offload(checkpoint_inputs_to_host(e, in.compute_tier));  // as Engine::init
   }
 
   // Engine::forward / backward / step, micro-step by micro-step.
@@ -131,6 +132,10 @@ absl::StatusOr<MemoryPlan> plan_memory(const PlanInput& in) {
     plan.notes.push_back(in.compute_tier == Tier::kHost
                              ? "workspace: the ops' staging buffers; oneDNN's own scratchpads come on top"
                              : "workspace: the CPU ops' staging requests; the CUDA ops' differ (not checked on a GPU)");
+  }
+  if (plan.checkpoint_segments > 0 && checkpoint_inputs_to_host(e, in.compute_tier)) {
+    plan.notes.push_back("cpu_checkpointing: segment inputs in host memory (host activations), copied back to "
+                         "the compute tier one segment ahead of their recompute");
   }
   if (e.zero.stage == 3)
     plan.notes.push_back("stage 3: peaks of a run of 2+ steps (from the second step on, the coordinator prefetches)");

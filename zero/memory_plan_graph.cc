@@ -15,6 +15,10 @@ SimTensor ContextSim::forward(Module& m, const SimTensor& x) {
     s.input = x;
     s.recomputed = false;
     ++no_save_depth_;
+    if (offload_) {  // Context::start_copy_out
+      forward_segments_.push_back(seg_first->second);
+      s.host_input = {sim_.alloc(Tier::kHost, MemCategory::kActivations, x.numel * 4), x.numel};
+    }
   }
   hooks_->pre_forward(m);
   Frame* frame = nullptr;
@@ -27,13 +31,35 @@ SimTensor ContextSim::forward(Module& m, const SimTensor& x) {
   SimTensor y = run_forward(m, x);
   current_.pop_back();
   hooks_->post_forward(m);
-  if (!recomputing_ && no_save_depth_ > 0 && last_of_.count(&m)) --no_save_depth_;
+  if (!recomputing_ && no_save_depth_ > 0) {
+    auto seg_last = last_of_.find(&m);
+    if (seg_last != last_of_.end()) {
+      --no_save_depth_;
+      Segment& s = segments_[seg_last->second];
+      if (offload_ && s.host_input.storage) s.input = SimTensor();
+    }
+  }
   return y;
+}
+
+void ContextSim::start_copy_back(Segment& s) {
+  if (s.input.storage) return;
+  s.input = activation(s.host_input.numel);
 }
 
 SimTensor ContextSim::backward(Module& m, const SimTensor& dy) {
   auto seg_last = last_of_.find(&m);
-  if (seg_last != last_of_.end() && !segments_[seg_last->second].recomputed) recompute(segments_[seg_last->second]);
+  if (seg_last != last_of_.end() && !segments_[seg_last->second].recomputed) {
+    Segment& s = segments_[seg_last->second];
+    if (offload_ && s.host_input.storage) {  // back on the compute tier, the next one prefetched
+      start_copy_back(s);
+      if (forward_segments_.size() >= 2) {
+        Segment& next = segments_[forward_segments_[forward_segments_.size() - 2]];
+        if (next.host_input.storage) start_copy_back(next);
+      }
+    }
+    recompute(s);
+  }
   auto it = frames_.find(&m);
   ZE_CHECK(it != frames_.end() && !it->second.empty()) << "planner: backward of " << m.name() << " without forward";
   hooks_->pre_backward(m);
@@ -48,7 +74,9 @@ SimTensor ContextSim::backward(Module& m, const SimTensor& dy) {
   if (seg_first != first_of_.end()) {
     Segment& s = segments_[seg_first->second];
     s.input = SimTensor();
+    s.host_input = SimTensor();
     s.recomputed = false;
+    if (!forward_segments_.empty() && forward_segments_.back() == seg_first->second) forward_segments_.pop_back();
   }
   return dx;
 }
@@ -58,8 +86,10 @@ void ContextSim::clear() {
   current_.clear();
   for (Segment& s : segments_) {
     s.input = SimTensor();
+    s.host_input = SimTensor();
     s.recomputed = false;
   }
+  forward_segments_.clear();
   no_save_depth_ = 0;
   recomputing_ = false;
 }
@@ -77,7 +107,7 @@ void ContextSim::set_checkpoint_segments(std::vector<std::vector<Module*>> segme
     if (mods.empty()) continue;
     first_of_[mods.front()] = segments_.size();
     last_of_[mods.back()] = segments_.size();
-    segments_.push_back({std::move(mods), SimTensor(), false});
+    segments_.push_back({std::move(mods), SimTensor(), false, SimTensor()});
   }
 }
 

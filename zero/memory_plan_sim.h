@@ -125,6 +125,10 @@ class ContextSim {
 
   void set_hooks(StateSim* hooks) { hooks_ = hooks; }
   void set_checkpoint_segments(std::vector<std::vector<Module*>> segments);
+  // Context::set_checkpoint_offload: segment inputs in host memory (host-tier
+  // activations) between forward and recompute, on the compute tier only
+  // while the segment runs forward and from its copy back (at most two).
+  void set_checkpoint_offload(bool on) { offload_ = on; }
 
   // Context::forward and Context::backward: the hooks around the call, the
   // frame of saved tensors, checkpoint segments (kept input, recompute).
@@ -142,9 +146,11 @@ class ContextSim {
     std::vector<Module*> modules;
     SimTensor input;
     bool recomputed = false;
+    SimTensor host_input;
   };
 
   void recompute(Segment& s);
+  void start_copy_back(Segment& s);
 
   void save(const SimTensor& t) {
     if (current_.back() != nullptr) current_.back()->saved.push_back(t);
@@ -174,6 +180,8 @@ class ContextSim {
   StateSim* hooks_ = nullptr;
   std::vector<Segment> segments_;
   std::unordered_map<const Module*, size_t> first_of_, last_of_;
+  bool offload_ = false;
+  std::vector<size_t> forward_segments_;
   int no_save_depth_ = 0;
   bool recomputing_ = false;
   std::unordered_map<const Module*, std::deque<Frame>> frames_;

@@ -37,11 +37,18 @@ std::vector<Buf> allocate_optimizer_state(Sim& sim, const EngineConfig& e, int64
                                           const HostOffload& offload, int64_t max_param_read = 0) {
   std::vector<Buf> store;
   const int arrays = (separate_master ? 1 : 0) + optimizer_state_arrays(e.optimizer);
-  if (offload.optimizer) {
-    for (int i = 0; i < arrays; ++i) store.push_back(sim.alloc(Tier::kHost, MemCategory::kOptimizerState, numel * 4));
+  // The host step (ZeRO-Offload / ZeRO-Infinity on a device) runs over a
+  // store built on a host backend: the staging beside it, and nothing of the
+  // optimizer on the compute tier.
+  auto host_step_staging = [&] {
     const int64_t chunk = host_step_chunk_elems(numel, e.zero.sub_group_size);
+    const bool params_on_host = offload.parameters || max_param_read > 0;
     store.push_back(sim.alloc(Tier::kHost, kHostStepStagingCategory,
-                              host_step_staging_bytes(chunk, e.gradient_dtype(), e.param_dtype, offload.parameters)));
+                              host_step_staging_bytes(chunk, e.gradient_dtype(), e.param_dtype, params_on_host)));
+  };
+  if (offload.optimizer && !offload.optimizer_on_nvme) {
+    for (int i = 0; i < arrays; ++i) store.push_back(sim.alloc(Tier::kHost, MemCategory::kOptimizerState, numel * 4));
+    host_step_staging();
     return store;
   }
   if (e.zero.offload_optimizer.device == OffloadDevice::kNvme) {
@@ -54,6 +61,7 @@ std::vector<Buf> allocate_optimizer_state(Sim& sim, const EngineConfig& e, int64
       store.push_back(sim.alloc(Tier::kHost, MemCategory::kSwapBuffers,
                                 e.zero.offload_param.buffer_count * layout.param_read_buffer_bytes(max_param_read)));
     }
+    if (offload.optimizer) host_step_staging();
     return store;
   }
   for (int i = 0; i < arrays; ++i) store.push_back(sim.alloc(MemCategory::kOptimizerState, numel * 4));
@@ -298,6 +306,12 @@ class Stage3StateSim final : public StateSim {
     if (sim.tier != Tier::kHost && !offload.optimizer) {
       Buf staging = sim.alloc(MemCategory::kWorkspace, largest * 4);
     }
+    // offload_param "nvme" on a device: host staging for a chunk read from
+    // the swap file on its way up.
+    if (offload.parameters_on_nvme) {
+      read_staging_ = sim.alloc(Tier::kHost, MemCategory::kCommBuffers,
+                                largest * static_cast<int64_t>(dtype_size(e.param_dtype)));
+    }
     coordinator_ = std::make_unique<CoordinatorSim>(sim, e.zero, world, e.param_dtype, parts_,
                                                     params_on_nvme ? e.zero.offload_param.buffer_count : 0);
     coordinator_->gather_persistent();
@@ -376,7 +390,7 @@ class Stage3StateSim final : public StateSim {
   std::vector<Parameter*> params_;
   Stage3Partitions parts_;
   int64_t gsize_ = 0;
-  Buf param_shard_, grad_shard_;
+  Buf param_shard_, grad_shard_, read_staging_;
   std::vector<Buf> store_;
   std::unique_ptr<CoordinatorSim> coordinator_;
   std::unordered_map<const Parameter*, int> uses_, uses_left_;

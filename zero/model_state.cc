@@ -29,19 +29,13 @@ absl::StatusOr<std::unique_ptr<ModelState>> ModelState::create(Module& model, co
 }
 
 absl::Status ModelState::init_optimizer_state(int64_t numel, Tensor master, int64_t max_param_read) {
-  if (host_offload_.optimizer) {
-    ZE_CHECK(!master.defined() && max_param_read == 0);
-    host_backend_ = std::make_unique<CpuBackend>();
-    ZE_ASSIGN_OR_RETURN(optimizer_, make_optimizer(options_.optimizer, *host_backend_));
-    ZE_ASSIGN_OR_RETURN(store_, make_resident_state_store(*host_backend_, numel, optimizer_->state_names(),
-                                                          options_.zero.sub_group_size));
-    ZE_ASSIGN_OR_RETURN(host_step_,
-                        HostStep::create(backend_, *host_backend_, numel,
-                                         host_step_chunk_elems(numel, options_.zero.sub_group_size),
-                                         options_.grad_dtype, options_.param_dtype, host_offload_.parameters));
-    return absl::OkStatus();
-  }
-  ZE_ASSIGN_OR_RETURN(optimizer_, make_optimizer(options_.optimizer, backend_));
+  // One path for "cpu" and "nvme" on a device: the store (resident or NVMe)
+  // and the optimizer on a host backend of their own, the host step between
+  // them and the compute backend; only the store differs.
+  if (host_offload_.optimizer) host_backend_ = std::make_unique<CpuBackend>();
+  Backend& state_backend = host_backend_ != nullptr ? *host_backend_ : backend_;
+  ZE_CHECK(host_backend_ == nullptr || !master.defined());
+  ZE_ASSIGN_OR_RETURN(optimizer_, make_optimizer(options_.optimizer, state_backend));
   StateStoreOptions so;
   so.zero = options_.zero;
   so.aio = options_.aio;
@@ -49,7 +43,16 @@ absl::Status ModelState::init_optimizer_state(int64_t numel, Tensor master, int6
   so.hold_parameters = max_param_read > 0;
   so.param_dtype = options_.param_dtype;
   so.max_param_read = max_param_read;
-  ZE_ASSIGN_OR_RETURN(store_, make_state_store(backend_, numel, optimizer_->state_names(), so, std::move(master)));
+  ZE_ASSIGN_OR_RETURN(store_,
+                      make_state_store(state_backend, numel, optimizer_->state_names(), so, std::move(master)));
+  if (host_offload_.optimizer) {
+    ZE_ASSIGN_OR_RETURN(host_step_,
+                        HostStep::create(backend_, *host_backend_, numel,
+                                         host_step_chunk_elems(numel, options_.zero.sub_group_size),
+                                         options_.grad_dtype, options_.param_dtype,
+                                         host_offload_.parameters || store_->holds_parameters(),
+                                         host_offload_.optimizer_on_nvme));
+  }
   return absl::OkStatus();
 }
 

@@ -26,6 +26,9 @@
 // weights and optimizer state live on a host backend the model state owns,
 // and the step runs there through zero/host_step.h; at stage 3 with
 // offload_param "cpu" the parameter shard lives in host memory too.
+// ZeRO-Infinity (offload_optimizer "nvme" on a device backend) is the same
+// path over the NVMe store built on that host backend; with offload_param
+// "nvme" the shard rides in its records.
 #pragma once
 
 #include <memory>
@@ -137,7 +140,8 @@ class ModelState : public ModuleHooks {
   // max_param_read > 0 the store also holds the parameter shard
   // (offload_param "nvme"), read in pieces of at most that many elements.
   // With host_offload().optimizer both are built on a host backend of their
-  // own, with the staging of the host step.
+  // own (the store resident or NVMe, as offload_optimizer says), with the
+  // staging of the host step.
   absl::Status init_optimizer_state(int64_t numel, Tensor master = Tensor(), int64_t max_param_read = 0);
   // Runs the optimizer over the store, sub-group by sub-group, reading the
   // gradients and writing the model-dtype weights at the same offsets: into

@@ -3,7 +3,8 @@
 // on the CPU backend is the same thing, and on a device backend it is the
 // resident store built on a host backend, reached through zero/host_step.h),
 // or in a swap file under offload_optimizer.nvme_path, streamed through a few
-// host buffers in sub-groups (offload/nvme_state_store.h).
+// host buffers in sub-groups (offload/nvme_state_store.h; on a device backend
+// built on the same host backend, behind the same host step).
 //
 // The store holds arrays of fp32 elements, all as long as the partition:
 // index 0 is the master weights, then the optimizer's states in
@@ -105,9 +106,9 @@ struct StateStoreOptions {
   int64_t max_param_read = 0;
 };
 
-// The store offload_optimizer asks for: NVMe when device is "nvme" (an error
-// if this build has no io_uring, or the compute tier is not host memory),
-// else resident.
+// The store offload_optimizer asks for, on `backend` (whose compute tier must
+// be host memory for NVMe): NVMe when device is "nvme" (an error if this
+// build has no io_uring), else resident.
 absl::StatusOr<std::unique_ptr<OptimizerStateStore>> make_state_store(Backend& backend, int64_t numel,
                                                                       const std::vector<std::string>& state_names,
                                                                       const StateStoreOptions& options,

@@ -31,9 +31,11 @@ ParamCoordinator::ParamCoordinator(const ZeroConfig& config, Backend& backend, C
     : config_(config), backend_(backend), comm_(comm), dtype_(dtype), trace_(config, comm.world_size(), parts_) {}
 
 void ParamCoordinator::set_partitions(Tensor shard, std::unordered_map<const Parameter*, ParamPartition> parts,
-                                      OptimizerStateStore* swapped, bool host_shard) {
+                                      OptimizerStateStore* swapped, bool host_shard, Tensor read_staging) {
   ZE_CHECK(swapped == nullptr || swapped->holds_parameters());
   ZE_CHECK(!(host_shard && swapped != nullptr));
+  ZE_CHECK(!read_staging.defined() || (swapped != nullptr && read_staging.tier() == Tier::kHost));
+  read_staging_ = std::move(read_staging);
   shard_ = std::move(shard);
   parts_ = std::move(parts);
   swapped_ = swapped;
@@ -83,8 +85,18 @@ absl::Status ParamCoordinator::finish_read(Parameter& p) {
   const int64_t ticket = *slot.read;
   slot.read.reset();
   reading_.erase(std::find(reading_.begin(), reading_.end(), &p));
-  ZE_RETURN_IF_ERROR(
-      swapped_->finish_parameter_read(ticket, slot.full.slice(comm_.rank() * part.chunk, {part.chunk})));
+  const Tensor mine = slot.full.slice(comm_.rank() * part.chunk, {part.chunk});
+  if (!read_staging_.defined()) {
+    ZE_RETURN_IF_ERROR(swapped_->finish_parameter_read(ticket, mine));
+    return begin_all_gather(p, slot);
+  }
+  // On a device the read lands in host staging and goes up on the compute
+  // stream, which the all-gather follows; copy() waits for it, so the one
+  // staging buffer is free again for the next read that lands.
+  const Tensor staged = read_staging_.slice(0, {part.chunk});
+  ZE_RETURN_IF_ERROR(swapped_->finish_parameter_read(ticket, staged));
+  backend_.copy(mine, staged);
+  ++host_copies_;
   return begin_all_gather(p, slot);
 }
 

@@ -55,9 +55,12 @@ class ParamCoordinator {
   // undefined. With `host_shard` (offload_param "cpu" on a device backend)
   // the shard is host memory: a gather copies the chunk up on a copy stream,
   // started when the gather is issued (a prefetch starts it early), and the
-  // compute stream, which the collective follows, waits for it.
+  // compute stream, which the collective follows, waits for it. With
+  // `read_staging` (swapped, on a device backend: host memory of at least
+  // the largest chunk) a read lands there and is copied up into the slot.
   void set_partitions(Tensor shard, std::unordered_map<const Parameter*, ParamPartition> parts,
-                      OptimizerStateStore* swapped = nullptr, bool host_shard = false);
+                      OptimizerStateStore* swapped = nullptr, bool host_shard = false,
+                      Tensor read_staging = Tensor());
 
   void begin_iteration();  // before each forward: trace bookkeeping
   absl::Status fetch(Module& m, bool backward);
@@ -78,7 +81,7 @@ class ParamCoordinator {
   bool trace_complete() const { return trace_.complete(); }
   int64_t prefetches() const { return prefetches_; }
   int64_t gathers() const { return gathers_; }
-  int64_t host_copies() const { return host_copies_; }  // chunks copied up from a host shard
+  int64_t host_copies() const { return host_copies_; }  // chunks copied up from a host shard or read staging
 
  private:
   struct Slot {
@@ -107,6 +110,7 @@ class ParamCoordinator {
   Tensor shard_;
   OptimizerStateStore* swapped_ = nullptr;
   bool host_shard_ = false;
+  Tensor read_staging_;  // swapped on a device: where a read lands before going up
   StreamId copy_stream_ = kComputeStream;  // host shard: where chunks go up
   std::deque<Parameter*> reading_;  // swapped chunks being read, oldest first
   std::unordered_map<const Parameter*, ParamPartition> parts_;

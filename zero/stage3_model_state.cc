@@ -56,7 +56,16 @@ absl::Status Stage3ModelState::init() {
   ZE_RETURN_IF_ERROR(store_->flush());
   ZE_RETURN_IF_ERROR(cast_master_into(param_shard_));
   coordinator_ = std::make_unique<ParamCoordinator>(options_.zero, backend_, comm_, options_.param_dtype);
-  coordinator_->set_partitions(param_shard_, parts_, params_on_nvme ? store_.get() : nullptr, params_on_host);
+  // offload_param "nvme" on a device: a chunk read from the swap file lands
+  // in host staging (pinned) before it goes up to its gather.
+  Tensor read_staging;
+  if (host_offload_.parameters_on_nvme) {
+    ZE_ASSIGN_OR_RETURN(auto s, backend_.allocate(static_cast<size_t>(max_chunk) * dtype_size(options_.param_dtype),
+                                                  Tier::kHost, MemCategory::kCommBuffers));
+    read_staging = Tensor(std::move(s), {max_chunk}, options_.param_dtype);
+  }
+  coordinator_->set_partitions(param_shard_, parts_, params_on_nvme ? store_.get() : nullptr, params_on_host,
+                               std::move(read_staging));
   ZE_RETURN_IF_ERROR(coordinator_->gather_persistent());
   uses_ = count_parameter_uses(model_);
   return absl::OkStatus();

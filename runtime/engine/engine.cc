@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "runtime/backend/cpu_backend.h"
 #include "runtime/base/status.h"
 #include "runtime/base/strings.h"
 #include "zero/state_buffers.h"
@@ -84,6 +85,19 @@ absl::Status Engine::init() {
     std::vector<std::vector<Module*>> segments(static_cast<size_t>(*k));
     for (size_t i = 0; i < layers.size(); ++i) segments[i * static_cast<size_t>(*k) / layers.size()].push_back(layers[i]);
     ctx_.set_checkpoint_segments(std::move(segments));
+  }
+  // cpu_checkpointing: segment inputs in pinned host memory of the compute
+  // backend; where the CPU backend plays the device (force_offload_path), in
+  // a host backend of their own, so that each backend's figures read as on a
+  // GPU (the "device" without them, host memory with exactly them).
+  if (checkpoint_inputs_to_host(config_, backend_.compute_tier())) {
+    if (backend_.compute_tier() == Tier::kHost) {
+      owned_checkpoint_host_ = std::make_unique<CpuBackend>();
+      checkpoint_host_ = owned_checkpoint_host_.get();
+    } else {
+      checkpoint_host_ = &backend_;
+    }
+    ctx_.set_checkpoint_offload(checkpoint_host_);
   }
   return absl::OkStatus();
 }

@@ -105,6 +105,10 @@ class Engine {
     ctx_.set_checkpoint_segments(std::move(segments));
   }
   size_t num_checkpoint_segments() const { return ctx_.num_checkpoint_segments(); }
+  // activation_checkpointing.cpu_checkpointing on a device (or forced): where
+  // the segment inputs' host copies live (the compute backend, or a host
+  // backend of their own standing in for pinned memory); nullptr when off.
+  const Backend* checkpoint_host_backend() const { return checkpoint_host_; }
 
   // fp32 master values of a parameter, gathered from every rank's partition.
   // A collective: every rank calls it, in the same order.
@@ -125,6 +129,9 @@ class Engine {
   Backend& backend_;
   std::unique_ptr<Communicator> owned_comm_;
   Communicator* comm_;
+  // Before ctx_, whose saved segment inputs may live on it.
+  std::unique_ptr<Backend> owned_checkpoint_host_;
+  Backend* checkpoint_host_ = nullptr;
   Context ctx_;
   std::unique_ptr<ModelState> state_;
   LossScaler scaler_;

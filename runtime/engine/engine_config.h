@@ -8,6 +8,7 @@
 
 #include "offload/aio_config.h"
 #include "runtime/core/dtype.h"
+#include "runtime/core/memory_tracker.h"
 #include "runtime/engine/loss_scaler.h"
 #include "runtime/engine/lr_scheduler.h"
 #include "runtime/engine/optimizer.h"
@@ -61,15 +62,24 @@ struct EngineConfig {
 
   uint64_t seed = 42;  // parameter initialisation
 
-  // For tests: run offload_optimizer / offload_param "cpu" through the path a
-  // device backend takes (zero/host_step.h: the optimizer on a host backend
-  // of its own, gradients and weights copied through pinned staging) even on
-  // the CPU backend, which then plays the device. Without it "cpu" on the CPU
-  // backend moves nothing (the state is in host memory already). The memory
-  // planner follows it too. No config key sets it.
+  // For tests: run the device-side offload paths with the CPU backend
+  // standing in for the device: offload_optimizer / offload_param "cpu"
+  // (zero/host_step.h: the optimizer on a host backend of its own, gradients
+  // and weights copied through pinned staging) and activation_checkpointing.
+  // cpu_checkpointing (segment inputs copied out to a host backend of their
+  // own and back for recompute; runtime/graph/context.h). Without it these
+  // keys on the CPU backend move nothing (everything is in host memory
+  // already). The memory planner follows it too. No config key sets it.
   bool force_offload_path = false;
 
   DType gradient_dtype() const { return grad_dtype.value_or(param_dtype); }
 };
+
+// Whether checkpointed segments keep their inputs in host memory
+// (cpu_checkpointing) on a backend computing in `compute_tier`: on a device,
+// or anywhere with force_offload_path. The engine and the planner both ask.
+inline bool checkpoint_inputs_to_host(const EngineConfig& e, Tier compute_tier) {
+  return e.activation_checkpointing.cpu_checkpointing && (compute_tier != Tier::kHost || e.force_offload_path);
+}
 
 }  // namespace zero

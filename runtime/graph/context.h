@@ -15,12 +15,27 @@
 // segment's forward again from that input, this time saving (the engine's
 // hooks run as in any forward, so ZeRO-3 gathers the parameters again through
 // the same path), and then backward proceeds through the recomputed frames.
-// The kernels are deterministic, so the recomputed activations — and hence
-// the gradients — are bitwise those of a run without checkpointing.
+// The kernels are deterministic and no layer draws random numbers (there is
+// no dropout), so the recomputed activations — and hence the gradients — are
+// bitwise those of a run without checkpointing. A layer that adds randomness
+// must draw it from state saved with the segment input, so that recompute
+// repeats it.
+//
+// Segment inputs in host memory (cpu_checkpointing, set_checkpoint_offload):
+// right after a segment's forward is issued, its input is copied to a host
+// buffer (activations, host tier) on a copy stream of the compute backend,
+// ordered after the compute that produced it by an event; when the segment's
+// forward ends the host waits for that copy and drops the compute-tier input.
+// In backward, a segment's recompute first makes sure its input is back on
+// the compute tier (copied host -> compute on the copy stream, the compute
+// stream waiting on its event) and starts the same copy for the segment
+// backward reaches next (the previous one in forward order), so at most two
+// segment inputs are on the compute tier at once. The host copy is dropped
+// when the segment's backward is done. Buffers of a copy in flight are never
+// dropped before its event has completed (clear() waits too).
 #pragma once
 
 #include <deque>
-#include <vector>
 #include <unordered_map>
 #include <vector>
 
@@ -61,6 +76,14 @@ class Context {
   // (the output of one is the input of the next). Replaces earlier segments.
   void set_checkpoint_segments(std::vector<std::vector<Module*>> segments);
   size_t num_checkpoint_segments() const { return segments_.size(); }
+  // Keep segment inputs in host memory between forward and recompute (see
+  // the top of this file): host buffers from `host` (Tier::kHost; the compute
+  // backend itself on a GPU, whose host tier is pinned; a host backend of its
+  // own where the CPU backend stands in for the device), copies on a stream
+  // of this context's backend. nullptr turns it off. `host` must outlive the
+  // saved activations (clear() drops them).
+  void set_checkpoint_offload(Backend* host);
+  bool checkpoint_offload() const { return host_ != nullptr; }
   // Seconds spent recomputing segment forwards since the last call (then reset).
   double take_recompute_seconds();
 
@@ -86,17 +109,34 @@ class Context {
 
   struct Segment {
     std::vector<Module*> modules;
-    Tensor input;             // kept from the forward until the segment's backward is done
+    // On the compute tier: kept from the forward until the segment's
+    // backward is done; with offload only from forward entry to forward end
+    // and from its upload (recompute, or the prefetch) to backward's end.
+    Tensor input;
     bool recomputed = false;  // this backward has rebuilt the frames
+    // Offload: the input's host copy (forward end to backward end), and the
+    // events of the copy out (compute -> host) and of the copy back.
+    Tensor host_input;
+    EventPtr copied_out, copied_back;
   };
   // Runs the segment's forward again, saving, from its kept input.
   void recompute(Segment& s);
+  // Offload: starts copying the segment's input to host memory (forward).
+  void start_copy_out(Segment& s);
+  // Offload: starts copying the segment's input back to the compute tier,
+  // unless it is there or on its way.
+  void start_copy_back(Segment& s);
+  // Offload: waits for the segment's copies in flight (before their buffers go).
+  void wait_copies(Segment& s);
 
   Backend& backend_;
   DType param_dtype_;
   ModuleHooks* hooks_ = nullptr;
   bool grad_enabled_ = true;
   std::vector<Segment> segments_;
+  Backend* host_ = nullptr;     // offload: where host copies of segment inputs live
+  StreamId copy_stream_ = -1;   // offload: the copies' stream (created once)
+  std::vector<size_t> forward_segments_;  // segments entered by this forward, in order, not yet through backward
   std::unordered_map<const Module*, size_t> first_of_, last_of_;  // module -> segment it starts / ends
   int no_save_depth_ = 0;  // > 0 inside a checkpointed forward: modules save nothing
   bool recomputing_ = false;

@@ -37,10 +37,10 @@ bool nccl_built();
 int node_local_rank();
 
 // Config keys the chosen backend cannot honour yet, refused with the key path
-// (INVALID_ARGUMENT): on cuda, NVMe offload and cpu_checkpointing (not built
-// for GPU ranks), and the CPU-offload combinations the host step does not run
-// (zero/host_step.h: offload_optimizer "cpu" at stage 0, offload_param "cpu"
-// without offload_optimizer "cpu"). offload "cpu" itself is ZeRO-Offload.
+// (INVALID_ARGUMENT): on cuda, the offload combinations the host step does
+// not run (zero/host_step.h: offload_optimizer "cpu" at stage 0, offload_param
+// "cpu" without offload_optimizer "cpu"). offload "cpu" itself is
+// ZeRO-Offload; cpu_checkpointing keeps segment inputs in pinned host memory.
 absl::Status check_backend_supports(const RunConfig& config);
 
 // Builds the backend named by config.run.backend and the communicator to use

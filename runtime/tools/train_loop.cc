@@ -101,7 +101,10 @@ absl::Status run_training(const RunConfig& c, Backend& backend, Communicator& co
   if (engine->num_checkpoint_segments() > 0) {
     out << "activation checkpointing: " << g.n_layer << " blocks in " << engine->num_checkpoint_segments()
         << " segments (each keeps its input; backward recomputes it)\n";
-    if (c.engine.activation_checkpointing.cpu_checkpointing && backend.compute_tier() == Tier::kHost) {
+    if (engine->checkpoint_host_backend() != nullptr) {
+      out << "activation checkpointing: cpu_checkpointing: segment inputs in pinned host memory between forward and "
+             "recompute\n";
+    } else if (c.engine.activation_checkpointing.cpu_checkpointing && backend.compute_tier() == Tier::kHost) {
       out << "activation checkpointing: cpu_checkpointing requested; on the CPU backend segment inputs already live "
              "in host memory\n";
     }

@@ -14,7 +14,13 @@
 //    the CPU, on gradients copied off the GPU, and the new weights go back;
 //    the CPU run (where "cpu" moves nothing) is the reference. The optimizer
 //    state must then be in host memory only: 12 bytes per element of the
-//    partition on the host backend, none on the device.
+//    partition on the host backend, none on the device. With "nvme"
+//    (ZeRO-Infinity: the same host step over the NVMe store) it is in the
+//    swap file: none in memory on either backend; the CPU run steps the NVMe
+//    store on its own backend.
+//  * activation_checkpointing.cpu_checkpointing: the same, with segment
+//    inputs in pinned host memory between forward and recompute, and exactly
+//    those bytes off the device after a forward.
 //  * A GPT of 164M parameters on the GPU only: after a warm-up run (which
 //    loads every kernel and cuBLAS's heuristics) the growth of cudaMemGetInfo's
 //    used bytes over a fresh run equals the growth of the tracked reserved
@@ -100,10 +106,13 @@ struct Batches {
   }
 };
 
-EngineConfig training_config(DType dtype, int stage, bool offload_optimizer = false, bool offload_params = false) {
+EngineConfig training_config(DType dtype, int stage, bool offload_optimizer = false, bool offload_params = false,
+                             bool nvme = false) {
   EngineConfig ec;
-  if (offload_optimizer) ec.zero.offload_optimizer.device = OffloadDevice::kCpu;
-  if (offload_params) ec.zero.offload_param.device = OffloadDevice::kCpu;
+  const OffloadDevice device = nvme ? OffloadDevice::kNvme : OffloadDevice::kCpu;
+  if (offload_optimizer) ec.zero.offload_optimizer.device = device;
+  if (offload_params) ec.zero.offload_param.device = device;
+  if (nvme) ec.zero.offload_optimizer.nvme_path = ec.zero.offload_param.nvme_path = ::testing::TempDir();
   ec.param_dtype = dtype;
   ec.micro_batch_size = kMicroBatch;
   ec.optimizer = {.type = "AdamW", .lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .weight_decay = 0.01f};
@@ -155,6 +164,7 @@ struct Case {
   Tolerance tol;
   bool offload_optimizer = false;  // ZeRO-Offload on the GPU run
   bool offload_params = false;
+  bool nvme = false;  // the offload device is "nvme" (ZeRO-Infinity), not "cpu"
 };
 
 // gtest prints the parameter in test listings (and so in ctest's test names).
@@ -174,7 +184,7 @@ class GpuTrainingTest : public ::testing::TestWithParam<Case> {
 TEST_P(GpuTrainingTest, LossesAndGradNormsFollowTheCpu) {
   const Case& c = GetParam();
   Batches data(kSteps, kMicroBatch, kModel);
-  const EngineConfig ec = training_config(c.dtype, c.stage, c.offload_optimizer, c.offload_params);
+  const EngineConfig ec = training_config(c.dtype, c.stage, c.offload_optimizer, c.offload_params, c.nvme);
   CpuBackend cpu;
   const Trajectory want = train(cpu, kModel, ec, data, kSteps);
   const Trajectory got = train(*gpu_, kModel, ec, data, kSteps);
@@ -201,9 +211,10 @@ TEST_P(GpuTrainingTest, LossesAndGradNormsFollowTheCpu) {
               c.name, want.loss.front(), want.loss.back(), got.loss.front(), got.loss.back(), kSteps, worst_loss,
               worst_norm, relative(got.loss[0], want.loss[0]), relative(got.grad_norm[0], want.grad_norm[0]));
   if (c.offload_optimizer) {
-    // Master, exp_avg, exp_avg_sq in host memory; nothing of them on the GPU.
+    // Master, exp_avg, exp_avg_sq in host memory (or in the swap file);
+    // nothing of them on the GPU.
     EXPECT_EQ(got.compute_optimizer_bytes, 0) << c.name;
-    EXPECT_EQ(got.host_optimizer_bytes, 12 * got.partition) << c.name;
+    EXPECT_EQ(got.host_optimizer_bytes, c.nvme ? 0 : 12 * got.partition) << c.name;
   } else {
     EXPECT_EQ(got.host_optimizer_bytes, -1) << c.name;
   }
@@ -220,8 +231,76 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, GpuTrainingTest,
                                            Case{"bf16_stage2_cpu_offload", DType::kBF16, 2, kBf16Tolerance, true},
                                            Case{"bf16_stage3_cpu_offload", DType::kBF16, 3, kBf16Tolerance, true},
                                            Case{"bf16_stage3_cpu_offload_params", DType::kBF16, 3, kBf16Tolerance,
-                                                true, true}),
+                                                true, true},
+                                           // ZeRO-Infinity: the same step over the NVMe store.
+                                           Case{"bf16_stage2_nvme_offload", DType::kBF16, 2, kBf16Tolerance, true,
+                                                false, true},
+                                           Case{"bf16_stage3_nvme_offload_params", DType::kBF16, 3, kBf16Tolerance,
+                                                true, true, true}),
                          [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
+
+// activation_checkpointing.cpu_checkpointing on the GPU: each segment's input
+// goes to pinned host memory after the segment's forward and comes back
+// (prefetched one segment ahead) for its recompute (runtime/graph/context.h).
+// The run follows the CPU's (where the key moves nothing) within fp32's
+// bounds, at stages 0 and 3; after a forward the device holds the K segment
+// inputs less than with checkpointing alone, and pinned host memory holds
+// exactly them.
+TEST_F(GpuTrainingTest, CpuCheckpointingFollowsTheCpuWithSegmentInputsInPinnedMemory) {
+  constexpr int64_t kSegments = 2;
+  const int64_t input_bytes = kMicroBatch * kModel.seq_len * kModel.d_model * 4;
+  Batches data(kSteps, kMicroBatch, kModel);
+  for (int stage : {0, 3}) {
+    EngineConfig ec = training_config(DType::kF32, stage);
+    ec.activation_checkpointing.number_checkpoints = kSegments;
+    ec.activation_checkpointing.cpu_checkpointing = true;
+    CpuBackend cpu;
+    const Trajectory want = train(cpu, kModel, ec, data, kSteps);
+    const Trajectory got = train(*gpu_, kModel, ec, data, kSteps);
+    ASSERT_EQ(want.loss.size(), static_cast<size_t>(kSteps));
+    ASSERT_EQ(got.loss.size(), static_cast<size_t>(kSteps));
+    for (int s = 0; s < kSteps; ++s) {
+      const Tolerance& tol = kFp32Tolerance;
+      EXPECT_LE(relative(got.loss[s], want.loss[s]), s == 0 ? tol.loss_first : tol.loss_all)
+          << "stage " << stage << " step " << s + 1 << ": loss cuda " << got.loss[s] << " vs cpu " << want.loss[s];
+      EXPECT_LE(relative(got.grad_norm[s], want.grad_norm[s]), s == 0 ? tol.norm_first : tol.norm_all)
+          << "stage " << stage << " step " << s + 1 << ": grad norm cuda " << got.grad_norm[s] << " vs cpu "
+          << want.grad_norm[s];
+    }
+    EXPECT_LT(got.loss.back(), 0.8f * got.loss.front()) << "stage " << stage << " (cuda)";
+
+    // Activations by tier after one forward, with and without the key.
+    auto after_forward = [&](bool cpu_checkpointing) -> std::pair<int64_t, int64_t> {
+      EngineConfig e = ec;
+      e.activation_checkpointing.cpu_checkpointing = cpu_checkpointing;
+      absl::StatusOr<std::unique_ptr<Engine>> engine = initialize(std::make_unique<Gpt>(kModel), e, *gpu_);
+      EXPECT_TRUE(engine.ok()) << engine.status();
+      if (!engine.ok()) return {-1, -1};
+      EXPECT_EQ((*engine)->checkpoint_host_backend(), cpu_checkpointing ? gpu_.get() : nullptr);
+      const MemorySnapshot before = gpu_->memory();
+      (*engine)->forward(data.at(0, kMicroBatch, kModel));
+      const MemorySnapshot after = gpu_->memory();
+      auto grown = [&](Tier t) {
+        return after.at(t, MemCategory::kActivations).current - before.at(t, MemCategory::kActivations).current;
+      };
+      const std::pair<int64_t, int64_t> out{grown(Tier::kDevice), grown(Tier::kHost)};
+      EXPECT_TRUE((*engine)->backward().ok());
+      EXPECT_EQ(gpu_->memory().at(Tier::kHost, MemCategory::kActivations).current,
+                before.at(Tier::kHost, MemCategory::kActivations).current)
+          << "pinned segment inputs outlive backward";
+      return out;
+    };
+    const auto [alone_device, alone_host] = after_forward(false);
+    const auto [offloaded_device, offloaded_host] = after_forward(true);
+    EXPECT_EQ(alone_host, 0) << "stage " << stage;
+    EXPECT_EQ(offloaded_host, kSegments * input_bytes) << "stage " << stage;
+    EXPECT_EQ(alone_device - offloaded_device, kSegments * input_bytes) << "stage " << stage;
+    std::printf("cpu_checkpointing, stage %d: loss %.4f -> %.4f (cuda), device activations after forward %lld B "
+                "(checkpointing alone %lld B), pinned host %lld B\n",
+                stage, got.loss.front(), got.loss.back(), static_cast<long long>(offloaded_device),
+                static_cast<long long>(alone_device), static_cast<long long>(offloaded_host));
+  }
+}
 
 // The driver maps device memory in pages of 2 MiB, so every block the caching
 // allocator holds from cudaMalloc may occupy up to one page more than it

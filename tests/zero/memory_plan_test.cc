@@ -5,8 +5,9 @@
 //    paper's rounding.
 //  * Planned vs measured: real training steps through the engine on this
 //    process's ranks (1 in-process, 2 and 3 under mpirun), at stages 0-3,
-//    fp32 and bf16, with and without activation checkpointing, with several
-//    buckets, overlap and stage-3 prefetch/persistence settings. Every category's
+//    fp32 and bf16, with and without activation checkpointing (and with
+//    cpu_checkpointing on the device path), with several buckets, overlap
+//    and stage-3 prefetch/persistence settings. Every category's
 //    peak in the tracking allocator must equal the plan byte for byte,
 //    activations included. The workspace is the one figure the plan only
 //    bounds from below: oneDNN sizes its GEMM scratchpads itself, per shape,
@@ -110,6 +111,7 @@ struct Case {
   int stage = 0;
   DType dtype = DType::kF32;
   std::optional<int64_t> segments;
+  bool cpu_checkpointing = false;  // segment inputs to host memory on the device path (forced: runtime/graph/context.h)
   int64_t gas = 1;
   int64_t bucket = 500000000;
   bool overlap = false;
@@ -121,6 +123,7 @@ struct Case {
   int64_t param_buffers = 0;  // > 0: offload_param to NVMe too, with this many read buffers
   bool cpu_offload = false;         // offload_optimizer "cpu" on the device path (forced: zero/host_step.h)
   bool cpu_offload_params = false;  // and offload_param "cpu"
+  bool device_path = false;         // force_offload_path: NVMe offload through the host step too
 };
 
 EngineConfig engine_config(const Case& c) {
@@ -148,11 +151,16 @@ EngineConfig engine_config(const Case& c) {
     e.zero.offload_param.nvme_path = c.nvme_dir;
     e.zero.offload_param.buffer_count = c.param_buffers;
   }
+  e.force_offload_path = c.device_path;
   if (c.cpu_offload) {
     e.force_offload_path = true;
     e.zero.offload_optimizer.device = OffloadDevice::kCpu;
     e.zero.sub_group_size = 4000;
     if (c.cpu_offload_params) e.zero.offload_param.device = OffloadDevice::kCpu;
+  }
+  if (c.cpu_checkpointing) {
+    e.force_offload_path = true;
+    e.activation_checkpointing.cpu_checkpointing = true;
   }
   return e;
 }
@@ -254,6 +262,46 @@ TEST(MemoryPlanTest, PlanEqualsMeasuredPeaksAtEveryStage) {
   for (const Case& c : cases()) expect_plan_matches(c);
 }
 
+// cpu_checkpointing on the device path (forced on the CPU backend): the
+// segment inputs' host copies and the transient compute-tier copies (the
+// recomputing segment's and the prefetched next one's) are activations of
+// the host tier here, both mirrored allocation by allocation.
+TEST(MemoryPlanTest, PlanEqualsMeasuredWithCpuCheckpointing) {
+  for (int stage : {0, 1, 3}) {
+    for (int64_t k : {1, 2, 4}) {
+      Case c;
+      c.stage = stage;
+      c.dtype = stage == 1 ? DType::kF32 : DType::kBF16;
+      c.segments = k;
+      c.cpu_checkpointing = true;
+      c.gas = stage == 3 ? 2 : 1;
+      c.name = cat("stage ", stage, " ", dtype_name(c.dtype), ", ", k, " segments, cpu_checkpointing");
+      expect_plan_matches(c);
+    }
+  }
+  // Planned for a GPU (no forcing): host activations are exactly the K
+  // segment inputs, and the device's activation peak is lower than with
+  // checkpointing alone (4 segments: backward holds two inputs, not four).
+  PlanInput in;
+  in.model = kModel;
+  in.micro_batch = kMicroBatch;
+  in.world = world().world_size();
+  in.rank = world().rank();
+  in.compute_tier = Tier::kDevice;
+  Case c;
+  c.segments = 4;
+  in.engine = engine_config(c);
+  const absl::StatusOr<MemoryPlan> alone = plan_memory(in);
+  in.engine.activation_checkpointing.cpu_checkpointing = true;
+  const absl::StatusOr<MemoryPlan> offloaded = plan_memory(in);
+  ASSERT_TRUE(alone.ok() && offloaded.ok());
+  const int64_t input_bytes = kMicroBatch * kModel.seq_len * kModel.d_model * 4;
+  EXPECT_EQ(alone->at(Tier::kHost, MemCategory::kActivations), 0);
+  EXPECT_EQ(offloaded->at(Tier::kHost, MemCategory::kActivations), 4 * input_bytes);
+  EXPECT_LT(offloaded->at(Tier::kDevice, MemCategory::kActivations),
+            alone->at(Tier::kDevice, MemCategory::kActivations));
+}
+
 TEST(MemoryPlanTest, PlanEqualsMeasuredWithBucketsOverlapAndAccumulation) {
   std::vector<Case> more;
   for (int stage = 0; stage <= 3; ++stage) {
@@ -313,6 +361,29 @@ TEST(MemoryPlanTest, PlanEqualsMeasuredWithBucketsOverlapAndAccumulation) {
     c.persistence = 0;
     c.name = cat("stage 3 bf16, optimizer state and parameters on NVMe, ", buffers, " read buffers");
     more.push_back(c);
+  }
+  // The same on the device path (ZeRO-Infinity through the host step, forced
+  // on the CPU backend): the file on the NVMe tier, its buffers as host swap
+  // buffers, the host step's staging (and at stage 3 the gathers' read
+  // staging) as host comm buffers, no optimizer state in memory.
+  for (int stage = 1; stage <= 3; ++stage) {
+    for (int64_t buffers : {int64_t{0}, int64_t{2}}) {
+      if (buffers > 0 && stage != 3) continue;
+      Case c;
+      c.stage = stage;
+      c.dtype = stage == 2 ? DType::kF32 : DType::kBF16;
+      c.nvme_dir = dir;
+      c.device_path = true;
+      c.param_buffers = buffers;
+      if (buffers > 0) {
+        c.prefetch = 3000;
+        c.reuse = 0;
+        c.persistence = 0;
+      }
+      c.name = cat("stage ", stage, " ", dtype_name(c.dtype), ", optimizer state", buffers > 0 ? " and parameters" : "",
+                   " on NVMe through the host step");
+      more.push_back(c);
+    }
   }
 #endif
   // ZeRO-Offload's device path (forced on the CPU backend): the optimizer
