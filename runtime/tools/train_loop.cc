@@ -77,8 +77,14 @@ absl::Status run_training(const RunConfig& c, Backend& backend, Communicator& co
     out << "offload: device \"cpu\" requested; on the CPU backend parameters and optimizer state already "
            "live in host memory, so nothing moves\n";
   }
+  if (c.engine.zero.offload_optimizer.device == OffloadDevice::kNvme) {
+    out << "optimizer state: " << engine->state().state_store().describe() << "\n";
+  }
   if (state.host_step() != nullptr) {
-    out << "optimizer state: " << state.host_step()->describe() << "\n";
+    // With NVMe the line above says where the records are; this one how the
+    // step reaches them from the device.
+    out << (state.host_offload().optimizer_on_nvme ? "optimizer step: " : "optimizer state: ")
+        << state.host_step()->describe() << "\n";
     if (state.host_offload().parameters) {
       out << "parameters: this rank's stage-3 shard in pinned host memory; each gather copies its chunk to "
           << backend.name() << " first (a prefetch starts the copy early)\n";
@@ -88,9 +94,6 @@ absl::Status run_training(const RunConfig& c, Backend& backend, Communicator& co
       out << "offload: pin_memory false: the staging and the host parameter shard are pinned anyway (the "
           << backend.name() << " backend's host memory is always pinned)\n";
     }
-  }
-  if (c.engine.zero.offload_optimizer.device == OffloadDevice::kNvme) {
-    out << "optimizer state: " << engine->state().state_store().describe() << "\n";
   }
   if (c.engine.loss_scaler.dynamic) {
     out << absl::StrFormat("fp16: dynamic loss scale from 2^%d, window %d, hysteresis %d, min %g\n",

@@ -119,7 +119,7 @@ TEST(ZeroTrainCliTest, BackendCudaTakesCpuOffloadAndRefusesWhatIsNotBuilt) {
       {" --set zero_optimization.stage=3 --set zero_optimization.offload_optimizer.device=nvme"
        " --set zero_optimization.offload_optimizer.nvme_path=/tmp --set zero_optimization.offload_param.device=nvme"
        " --set zero_optimization.offload_param.nvme_path=/tmp",
-       "optimizer state: NVMe, swapped through host memory (ZeRO-Infinity)"},
+       "optimizer step: NVMe, swapped through host memory (ZeRO-Infinity)"},
       {" --set activation_checkpointing.cpu_checkpointing=true --set activation_checkpointing.number_checkpoints=1",
        "cpu_checkpointing: segment inputs in pinned host memory"},
   };

@@ -14,7 +14,6 @@
 
 #include "runtime/backend/cpu_backend.h"
 #include "runtime/base/strings.h"
-#include "runtime/checkpoint/checkpoint.h"
 #include "runtime/core/memory_tracker.h"
 #include "runtime/engine/engine.h"
 #include "runtime/graph/gpt.h"
@@ -27,7 +26,7 @@ namespace zero {
 namespace {
 
 namespace fs = std::filesystem;
-using namespace offload_test;  // kModel, Rows, train_steps, masters, ...
+using namespace offload_test;  // kModel, Rows, base_config, train_steps, masters, ...
 
 struct RunSetup {
   int stage = 1;
@@ -43,27 +42,9 @@ struct RunSetup {
 };
 
 EngineConfig config(const RunSetup& s, const std::string& swap_dir) {
-  EngineConfig ec;
-  ec.micro_batch_size = kMicroBatch;
-  ec.pre_divide = world().world_size();
-  ec.param_dtype = s.dtype;
-  ec.check_grad_overflow = false;
-  ec.zero.stage = s.stage;
-  ec.zero.sub_group_size = kSubGroup;
-  ec.zero.param_persistence_threshold = 0;
-  ec.optimizer = {.type = "AdamW", .lr = 1e-2f, .weight_decay = 0.01f};
-  if (s.nvme) {
-    ec.zero.offload_optimizer.device = OffloadDevice::kNvme;
-    ec.zero.offload_optimizer.nvme_path = swap_dir;
-    ec.zero.offload_optimizer.buffer_count = s.buffers;
-  }
-  if (s.nvme_params) {
-    ec.zero.offload_param.device = OffloadDevice::kNvme;
-    ec.zero.offload_param.nvme_path = swap_dir;
-    ec.zero.offload_param.buffer_count = s.param_buffers;
-    ec.zero.prefetch_bucket_size = 2000;  // prefetch a few modules ahead
-    ec.zero.max_reuse_distance = 0;       // and gather every parameter again in backward
-  }
+  EngineConfig ec = base_config(s.stage, s.dtype);
+  if (s.nvme) offload_to(ec.zero.offload_optimizer, OffloadDevice::kNvme, swap_dir, s.buffers);
+  if (s.nvme_params) offload_params_to(ec, OffloadDevice::kNvme, swap_dir, s.param_buffers);
   return ec;
 }
 
@@ -154,40 +135,16 @@ TEST(NvmeOffloadTest, ParametersOnNvmeTrainBitwiseLikeResidentParameters) {
 
 TEST(NvmeOffloadTest, CheckpointsMoveBetweenOffloadedAndResidentRuns) {
   const std::string swap = shared_dir("nvme_offload_test.swap2");
-  const std::string ckpt = (fs::current_path() / cat("nvme_offload_test.ckpt.np", world().world_size())).string();
-  if (world().rank() == 0) fs::remove_all(ckpt);
-  EXPECT_TRUE(world().barrier().ok());
+  const std::string ckpt = fresh_checkpoint_dir("nvme_offload_test");
   CpuBackend backend;
   // Resident run: 3 steps, save, 2 more steps.
-  std::vector<double> ref_losses;
-  std::vector<std::vector<float>> ref_master;
-  {
-    auto e = initialize(std::make_unique<Gpt>(kModel), config({2, DType::kF32, false}, swap), backend, &world());
-    ASSERT_TRUE(e.ok()) << e.status();
-    train_steps(**e, 0, 3, ref_losses);
-    EXPECT_TRUE(save_checkpoint(**e, {ckpt, "mid", 0}).ok());
-    train_steps(**e, 3, 5, ref_losses);
-    ref_master = masters(**e);
-  }
+  const Finished ref = train_saving_mid(config({2, DType::kF32, false}, swap), backend, ckpt);
   // An offloaded run resumes it and finishes bitwise the same way, then saves.
-  std::vector<double> losses(ref_losses.begin(), ref_losses.begin() + 3);
-  {
-    auto e = initialize(std::make_unique<Gpt>(kModel), config({2, DType::kF32, true, 3}, swap), backend, &world());
-    ASSERT_TRUE(e.ok()) << e.status();
-    absl::Status loaded = load_checkpoint(**e, ckpt, "mid");
-    EXPECT_TRUE(loaded.ok()) << loaded;
-    train_steps(**e, 3, 5, losses);
-    EXPECT_EQ(losses, ref_losses);
-    EXPECT_EQ(masters(**e), ref_master);
-    EXPECT_TRUE(save_checkpoint(**e, {ckpt, "end", 0}).ok());
-  }
+  const Finished resumed = resume_mid_saving_end(config({2, DType::kF32, true, 3}, swap), backend, ckpt, ref);
+  EXPECT_EQ(resumed.losses, ref.losses);
+  EXPECT_EQ(resumed.master, ref.master);
   // Its checkpoint loads into a resident run at another stage exactly.
-  {
-    auto e = initialize(std::make_unique<Gpt>(kModel), config({3, DType::kF32, false}, swap), backend, &world());
-    ASSERT_TRUE(e.ok()) << e.status();
-    EXPECT_TRUE(load_checkpoint(**e, ckpt, "end").ok());
-    EXPECT_EQ(masters(**e), ref_master);
-  }
+  EXPECT_EQ(load_end(config({3, DType::kF32, false}, swap), backend, ckpt).master, ref.master);
   EXPECT_TRUE(fs::is_empty(swap)) << swap;
 }
 

@@ -1,16 +1,23 @@
-// What the offload tests share (nvme_offload_test.cc, cpu_offload_test.cc):
-// a tiny GPT, its deterministic batches (each rank its own rows), training a
-// few steps through the engine, the fp32 master weights gathered from every
-// rank, and the tracked bytes of one tier and category. Every rank calls the
-// collectives in the same order (see mpi_test_main.h).
+// What the offload tests share (nvme_offload_test.cc, host_offload_test.cc):
+// a tiny GPT, its deterministic batches (each rank its own rows), the engine
+// config they start from, training a few steps through the engine, the fp32
+// master weights gathered from every rank, the tracked bytes of one tier and
+// category, and the checkpoint round trip between resident and offloaded
+// runs. Every rank calls the collectives in the same order (see
+// mpi_test_main.h).
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "runtime/backend/backend.h"
+#include "runtime/base/strings.h"
+#include "runtime/checkpoint/checkpoint.h"
 #include "runtime/core/memory_tracker.h"
 #include "runtime/engine/engine.h"
 #include "runtime/graph/gpt.h"
@@ -24,6 +31,38 @@ inline const GptConfig kModel{.n_layer = 2, .n_head = 2, .d_model = 16, .vocab_s
 inline constexpr int64_t kMicroBatch = 3;
 inline constexpr int kSteps = 5;
 inline constexpr int64_t kSubGroup = 1000;  // elements: several sub-groups per partition
+
+// Every run's config before any offload key: sub-groups much smaller than a
+// partition, nothing persistent at stage 3, AdamW.
+inline EngineConfig base_config(int stage, DType dtype) {
+  EngineConfig ec;
+  ec.micro_batch_size = kMicroBatch;
+  ec.pre_divide = world().world_size();
+  ec.param_dtype = dtype;
+  ec.check_grad_overflow = false;
+  ec.zero.stage = stage;
+  ec.zero.sub_group_size = kSubGroup;
+  ec.zero.param_persistence_threshold = 0;
+  ec.optimizer = {.type = "AdamW", .lr = 1e-2f, .weight_decay = 0.01f};
+  return ec;
+}
+
+// offload_optimizer (or offload_param) on `device`; an NVMe one swaps into
+// `swap_dir` through `buffers` buffers.
+inline void offload_to(OffloadConfig& o, OffloadDevice device, const std::string& swap_dir, int64_t buffers) {
+  o.device = device;
+  if (device != OffloadDevice::kNvme) return;
+  o.nvme_path = swap_dir;
+  o.buffer_count = buffers;
+}
+
+// offload_param at stage 3, prefetching a few modules ahead and gathering
+// every parameter again in backward (so every gather reads the offloaded shard).
+inline void offload_params_to(EngineConfig& ec, OffloadDevice device, const std::string& swap_dir, int64_t buffers) {
+  offload_to(ec.zero.offload_param, device, swap_dir, buffers);
+  ec.zero.prefetch_bucket_size = 2000;
+  ec.zero.max_reuse_distance = 0;
+}
 
 inline int32_t token(int64_t row, int64_t t) { return static_cast<int32_t>((row * 7 + t * 3) % 37); }
 
@@ -86,6 +125,65 @@ inline std::vector<std::vector<float>> parameters(Engine& engine) {
     EXPECT_TRUE(v.ok()) << v.status();
     out.push_back(v.ok() ? *v : std::vector<float>());
   }
+  return out;
+}
+
+// A checkpoint directory every rank sees, emptied by rank 0 first (a collective).
+inline std::string fresh_checkpoint_dir(const std::string& name) {
+  const std::string dir = (std::filesystem::current_path() / cat(name, ".ckpt.np", world().world_size())).string();
+  if (world().rank() == 0) std::filesystem::remove_all(dir);
+  EXPECT_TRUE(world().barrier().ok());
+  return dir;
+}
+
+// What a run ends with: its step losses, fp32 master weights and parameters.
+struct Finished {
+  std::vector<double> losses;
+  std::vector<std::vector<float>> master, params;
+};
+
+// Steps [0, 5) of a run of `ec`, saving tag "mid" into `ckpt` after step 3.
+inline Finished train_saving_mid(const EngineConfig& ec, Backend& backend, const std::string& ckpt) {
+  auto e = initialize(std::make_unique<Gpt>(kModel), ec, backend, &world());
+  EXPECT_TRUE(e.ok()) << e.status();
+  if (!e.ok()) return {};
+  Finished out;
+  train_steps(**e, 0, 3, out.losses);
+  EXPECT_TRUE(save_checkpoint(**e, {ckpt, "mid", 0}).ok());
+  train_steps(**e, 3, 5, out.losses);
+  out.master = masters(**e);
+  out.params = parameters(**e);
+  return out;
+}
+
+// A run of `ec` resuming `ckpt`'s "mid" (saved by train_saving_mid, whose
+// first three losses `first` carries): steps [3, 5), then saves tag "end".
+inline Finished resume_mid_saving_end(const EngineConfig& ec, Backend& backend, const std::string& ckpt,
+                                      const Finished& first) {
+  auto e = initialize(std::make_unique<Gpt>(kModel), ec, backend, &world());
+  EXPECT_TRUE(e.ok()) << e.status();
+  if (!e.ok()) return {};
+  Finished out;
+  out.losses.assign(first.losses.begin(), first.losses.begin() + std::min<size_t>(3, first.losses.size()));
+  absl::Status loaded = load_checkpoint(**e, ckpt, "mid");
+  EXPECT_TRUE(loaded.ok()) << loaded;
+  train_steps(**e, 3, 5, out.losses);
+  out.master = masters(**e);
+  out.params = parameters(**e);
+  EXPECT_TRUE(save_checkpoint(**e, {ckpt, "end", 0}).ok());
+  return out;
+}
+
+// A run of `ec` that loads `ckpt`'s "end": its master weights and parameters.
+inline Finished load_end(const EngineConfig& ec, Backend& backend, const std::string& ckpt) {
+  auto e = initialize(std::make_unique<Gpt>(kModel), ec, backend, &world());
+  EXPECT_TRUE(e.ok()) << e.status();
+  if (!e.ok()) return {};
+  absl::Status loaded = load_checkpoint(**e, ckpt, "end");
+  EXPECT_TRUE(loaded.ok()) << loaded;
+  Finished out;
+  out.master = masters(**e);
+  out.params = parameters(**e);
   return out;
 }
 
