@@ -279,7 +279,7 @@ TEST_P(HostOffloadTest, StreamsSubGroupsLargerThanTheChunkBitwise) {
   std::copy(grad.begin(), grad.end(), grads.f32());
   Tensor params = device.zeros({n}, DType::kBF16, MemCategory::kParameters);
   for (int64_t t = 1; t <= 3; ++t) {
-    const Optimizer::StepArgs args{.step = t, .lr = 1e-2f, .grad_scale = 0.5f};
+    const Optimizer::StepArgs args{.step = t, .lr = 1e-2f, .grad_scale = 0.5f, .betas = std::nullopt};
     ASSERT_TRUE(step->step(*states, *opt, grads, params, args).ok());
     ref_opt->step(ref_master, grads, {ref_m, ref_v}, ref_param, args);
     EXPECT_EQ(std::memcmp(params.data(), ref_param.data(), params.nbytes()), 0) << "step " << t;
