@@ -18,6 +18,7 @@
 
 #include <cstdint>
 
+#include "kernels/dropout_mask.h"
 #include "kernels/optimizer_hyper.h"
 #include "runtime/core/tensor.h"
 
@@ -105,6 +106,15 @@ class Ops {
   // dst = convert(src) between any two float dtypes of equal numel (round to
   // nearest even).
   virtual void cast(const Tensor& src, const Tensor& dst) = 0;
+
+  // Dropout of x [B, T, C] (any float dtype; y the same dtype and shape, may
+  // alias x): y = keep ? x * dropout_scale(p) : 0, in fp32 then rounded once,
+  // where keep is the mask of kernels/dropout_mask.h under `key` (row b is
+  // global sample key.first_sample + b). 0 <= p < 1. Nothing is stored: the
+  // backward regenerates the mask from the same key.
+  virtual void dropout(const Tensor& x, const Tensor& y, float p, const DropoutKey& key) = 0;
+  // dx = keep ? dy * dropout_scale(p) : 0 with the mask of the same key.
+  virtual void dropout_backward(const Tensor& dy, const Tensor& dx, float p, const DropoutKey& key) = 0;
 
   // Fused softmax cross-entropy over the last dimension of logits [N, V]:
   // losses[n] = -log softmax(logits[n])[targets[n]], and logits is overwritten

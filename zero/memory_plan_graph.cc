@@ -115,14 +115,16 @@ namespace {
 
 // Which of the GPT's layers a module is. The mirrors find children by
 // position, as the GPT builds them (gpt.cc, transformer.cc): the root's are
-// wte, wpe, h.0 .. h.{L-1}, ln_f, lm_head; a block's ln_1, attn, ln_2, mlp;
-// attention's c_attn, c_proj; the MLP's c_fc, gelu, c_proj.
-enum class Kind { kGpt, kEmbedding, kPositional, kBlock, kLayerNorm, kAttention, kMlp, kLinear, kGelu, kLmHead };
+// wte, wpe, [drop], h.0 .. h.{L-1}, ln_f, lm_head; a block's ln_1, attn,
+// ln_2, mlp; attention's c_attn, c_proj, [resid_dropout]; the MLP's c_fc,
+// gelu, c_proj, [dropout] (the bracketed ones with model dropout > 0).
+enum class Kind { kGpt, kEmbedding, kPositional, kBlock, kLayerNorm, kAttention, kMlp, kLinear, kGelu, kDropout, kLmHead };
 
 Kind kind_of(Module& m) {
   if (dynamic_cast<Linear*>(&m)) return Kind::kLinear;
   if (dynamic_cast<LayerNorm*>(&m)) return Kind::kLayerNorm;
   if (dynamic_cast<Gelu*>(&m)) return Kind::kGelu;
+  if (dynamic_cast<Dropout*>(&m)) return Kind::kDropout;
   if (dynamic_cast<CausalSelfAttention*>(&m)) return Kind::kAttention;
   if (dynamic_cast<Mlp*>(&m)) return Kind::kMlp;
   if (dynamic_cast<TransformerBlock*>(&m)) return Kind::kBlock;
@@ -152,12 +154,17 @@ SimTensor ContextSim::run_forward(Module& m, const SimTensor& x) {
     case Kind::kAttention: return attention_forward(m, x);
     case Kind::kMlp: {  // Mlp::forward
       const auto& c = m.children();
-      return forward(*c[2], forward(*c[1], forward(*c[0], x)));
+      SimTensor y = forward(*c[2], forward(*c[1], forward(*c[0], x)));
+      return c.size() > 3 ? forward(*c[3], y) : y;
     }
     case Kind::kLinear: return linear_forward(m, x);
     case Kind::kGelu: {  // Gelu::forward
       SimTensor y = activation(x.numel);
       save(x);
+      return y;
+    }
+    case Kind::kDropout: {  // Dropout::forward (grad enabled): saves nothing
+      SimTensor y = activation(x.numel);
       return y;
     }
     case Kind::kLmHead: {  // TiedLMHead::forward
@@ -182,12 +189,17 @@ SimTensor ContextSim::run_backward(Module& m, const SimTensor& dy) {
     case Kind::kAttention: return attention_backward(m, dy);
     case Kind::kMlp: {  // Mlp::backward
       const auto& c = m.children();
+      if (c.size() > 3) return backward(*c[0], backward(*c[1], backward(*c[2], backward(*c[3], dy))));
       return backward(*c[0], backward(*c[1], backward(*c[2], dy)));
     }
     case Kind::kLinear: return linear_backward(m, dy);
     case Kind::kGelu: {
       const SimTensor& x = saved(0);
       SimTensor dx = activation(x.numel);
+      return dx;
+    }
+    case Kind::kDropout: {  // Dropout::backward
+      SimTensor dx = activation(dy.numel);
       return dx;
     }
     case Kind::kLmHead: {  // TiedLMHead::backward
@@ -258,14 +270,15 @@ SimTensor ContextSim::attention_forward(Module& m, const SimTensor& x) {
   save(k);
   save(v);
   save(probs);
-  return forward(*c[1], y);
+  SimTensor out = forward(*c[1], y);
+  return c.size() > 2 ? forward(*c[2], out) : out;
 }
 
 SimTensor ContextSim::attention_backward(Module& m, const SimTensor& dout) {
   const auto& c = m.children();
   const SimTensor q = saved(0), probs = saved(3);
   const int64_t nc = q.numel, bhtt = probs.numel;
-  SimTensor dy = backward(*c[1], dout);
+  SimTensor dy = backward(*c[1], c.size() > 2 ? backward(*c[2], dout) : dout);
   SimTensor dyh = activation(nc);
   dy = SimTensor();
   SimTensor dprobs = activation(bhtt);
@@ -300,17 +313,21 @@ SimTensor ContextSim::block_backward(Module& m, const SimTensor& dy) {
 
 SimTensor ContextSim::gpt_forward(Module& m, const SimTensor& ids) {
   const auto& c = m.children();
-  const size_t layers = c.size() - 4;
+  const size_t drop = kind_of(*c[2]) == Kind::kDropout ? 1 : 0;
+  const size_t layers = c.size() - 4 - drop;
   SimTensor x = forward(*c[1], forward(*c[0], ids));
-  for (size_t i = 0; i < layers; ++i) x = forward(*c[2 + i], x);
-  return forward(*c[3 + layers], forward(*c[2 + layers], x));
+  if (drop) x = forward(*c[2], x);
+  for (size_t i = 0; i < layers; ++i) x = forward(*c[2 + drop + i], x);
+  return forward(*c[3 + drop + layers], forward(*c[2 + drop + layers], x));
 }
 
 SimTensor ContextSim::gpt_backward(Module& m, const SimTensor& dlogits) {
   const auto& c = m.children();
-  const size_t layers = c.size() - 4;
-  SimTensor d = backward(*c[2 + layers], backward(*c[3 + layers], dlogits));
-  for (size_t i = layers; i-- > 0;) d = backward(*c[2 + i], d);
+  const size_t drop = kind_of(*c[2]) == Kind::kDropout ? 1 : 0;
+  const size_t layers = c.size() - 4 - drop;
+  SimTensor d = backward(*c[2 + drop + layers], backward(*c[3 + drop + layers], dlogits));
+  for (size_t i = layers; i-- > 0;) d = backward(*c[2 + drop + i], d);
+  if (drop) d = backward(*c[2], d);
   backward(*c[0], backward(*c[1], d));
   return {};
 }

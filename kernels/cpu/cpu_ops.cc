@@ -1,6 +1,8 @@
 // CPU Ops: shape checks, then oneDNN or the SIMD kernel table.
 #include "kernels/cpu/cpu_ops.h"
 
+#include <omp.h>
+
 #include "kernels/cpu/attention_glue.h"
 
 namespace zero::cpu {
@@ -11,6 +13,47 @@ void check_f32(const Tensor& t) { ZE_CHECK(t.dtype() == DType::kF32) << t.debug_
 void check_float(const Tensor& t) { ZE_CHECK(dtype_is_float(t.dtype())) << t.debug_string(); }
 void check_same_numel(const Tensor& a, const Tensor& b) {
   ZE_CHECK(a.numel() == b.numel()) << a.debug_string() << " vs " << b.debug_string();
+}
+
+// dst = keep ? src * scale : 0 over [B, T, C] (dropout and its backward are
+// the same map). Threads split the B*T rows; one hash per element, scalar:
+// ~3 ns per element per thread (measured: [8, 1024, 768] fp32 in 10 ms on 2
+// threads, 7x an add), 1-2% of a GPT-2 124M micro-step on the CPU.
+template <typename Load, typename Store>
+void dropout_rows(int64_t b, int64_t t, int64_t c, float p, const DropoutKey& key, Load load, Store store) {
+  const uint64_t call = dropout_call_key(key.seed, key.layer);
+  const uint32_t threshold = dropout_threshold(p);
+  const float scale = dropout_scale(p);
+  const int64_t rows = b * t;
+#pragma omp parallel for schedule(static) if (rows * c >= 16384)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t bi = r / t, ti = r % t;
+    const uint64_t row_key = dropout_row_key(call, key.first_sample + bi);
+    for (int64_t ci = 0; ci < c; ++ci) {
+      const int64_t i = r * c + ci;
+      store(i, dropout_bits(row_key, ti, ci) >= threshold ? load(i) * scale : 0.0f);
+    }
+  }
+}
+
+void dropout_map(const Tensor& src, const Tensor& dst, float p, const DropoutKey& key) {
+  ZE_CHECK(src.ndim() == 3 && src.shape() == dst.shape() && src.dtype() == dst.dtype())
+      << src.debug_string() << " -> " << dst.debug_string();
+  ZE_CHECK(p >= 0.0f && p < 1.0f) << "dropout p " << p;
+  check_float(src);
+  const int64_t b = src.dim(0), t = src.dim(1), c = src.dim(2);
+  if (src.dtype() == DType::kF32) {
+    const float* s = src.f32();
+    float* d = dst.f32();
+    dropout_rows(b, t, c, p, key, [&](int64_t i) { return s[i]; }, [&](int64_t i, float v) { d[i] = v; });
+    return;
+  }
+  const void* s = src.data();
+  void* d = dst.data();
+  const DType dtype = src.dtype();
+  dropout_rows(
+      b, t, c, p, key, [&](int64_t i) { return load_as_float(s, dtype, static_cast<size_t>(i)); },
+      [&](int64_t i, float v) { store_from_float(d, dtype, static_cast<size_t>(i), v); });
 }
 
 }  // namespace
@@ -144,6 +187,14 @@ void CpuOps::fill(const Tensor& x, float v) {
 void CpuOps::cast(const Tensor& src, const Tensor& dst) {
   check_float(src), check_float(dst), check_same_numel(src, dst);
   simd_.cast(src.data(), src.dtype(), dst.data(), dst.dtype(), src.numel());
+}
+
+void CpuOps::dropout(const Tensor& x, const Tensor& y, float p, const DropoutKey& key) {
+  dropout_map(x, y, p, key);
+}
+
+void CpuOps::dropout_backward(const Tensor& dy, const Tensor& dx, float p, const DropoutKey& key) {
+  dropout_map(dy, dx, p, key);
 }
 
 void CpuOps::cross_entropy(const Tensor& logits, const Tensor& targets, float grad_scale,

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/dropout_mask.h"
 #include "kernels/optimizer_hyper.h"
 #include "runtime/core/dtype.h"
 
@@ -30,6 +31,10 @@ void launch_fill(void* x, DType dtype, float v, int64_t n, cudaStream_t stream);
 // Same dtype: a device-to-device copy. Otherwise convert (round to nearest even).
 void launch_cast(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n,
                  cudaStream_t stream);
+// dst = keep ? src * dropout_scale(p) : 0 over [b, t, c] in `dtype` (dst may
+// be src), the mask of kernels/dropout_mask.h under key.
+void launch_dropout(const void* src, void* dst, DType dtype, int64_t b, int64_t t, int64_t c, float p,
+                    const DropoutKey& key, cudaStream_t stream);
 // c[r, j] += bias[j] for a row-major fp32 [rows, cols] matrix.
 void launch_add_bias_rows(float* c, int64_t rows, int64_t cols, const void* bias,
                           DType bias_dtype, cudaStream_t stream);

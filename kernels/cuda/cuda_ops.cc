@@ -265,6 +265,19 @@ void CudaOps::fill(const Tensor& x, float v) {
   launch_fill(x.data(), x.dtype(), v, x.numel(), stream_);
 }
 
+void CudaOps::dropout(const Tensor& x, const Tensor& y, float p, const DropoutKey& key) {
+  enter();
+  ZE_CHECK(x.ndim() == 3 && x.shape() == y.shape() && x.dtype() == y.dtype())
+      << x.debug_string() << " -> " << y.debug_string();
+  ZE_CHECK(p >= 0.0f && p < 1.0f) << "dropout p " << p;
+  check_float(x);
+  launch_dropout(x.data(), y.data(), x.dtype(), x.dim(0), x.dim(1), x.dim(2), p, key, stream_);
+}
+
+void CudaOps::dropout_backward(const Tensor& dy, const Tensor& dx, float p, const DropoutKey& key) {
+  dropout(dy, dx, p, key);  // the same map: keep ? dy * scale : 0
+}
+
 void CudaOps::cast(const Tensor& src, const Tensor& dst) {
   enter();
   check_float(src), check_float(dst), check_same_numel(src, dst);

@@ -1,5 +1,5 @@
-// Elementwise kernels: add, accumulate, scale, fill, cast and the GEMM bias
-// broadcast. Grid-stride loops over flat element indices, one element per
+// Elementwise kernels: add, accumulate, scale, fill, cast, dropout and the
+// GEMM bias broadcast. Grid-stride loops over flat element indices, one element per
 // thread per iteration; each is memory bound and does one read (or two) and
 // one write per element, the same arithmetic as kernels/cpu/elementwise_impl.h
 // (an fp32 add or multiply, then one rounding into the storage dtype).
@@ -7,6 +7,7 @@
 
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/device_math.cuh"
+#include "kernels/dropout_mask.h"
 
 namespace zero::cuda {
 
@@ -50,6 +51,20 @@ __global__ void cast_kernel(const void* __restrict__ src, void* __restrict__ dst
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     store_elem<D>(dst, i, load_elem<S>(src, i));
+  }
+}
+
+// dst = keep ? src * scale : 0 over [B, T, C]; the mask of dropout_mask.h,
+// bit for bit the CPU kernel's. No __restrict__: dst may be src.
+template <DType T>
+__global__ void dropout_kernel(const void* src, void* dst, int64_t t_len, int64_t c_len, int64_t n,
+                               uint64_t call_key, int64_t first_sample, uint32_t threshold, float scale) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t row = i / c_len, c = i - row * c_len;
+    const int64_t b = row / t_len, t = row - b * t_len;
+    const uint64_t row_key = dropout_row_key(call_key, first_sample + b);
+    store_elem<T>(dst, i, dropout_bits(row_key, t, c) >= threshold ? load_elem<T>(src, i) * scale : 0.0f);
   }
 }
 
@@ -115,6 +130,20 @@ void launch_cast(const void* src, DType src_dtype, void* dst, DType dst_dtype, i
       cast_kernel<decltype(stag)::value, decltype(dtag)::value>
           <<<grid_blocks(n), kBlockThreads, 0, stream>>>(src, dst, n);
     });
+  });
+  ZE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_dropout(const void* src, void* dst, DType dtype, int64_t b, int64_t t, int64_t c, float p,
+                    const DropoutKey& key, cudaStream_t stream) {
+  const int64_t n = b * t * c;
+  if (n == 0) return;
+  const uint64_t call_key = dropout_call_key(key.seed, key.layer);
+  const uint32_t threshold = dropout_threshold(p);
+  const float scale = dropout_scale(p);
+  with_float_dtype(dtype, [&](auto tag) {
+    dropout_kernel<decltype(tag)::value><<<grid_blocks(n), kBlockThreads, 0, stream>>>(
+        src, dst, t, c, n, call_key, key.first_sample, threshold, scale);
   });
   ZE_CUDA_CHECK_LAUNCH();
 }

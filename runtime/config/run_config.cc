@@ -21,6 +21,12 @@ void parse_model(ConfigReader r, ModelSection& m) {
   g.d_model = r.get_int("d_model", g.d_model, 1);
   g.vocab_size = r.get_int("vocab_size", g.vocab_size, 1);
   g.seq_len = r.get_int("seq_len", g.seq_len, 1);
+  const double dropout = r.get_float("dropout", g.dropout);
+  if (!(dropout >= 0.0 && dropout < 1.0)) {
+    r.error("dropout", cat(dropout, " is not a probability in [0, 1)"));
+  } else {
+    g.dropout = static_cast<float>(dropout);
+  }
   if (g.d_model % g.n_head != 0) {
     r.error("d_model", cat(g.d_model, " is not divisible by n_head ", g.n_head));
   }

@@ -115,6 +115,12 @@ float Engine::forward(const Batch& batch) {
   ctx_.clear();  // a forward without backward (or after an error) leaves nothing behind
   ctx_.set_grad_enabled(true);
   state_->begin_forward();
+  // Dropout's key: the run's seed and the global index of this micro-batch's
+  // first sample, g = ((s G + j) W + r) b (micro_step_ = s G + j; the data
+  // loader's order), so masks follow the sample, not the rank or the stage.
+  const int64_t rows_per_rank = batch.inputs.ndim() > 0 ? batch.inputs.dim(0) : 0;
+  ctx_.set_dropout_key(config_.seed,
+                       (micro_step_ * comm_->world_size() + comm_->rank()) * rows_per_rank);
   Tensor logits = ctx_.forward(*model_, to_compute(batch.inputs));
   const int64_t vocab = logits.dim(-1), rows = logits.numel() / vocab;
   ZE_CHECK_EQ(batch.targets.numel(), rows);

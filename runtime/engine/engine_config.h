@@ -60,7 +60,7 @@ struct EngineConfig {
   float post_reduce_scale = 1.0f;
   ActivationCheckpointingConfig activation_checkpointing;
 
-  uint64_t seed = 42;  // parameter initialisation
+  uint64_t seed = 42;  // parameter initialisation and dropout masks (kernels/dropout_mask.h)
 
   // For tests: run the device-side offload paths with the CPU backend
   // standing in for the device: offload_optimizer / offload_param "cpu"

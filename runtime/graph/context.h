@@ -15,11 +15,13 @@
 // segment's forward again from that input, this time saving (the engine's
 // hooks run as in any forward, so ZeRO-3 gathers the parameters again through
 // the same path), and then backward proceeds through the recomputed frames.
-// The kernels are deterministic and no layer draws random numbers (there is
-// no dropout), so the recomputed activations — and hence the gradients — are
-// bitwise those of a run without checkpointing. A layer that adds randomness
-// must draw it from state saved with the segment input, so that recompute
-// repeats it.
+// The kernels are deterministic and the only randomness, dropout, is a pure
+// function of a key the context holds for the whole micro-batch (the run's
+// seed and the global index of the micro-batch's first sample, set by the
+// engine before forward; see kernels/dropout_mask.h), so the recomputed
+// activations — and hence the gradients — are bitwise those of a run without
+// checkpointing. A layer that adds randomness must derive it from that key
+// too, never from state that advances with each call.
 //
 // Segment inputs in host memory (cpu_checkpointing, set_checkpoint_offload):
 // right after a segment's forward is issued, its input is copied to a host
@@ -68,6 +70,17 @@ class Context {
   // With grad disabled (evaluation), modules save nothing and no frames exist.
   void set_grad_enabled(bool enabled) { grad_enabled_ = enabled; }
   bool grad_enabled() const { return grad_enabled_; }
+
+  // Dropout's key for the micro-batch about to run: the run's seed and the
+  // global sample index of its row 0 (runtime/data/data_loader.h's g). Kept
+  // until the next call, so the micro-batch's backward (and any recompute in
+  // it) sees the same key. Dropout is active only with grad enabled.
+  void set_dropout_key(uint64_t seed, int64_t first_sample) {
+    dropout_seed_ = seed;
+    first_sample_ = first_sample;
+  }
+  uint64_t dropout_seed() const { return dropout_seed_; }
+  int64_t first_sample() const { return first_sample_; }
 
   Tensor forward(Module& m, const Tensor& x);
   Tensor backward(Module& m, const Tensor& dy);
@@ -133,6 +146,8 @@ class Context {
   DType param_dtype_;
   ModuleHooks* hooks_ = nullptr;
   bool grad_enabled_ = true;
+  uint64_t dropout_seed_ = 0;
+  int64_t first_sample_ = 0;
   std::vector<Segment> segments_;
   Backend* host_ = nullptr;     // offload: where host copies of segment inputs live
   StreamId copy_stream_ = -1;   // offload: the copies' stream (created once)

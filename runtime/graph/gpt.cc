@@ -32,9 +32,12 @@ Gpt::Gpt(const GptConfig& config) : Module(""), config_(config) {
   const float proj_std = std / std::sqrt(2.0f * static_cast<float>(config.n_layer));
   wte_ = add_child<Embedding>("wte", config.vocab_size, config.d_model, std);
   wpe_ = add_child<PositionalEmbedding>("wpe", config.seq_len, config.d_model, std);
+  // Dropout sites, each its own mask stream: 0 the embeddings, 1 + 2i and
+  // 2 + 2i block i's attention and MLP outputs.
+  if (config.dropout > 0.0f) drop_ = add_child<Dropout>("drop", config.dropout, 0);
   for (int64_t i = 0; i < config.n_layer; ++i) {
     blocks_.push_back(add_child<TransformerBlock>(cat("h.", i), config.d_model, config.n_head, std,
-                                                  proj_std));
+                                                  proj_std, config.dropout, 1 + 2 * i));
   }
   ln_f_ = add_child<LayerNorm>("ln_f", config.d_model);
   lm_head_ = add_child<TiedLMHead>("lm_head", wte_->weight());
@@ -43,6 +46,7 @@ Gpt::Gpt(const GptConfig& config) : Module(""), config_(config) {
 Tensor Gpt::forward(Context& ctx, const Tensor& ids) {
   ZE_CHECK(ids.ndim() == 2 && ids.dim(1) <= config_.seq_len) << ids.debug_string();
   Tensor x = ctx.forward(*wpe_, ctx.forward(*wte_, ids));
+  if (drop_ != nullptr) x = ctx.forward(*drop_, x);
   for (TransformerBlock* b : blocks_) x = ctx.forward(*b, x);
   return ctx.forward(*lm_head_, ctx.forward(*ln_f_, x));
 }
@@ -50,6 +54,7 @@ Tensor Gpt::forward(Context& ctx, const Tensor& ids) {
 Tensor Gpt::backward(Context& ctx, const Tensor& dlogits) {
   Tensor d = ctx.backward(*ln_f_, ctx.backward(*lm_head_, dlogits));
   for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) d = ctx.backward(**it, d);
+  if (drop_ != nullptr) d = ctx.backward(*drop_, d);
   ctx.backward(*wte_, ctx.backward(*wpe_, d));
   return Tensor();
 }

@@ -6,6 +6,10 @@
 // Initialisation as GPT-2: N(0, 0.02) for weights and embeddings, the two
 // residual projections per block N(0, 0.02 / sqrt(2 n_layer)), biases 0,
 // layer-norm weights 1.
+// Dropout (config.dropout > 0) as GPT-2 places it: on the embedding output
+// ("drop") and on each residual branch after its output projection
+// ("h.i.attn.resid_dropout", "h.i.mlp.dropout"); none on the attention
+// probabilities. With dropout 0 there are no Dropout modules at all.
 #pragma once
 
 #include <memory>
@@ -20,6 +24,7 @@ struct GptConfig {
   int64_t d_model = 768;
   int64_t vocab_size = 50304;
   int64_t seq_len = 1024;  // maximum sequence length (size of the position table)
+  float dropout = 0.0f;    // probability, 0 <= p < 1 (0: no dropout layers)
 
   // Parameters, counted exactly (tied head counted once).
   int64_t num_parameters() const;
@@ -42,6 +47,7 @@ class Gpt : public Module {
   GptConfig config_;
   Embedding* wte_;
   PositionalEmbedding* wpe_;
+  Dropout* drop_ = nullptr;  // dropout > 0 only
   std::vector<TransformerBlock*> blocks_;
   LayerNorm* ln_f_;
   TiedLMHead* lm_head_;

@@ -52,6 +52,25 @@ Tensor Linear::backward(Context& ctx, const Tensor& dy) {
   return dx;
 }
 
+// ---- Dropout
+Dropout::Dropout(std::string name, float p, int64_t layer_id)
+    : Module(std::move(name)), p_(p), layer_id_(layer_id) {
+  ZE_CHECK(p >= 0.0f && p < 1.0f) << this->name() << ": dropout " << p;
+}
+
+Tensor Dropout::forward(Context& ctx, const Tensor& x) {
+  if (!ctx.grad_enabled()) return x;
+  Tensor y = ctx.activation(x.shape(), x.dtype());
+  ctx.ops().dropout(x, y, p_, key(ctx));
+  return y;
+}
+
+Tensor Dropout::backward(Context& ctx, const Tensor& dy) {
+  Tensor dx = ctx.activation(dy.shape(), dy.dtype());
+  ctx.ops().dropout_backward(dy, dx, p_, key(ctx));
+  return dx;
+}
+
 // ---- LayerNorm
 LayerNorm::LayerNorm(std::string name, int64_t features, float eps)
     : Module(std::move(name)), features_(features), eps_(eps) {

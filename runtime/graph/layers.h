@@ -1,4 +1,4 @@
-// The built-in layers: Linear, LayerNorm, Gelu, Embedding,
+// The built-in layers: Linear, LayerNorm, Gelu, Dropout, Embedding,
 // PositionalEmbedding, TiedLMHead, Sequential. Each saves exactly what its
 // backward needs and nothing else (the saved tensors are listed per class).
 // Input tensors are never modified in place.
@@ -46,6 +46,25 @@ class Gelu : public Module {
   explicit Gelu(std::string name) : Module(std::move(name)) {}
   Tensor forward(Context& ctx, const Tensor& x) override;
   Tensor backward(Context& ctx, const Tensor& dy) override;
+};
+
+// Dropout with probability p of x [B, T, C]: the mask is a pure function of
+// (the context's seed, this layer's id, the global sample, t, c)
+// (kernels/dropout_mask.h), regenerated in backward. Active only with grad
+// enabled; with grad disabled (evaluation) it returns x itself.
+// Saves nothing.
+class Dropout : public Module {
+ public:
+  // layer_id: distinct for every dropout site of a model (its mask stream).
+  Dropout(std::string name, float p, int64_t layer_id);
+  Tensor forward(Context& ctx, const Tensor& x) override;
+  Tensor backward(Context& ctx, const Tensor& dy) override;
+  float p() const { return p_; }
+
+ private:
+  DropoutKey key(const Context& ctx) const { return {ctx.dropout_seed(), layer_id_, ctx.first_sample()}; }
+  float p_;
+  int64_t layer_id_;
 };
 
 // Token embedding: int32 ids [...] -> [..., dim]. Backward returns an

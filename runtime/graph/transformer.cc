@@ -6,11 +6,13 @@
 namespace zero {
 
 CausalSelfAttention::CausalSelfAttention(std::string name, int64_t d_model, int64_t n_head,
-                                         float init_std, float proj_std)
+                                         float init_std, float proj_std, float dropout,
+                                         int64_t dropout_id)
     : Module(std::move(name)), d_model_(d_model), n_head_(n_head), head_dim_(d_model / n_head) {
   ZE_CHECK(d_model % n_head == 0) << d_model << " % " << n_head;
   c_attn_ = add_child<Linear>("c_attn", d_model, 3 * d_model, true, init_std);
   c_proj_ = add_child<Linear>("c_proj", d_model, d_model, true, proj_std);
+  if (dropout > 0.0f) resid_dropout_ = add_child<Dropout>("resid_dropout", dropout, dropout_id);
 }
 
 Tensor CausalSelfAttention::forward(Context& ctx, const Tensor& x) {
@@ -40,7 +42,8 @@ Tensor CausalSelfAttention::forward(Context& ctx, const Tensor& x) {
   ctx.save(k);
   ctx.save(v);
   ctx.save(probs);
-  return ctx.forward(*c_proj_, y.view({b, t, d_model_}));
+  Tensor out = ctx.forward(*c_proj_, y.view({b, t, d_model_}));
+  return resid_dropout_ != nullptr ? ctx.forward(*resid_dropout_, out) : out;
 }
 
 Tensor CausalSelfAttention::backward(Context& ctx, const Tensor& dout) {
@@ -49,7 +52,8 @@ Tensor CausalSelfAttention::backward(Context& ctx, const Tensor& dout) {
   const Shape bh3{b * n_head_, t, head_dim_};
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim_));
 
-  Tensor dy = ctx.backward(*c_proj_, dout);  // [B, T, C]
+  // [B, T, C]; the planner (zero/memory_plan_graph.cc) mirrors these temporaries' lifetimes.
+  Tensor dy = ctx.backward(*c_proj_, resid_dropout_ != nullptr ? ctx.backward(*resid_dropout_, dout) : dout);
   Tensor dyh = ctx.activation({b, n_head_, t, head_dim_});
   ctx.ops().transpose12(dy.view({b, t, n_head_, head_dim_}), dyh);
   dy = Tensor();
@@ -81,28 +85,34 @@ Tensor CausalSelfAttention::backward(Context& ctx, const Tensor& dout) {
   return ctx.backward(*c_attn_, dqkv);
 }
 
-Mlp::Mlp(std::string name, int64_t d_model, float init_std, float proj_std)
+Mlp::Mlp(std::string name, int64_t d_model, float init_std, float proj_std, float dropout,
+         int64_t dropout_id)
     : Module(std::move(name)) {
   c_fc_ = add_child<Linear>("c_fc", d_model, 4 * d_model, true, init_std);
   gelu_ = add_child<Gelu>("gelu");
   c_proj_ = add_child<Linear>("c_proj", 4 * d_model, d_model, true, proj_std);
+  if (dropout > 0.0f) dropout_ = add_child<Dropout>("dropout", dropout, dropout_id);
 }
 
 Tensor Mlp::forward(Context& ctx, const Tensor& x) {
-  return ctx.forward(*c_proj_, ctx.forward(*gelu_, ctx.forward(*c_fc_, x)));
+  Tensor y = ctx.forward(*c_proj_, ctx.forward(*gelu_, ctx.forward(*c_fc_, x)));
+  return dropout_ != nullptr ? ctx.forward(*dropout_, y) : y;
 }
 
 Tensor Mlp::backward(Context& ctx, const Tensor& dy) {
+  if (dropout_ != nullptr) {
+    return ctx.backward(*c_fc_, ctx.backward(*gelu_, ctx.backward(*c_proj_, ctx.backward(*dropout_, dy))));
+  }
   return ctx.backward(*c_fc_, ctx.backward(*gelu_, ctx.backward(*c_proj_, dy)));
 }
 
 TransformerBlock::TransformerBlock(std::string name, int64_t d_model, int64_t n_head,
-                                   float init_std, float proj_std)
+                                   float init_std, float proj_std, float dropout, int64_t dropout_id)
     : Module(std::move(name)) {
   ln_1_ = add_child<LayerNorm>("ln_1", d_model);
-  attn_ = add_child<CausalSelfAttention>("attn", d_model, n_head, init_std, proj_std);
+  attn_ = add_child<CausalSelfAttention>("attn", d_model, n_head, init_std, proj_std, dropout, dropout_id);
   ln_2_ = add_child<LayerNorm>("ln_2", d_model);
-  mlp_ = add_child<Mlp>("mlp", d_model, init_std, proj_std);
+  mlp_ = add_child<Mlp>("mlp", d_model, init_std, proj_std, dropout, dropout_id + 1);
 }
 
 Tensor TransformerBlock::forward(Context& ctx, const Tensor& x) {

@@ -6,7 +6,7 @@
 //   P = causal_softmax(q k^T / sqrt(D)) [B*H, T, T];  y = P v -> [B, T, C]
 //   out = c_proj(y)
 // Saves q, k, v and P (B*H*T*T floats per layer; the memory that flash-style
-// recomputation would trade away).
+// recomputation would trade away). With dropout > 0, out = resid_dropout(out).
 #pragma once
 
 #include "runtime/graph/layers.h"
@@ -16,8 +16,9 @@ namespace zero {
 class CausalSelfAttention : public Module {
  public:
   // proj_std: init std of the output projection (GPT-2 scales it by 1/sqrt(2 n_layer)).
+  // dropout > 0: a Dropout "resid_dropout" (mask stream dropout_id) on the output.
   CausalSelfAttention(std::string name, int64_t d_model, int64_t n_head, float init_std,
-                      float proj_std);
+                      float proj_std, float dropout = 0.0f, int64_t dropout_id = 0);
   Tensor forward(Context& ctx, const Tensor& x) override;
   Tensor backward(Context& ctx, const Tensor& dy) override;
 
@@ -25,12 +26,15 @@ class CausalSelfAttention : public Module {
   int64_t d_model_, n_head_, head_dim_;
   Linear* c_attn_;
   Linear* c_proj_;
+  Dropout* resid_dropout_ = nullptr;
 };
 
-// c_fc (C -> 4C), GELU, c_proj (4C -> C).
+// c_fc (C -> 4C), GELU, c_proj (4C -> C), then with dropout > 0 a Dropout
+// "dropout" (mask stream dropout_id).
 class Mlp : public Module {
  public:
-  Mlp(std::string name, int64_t d_model, float init_std, float proj_std);
+  Mlp(std::string name, int64_t d_model, float init_std, float proj_std, float dropout = 0.0f,
+      int64_t dropout_id = 0);
   Tensor forward(Context& ctx, const Tensor& x) override;
   Tensor backward(Context& ctx, const Tensor& dy) override;
 
@@ -38,13 +42,16 @@ class Mlp : public Module {
   Linear* c_fc_;
   Gelu* gelu_;
   Linear* c_proj_;
+  Dropout* dropout_ = nullptr;
 };
 
 // x + attn(ln_1(x)), then + mlp(ln_2(.)). Saves nothing itself.
 class TransformerBlock : public Module {
  public:
+  // dropout > 0: residual dropout on attention (mask stream dropout_id) and
+  // MLP (dropout_id + 1) outputs.
   TransformerBlock(std::string name, int64_t d_model, int64_t n_head, float init_std,
-                   float proj_std);
+                   float proj_std, float dropout = 0.0f, int64_t dropout_id = 0);
   Tensor forward(Context& ctx, const Tensor& x) override;
   Tensor backward(Context& ctx, const Tensor& dy) override;
 

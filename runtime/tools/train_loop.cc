@@ -51,9 +51,10 @@ absl::Status run_training(const RunConfig& c, Backend& backend, Communicator& co
   ZE_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
                       initialize(std::make_unique<Gpt>(c.model.gpt), c.engine, backend, &comm));
   const GptConfig& g = c.model.gpt;
-  out << absl::StrFormat("model: GPT n_layer=%d n_head=%d d_model=%d vocab=%d seq_len=%d, %.2fM parameters (%s)\n",
+  out << absl::StrFormat("model: GPT n_layer=%d n_head=%d d_model=%d vocab=%d seq_len=%d, %.2fM parameters (%s)%s\n",
                          g.n_layer, g.n_head, g.d_model, g.vocab_size, g.seq_len,
-                         static_cast<double>(engine->num_parameters()) / 1e6, dtype_name(c.engine.param_dtype));
+                         static_cast<double>(engine->num_parameters()) / 1e6, dtype_name(c.engine.param_dtype),
+                         g.dropout > 0.0f ? absl::StrFormat(", dropout %g (seed %d)", g.dropout, c.engine.seed) : "");
   out << "data: " << data->source().describe() << "\n";
   out << absl::StrFormat("batch: %d sequences/step = micro %d x accumulation %d x %d rank%s; ZeRO stage %d%s\n",
                          c.train_batch_size, c.engine.micro_batch_size, c.engine.gradient_accumulation_steps,

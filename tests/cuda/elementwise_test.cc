@@ -1,6 +1,7 @@
 // CUDA elementwise ops and reductions against the CPU backend: add,
 // accumulate, scale, fill, cast (every dtype pair, with rounding ties,
-// overflow, subnormals, inf and NaN), bias_backward, sum_squares,
+// overflow, subnormals, inf and NaN), dropout and its backward (the same
+// counter-based mask, bit for bit), bias_backward, sum_squares,
 // count_nonfinite.
 //
 // Tolerances: exact for the elementwise ops and casts (one fp32 operation,
@@ -63,6 +64,27 @@ TEST_F(ElementwiseTest, AddScaleFillAccumulateMatchCpuExactly) {
       cpu_.ops().fill(x.cpu, v);
       gpu_->ops().fill(x.gpu, v);
       expect_exact(values(x.gpu), values(x.cpu), cat("fill ", v));
+    }
+  }
+}
+
+TEST_F(ElementwiseTest, DropoutMatchesCpuExactly) {
+  const Shape shape{3, 67, 129};  // odd sizes; rows and positions split across blocks
+  for (DType t : kFloatDtypes) {
+    for (float p : {0.0f, 0.1f, 0.5f}) {
+      SCOPED_TRACE(cat(dtype_name(t), " p ", p));
+      const DropoutKey key{42, 7, 12345};
+      Mirrored x = random(shape, t, 6, -3.0f, 3.0f);
+      Mirrored y = random(shape, t, 7);
+      cpu_.ops().dropout(x.cpu, y.cpu, p, key);
+      gpu_->ops().dropout(x.gpu, y.gpu, p, key);
+      expect_exact(values(y.gpu), values(y.cpu), "dropout");
+      cpu_.ops().dropout_backward(x.cpu, y.cpu, p, DropoutKey{42, 8, 12345});
+      gpu_->ops().dropout_backward(x.gpu, y.gpu, p, DropoutKey{42, 8, 12345});
+      expect_exact(values(y.gpu), values(y.cpu), "dropout_backward");
+      cpu_.ops().dropout(x.cpu, x.cpu, p, key);  // in place
+      gpu_->ops().dropout(x.gpu, x.gpu, p, key);
+      expect_exact(values(x.gpu), values(x.cpu), "dropout in place");
     }
   }
 }

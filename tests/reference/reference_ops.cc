@@ -3,6 +3,8 @@
 
 #include <cmath>
 
+#include "kernels/dropout_mask.h"
+
 namespace zero::ref {
 
 Vec linear(const Vec& x, const Vec& w, const Vec* b, int64_t n, int64_t in, int64_t out) {
@@ -135,6 +137,24 @@ Vec numeric_vjp(const std::function<Vec(const Vec&)>& f, const Vec& x, const Vec
   return g;
 }
 
+namespace {
+
+// x [B, T, C] (flat) times the dropout mask of `site`, scaled as the kernels scale.
+void apply_dropout(const GptShape& s, int64_t site, int64_t batch, Vec& x) {
+  if (s.dropout <= 0.0f) return;
+  const DropoutKey key{s.dropout_seed, site, s.first_sample};
+  const double scale = dropout_scale(s.dropout);
+  const int64_t c = s.d_model;
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t t = 0; t < s.seq; ++t)
+      for (int64_t i = 0; i < c; ++i) {
+        double& v = x[(b * s.seq + t) * c + i];
+        v = dropout_keeps(key, s.dropout, b, t, i) ? v * scale : 0.0;
+      }
+}
+
+}  // namespace
+
 double gpt_loss(const GptShape& s, const std::vector<Vec>& params, const std::vector<int32_t>& inputs,
                 const std::vector<int32_t>& targets, int64_t batch) {
   const int64_t c = s.d_model, t = s.seq, n = batch * t;
@@ -144,6 +164,7 @@ double gpt_loss(const GptShape& s, const std::vector<Vec>& params, const std::ve
   Vec x = embedding(inputs, wte, c);
   for (int64_t r = 0; r < n; ++r)
     for (int64_t i = 0; i < c; ++i) x[r * c + i] += wpe[(r % t) * c + i];
+  apply_dropout(s, 0, batch, x);
   for (int64_t l = 0; l < s.n_layer; ++l) {
     const Vec &ln1w = params[p++], &ln1b = params[p++];
     const Vec &attn_w = params[p++], &attn_b = params[p++];
@@ -155,10 +176,12 @@ double gpt_loss(const GptShape& s, const std::vector<Vec>& params, const std::ve
     Vec qkv = linear(h, attn_w, &attn_b, n, c, 3 * c);
     Vec a = attention(qkv, batch, t, s.n_head, c / s.n_head);
     Vec o = linear(a, proj_w, &proj_b, n, c, c);
+    apply_dropout(s, 1 + 2 * l, batch, o);
     for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
     h = layernorm(x, ln2w, ln2b, 1e-5, n, c);
     Vec f = gelu(linear(h, fc_w, &fc_b, n, c, 4 * c));
     Vec m = linear(f, fcp_w, &fcp_b, n, 4 * c, c);
+    apply_dropout(s, 2 + 2 * l, batch, m);
     for (size_t i = 0; i < x.size(); ++i) x[i] += m[i];
   }
   const Vec &lnfw = params[p++], &lnfb = params[p++];

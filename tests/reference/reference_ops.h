@@ -35,8 +35,13 @@ Vec numeric_vjp(const std::function<Vec(const Vec&)>& f, const Vec& x, const Vec
 // GPT-2 forward in double (the structure of runtime/graph/gpt.h): token and
 // position embeddings, pre-LN blocks (attention, GELU MLP), final LN, LM head
 // tied to the token embedding. Returns the mean cross-entropy over B*T.
+// dropout > 0: GPT-2's dropout sites with the masks of kernels/dropout_mask.h
+// under (seed, site, first_sample + b), as the GPT numbers its sites.
 struct GptShape {
   int64_t n_layer, n_head, d_model, vocab, seq;
+  float dropout = 0.0f;
+  uint64_t dropout_seed = 0;
+  int64_t first_sample = 0;
 };
 // Parameters in the model's registration order (see Gpt::parameters()).
 double gpt_loss(const GptShape& s, const std::vector<Vec>& params, const std::vector<int32_t>& inputs,

@@ -75,6 +75,21 @@ TEST(ConfigTest, AllErrorsAreReportedTogether) {
   EXPECT_NE(msg.find("model.seq_len: 0 is out of range (must be >= 1)"), std::string::npos) << msg;
 }
 
+TEST(ConfigTest, DropoutIsAProbabilityBelowOne) {
+  EXPECT_EQ(parse(R"({"train_micro_batch_size_per_gpu": 4})")->model.gpt.dropout, 0.0f);
+  absl::StatusOr<RunConfig> c = parse(R"({"train_micro_batch_size_per_gpu": 4, "model": {"dropout": 0.1}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->model.gpt.dropout, 0.1f);
+  for (const char* bad : {"1.5", "1", "-0.1"}) {
+    const std::string msg =
+        error_of(std::string(R"({"train_micro_batch_size_per_gpu": 4, "model": {"dropout": )") + bad + "}}");
+    EXPECT_NE(msg.find(std::string("model.dropout: ") + bad), std::string::npos) << msg;
+  }
+  EXPECT_NE(error_of(R"({"train_micro_batch_size_per_gpu": 4, "model": {"dropout": "high"}})")
+                .find("model.dropout: expected a number"),
+            std::string::npos);
+}
+
 TEST(ConfigTest, AutoMeansDefaultInsideSections) {
   absl::StatusOr<RunConfig> c = parse(R"({"train_micro_batch_size_per_gpu": 4, "model": {"n_layer": "auto"}})");
   ASSERT_TRUE(c.ok()) << c.status();

@@ -5,6 +5,11 @@
 //    reference loss (in double, h = 1e-6, so the FD error is ~1e-9 and the
 //    comparison measures our fp32 backward: tolerance 2e-4 of the largest
 //    gradient magnitude, fp32 round-off through ~10 layers of ops);
+//  * the same with dropout 0.2: the reference applies the masks of
+//    kernels/dropout_mask.h under the engine's key (seed, site, global sample),
+//    which are fixed given the key, so finite differences still apply; the
+//    loss differs from the dropout-free one (the masks are really applied);
+//  * evaluation runs without dropout (its loss is the dropout-free loss);
 //  * training lowers the loss on a fixed batch.
 #include <gtest/gtest.h>
 
@@ -43,9 +48,10 @@ std::unique_ptr<Engine> make_engine(Backend& backend, const GptConfig& cfg, Engi
   return std::move(engine).value();
 }
 
-TEST(GptTest, ForwardAndGradientsMatchDoubleReference) {
+// Forward loss and every gradient of t's GPT against the double reference
+// (with t.cfg.dropout's masks under the engine's default seed, micro-step 0).
+void expect_matches_reference(TinyGpt& t) {
   CpuBackend backend;
-  TinyGpt t;
   auto engine = make_engine(backend, t.cfg);
   std::vector<Parameter*> params = engine->model().parameters();
   std::vector<ref::Vec> values;
@@ -53,7 +59,11 @@ TEST(GptTest, ForwardAndGradientsMatchDoubleReference) {
     std::vector<float> v = engine->master_values(*p);
     values.emplace_back(v.begin(), v.end());
   }
-  const double ref_loss = ref::gpt_loss(t.shape(), values, t.inputs, t.targets, t.batch);
+  ref::GptShape shape = t.shape();
+  shape.dropout = t.cfg.dropout;
+  shape.dropout_seed = EngineConfig{}.seed;
+  shape.first_sample = 0;
+  const double ref_loss = ref::gpt_loss(shape, values, t.inputs, t.targets, t.batch);
   const float loss = engine->forward(t.make_batch());
   EXPECT_NEAR(loss, ref_loss, 1e-5 * std::abs(ref_loss));
   engine->backward();
@@ -65,7 +75,7 @@ TEST(GptTest, ForwardAndGradientsMatchDoubleReference) {
         [&](const ref::Vec& x) {
           std::vector<ref::Vec> vals = values;
           vals[i] = x;
-          return ref::Vec{ref::gpt_loss(t.shape(), vals, t.inputs, t.targets, t.batch)};
+          return ref::Vec{ref::gpt_loss(shape, vals, t.inputs, t.targets, t.batch)};
         },
         values[i], {1.0});
     for (double g : numeric[i]) max_grad = std::max(max_grad, std::abs(g));
@@ -77,6 +87,46 @@ TEST(GptTest, ForwardAndGradientsMatchDoubleReference) {
       ASSERT_NEAR(g[j], numeric[i][j], 2e-4 * max_grad) << params[i]->name() << "[" << j << "]";
     }
   }
+}
+
+TEST(GptTest, ForwardAndGradientsMatchDoubleReference) {
+  TinyGpt t;
+  expect_matches_reference(t);
+}
+
+TEST(GptTest, ForwardAndGradientsMatchDoubleReferenceWithDropout) {
+  TinyGpt t;
+  t.cfg.dropout = 0.2f;
+  expect_matches_reference(t);
+}
+
+TEST(GptTest, DropoutChangesTrainingLossButNotEvaluation) {
+  CpuBackend backend;
+  TinyGpt t;
+  auto plain = make_engine(backend, t.cfg);
+  GptConfig with_dropout = t.cfg;
+  with_dropout.dropout = 0.2f;
+  auto dropped = make_engine(backend, with_dropout);
+  const Batch batch = t.make_batch();
+  EXPECT_EQ(dropped->evaluate(batch), plain->evaluate(batch));
+  EXPECT_NE(dropped->forward(batch), plain->forward(batch));
+}
+
+TEST(GptTest, DropoutModulesOnlyWithDropout) {
+  GptConfig cfg{.n_layer = 1, .n_head = 2, .d_model = 8, .vocab_size = 11, .seq_len = 5};
+  auto dropout_names = [](Gpt& model) {
+    std::vector<std::string> names;
+    for (Module* m : model.modules())
+      if (dynamic_cast<Dropout*>(m) != nullptr) names.push_back(m->name());
+    return names;
+  };
+  Gpt plain(cfg);
+  EXPECT_TRUE(dropout_names(plain).empty());
+  cfg.dropout = 0.1f;
+  Gpt dropped(cfg);
+  EXPECT_EQ(dropout_names(dropped),
+            (std::vector<std::string>{"drop", "h.0.attn.resid_dropout", "h.0.mlp.dropout"}));
+  EXPECT_EQ(dropped.parameters().size(), plain.parameters().size());
 }
 
 TEST(GptTest, ParameterNamesFollowGpt2) {

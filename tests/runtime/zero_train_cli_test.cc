@@ -2,7 +2,8 @@
 // input (no config, a missing or malformed config, a missing or corrupt data
 // file, a backend this binary or machine cannot give), and a short real run
 // whose --metrics file has one JSON object per step with falling loss and
-// memory figures that agree with the OS.
+// memory figures that agree with the OS; the same run learns with dropout,
+// and a dropout of 1.5 is refused by its key.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -145,6 +146,21 @@ TEST(ZeroTrainCliTest, BackendCudaTakesCpuOffloadAndRefusesWhatIsNotBuilt) {
     EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
     EXPECT_NE(r.output.find(message), std::string::npos) << args << "\n" << r.output;
   }
+}
+
+TEST(ZeroTrainCliTest, DropoutRunLearnsAndBadDropoutIsNamed) {
+  const std::string metrics = tmp("metrics.jsonl");
+  Result r = run("--config " + write("run.json", kTinyRun) + " --set model.dropout=0.1 --metrics " + metrics);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream in(metrics);
+  std::vector<double> losses;
+  for (std::string line; std::getline(in, line);) losses.push_back(nlohmann::json::parse(line)["loss"].get<double>());
+  ASSERT_EQ(losses.size(), 30u);
+  EXPECT_LT(losses.back(), losses.front() - 1.0);
+
+  Result bad = run("--config " + write("run.json", kTinyRun) + " --set model.dropout=1.5");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("model.dropout: 1.5"), std::string::npos) << bad.output;
 }
 
 TEST(ZeroTrainCliTest, ShortRunWritesMetricsAndLearns) {

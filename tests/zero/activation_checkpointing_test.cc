@@ -4,7 +4,10 @@
 // ranks and at ZeRO stages 0 and 3 (where recompute re-gathers the
 // parameters through the same path as forward); and the activation peak
 // falls as segments shrink (one segment of every block rebuilds them all at
-// once in backward, so its peak is the plain one).
+// once in backward, so its peak is the plain one). The same with dropout 0.1:
+// the masks are a function of (seed, site, global sample), so recompute
+// redraws exactly the forward's, and losses, gradients and weights stay
+// bitwise those without checkpointing (and differ from a dropout-free run).
 //
 // cpu_checkpointing on the path a GPU rank takes (EngineConfig::
 // force_offload_path: the CPU backend plays the device, the segment inputs'
@@ -46,7 +49,7 @@ struct TrainRun {
 // Bytes of one segment input: a block's input, [micro-batch, seq, d_model] fp32.
 const int64_t kSegmentInputBytes = 2 * kModel.seq_len * kModel.d_model * 4;
 
-TrainRun train(int stage, std::optional<int64_t> segments, bool cpu_checkpointing = false) {
+TrainRun train(int stage, std::optional<int64_t> segments, bool cpu_checkpointing = false, float dropout = 0.0f) {
   const int w = world().world_size(), r = world().rank();
   CpuBackend backend;
   EngineConfig ec;
@@ -59,7 +62,9 @@ TrainRun train(int stage, std::optional<int64_t> segments, bool cpu_checkpointin
   ec.zero.max_reuse_distance = 0;  // release everything: recompute must gather again
   ec.activation_checkpointing.number_checkpoints = segments;
   ec.optimizer.lr = 1e-2f;
-  auto engine = initialize(std::make_unique<Gpt>(kModel), ec, backend, &world());
+  GptConfig model = kModel;
+  model.dropout = dropout;
+  auto engine = initialize(std::make_unique<Gpt>(model), ec, backend, &world());
   EXPECT_TRUE(engine.ok()) << engine.status();
   std::vector<int32_t> ids(32), targets(32);
   TrainRun out;
@@ -117,6 +122,25 @@ TEST(ActivationCheckpointingTest, BitwiseIdenticalTrainingWithLessActivationMemo
                     static_cast<long long>(plain.activation_peak));
       }
     }
+  }
+}
+
+TEST(ActivationCheckpointingTest, DropoutRepeatsExactlyOnRecompute) {
+  const float p = 0.1f;
+  for (int stage : {0, 3}) {
+    const TrainRun plain = train(stage, std::nullopt, false, p);
+    EXPECT_NE(plain.losses, train(stage, std::nullopt).losses) << "dropout changes nothing";
+    for (int64_t k : {1, 2, 4}) {
+      const std::string where = cat("dropout ", p, ", stage ", stage, ", ", k, " segments, rank ", world().rank());
+      const TrainRun ckpt = train(stage, k, false, p);
+      EXPECT_EQ(ckpt.losses, plain.losses) << where;
+      EXPECT_TRUE(ckpt.grads == plain.grads) << where << ": gradients differ";
+      EXPECT_TRUE(ckpt.weights == plain.weights) << where << ": weights differ";
+    }
+    // Segment inputs through host memory: still the same masks.
+    const TrainRun offloaded = train(stage, 2, /*cpu_checkpointing=*/true, p);
+    EXPECT_EQ(offloaded.losses, plain.losses) << "stage " << stage << ", cpu_checkpointing";
+    EXPECT_TRUE(offloaded.weights == plain.weights) << "stage " << stage << ", cpu_checkpointing: weights differ";
   }
 }
 

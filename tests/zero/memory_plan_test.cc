@@ -124,6 +124,7 @@ struct Case {
   bool cpu_offload = false;         // offload_optimizer "cpu" on the device path (forced: zero/host_step.h)
   bool cpu_offload_params = false;  // and offload_param "cpu"
   bool device_path = false;         // force_offload_path: NVMe offload through the host step too
+  float dropout = 0.0f;             // model.dropout (Dropout modules' outputs and gradients)
 };
 
 EngineConfig engine_config(const Case& c) {
@@ -178,12 +179,12 @@ struct Measured {
 
 // Peaks of a real run of `steps` optimizer steps, from engine creation on,
 // relative to what was allocated before it.
-Measured measure(const EngineConfig& e, int steps) {
+Measured measure(const EngineConfig& e, int steps, const GptConfig& model = kModel) {
   MemoryTracker::global().reset_peaks();
   const MemorySnapshot before = MemoryTracker::global().snapshot();
   {
     CpuBackend backend;
-    auto engine = initialize(std::make_unique<Gpt>(kModel), e, backend, &world());
+    auto engine = initialize(std::make_unique<Gpt>(model), e, backend, &world());
     EXPECT_TRUE(engine.ok()) << engine.status();
     if (!engine.ok()) return {};
     const int64_t n = kMicroBatch * kModel.seq_len;
@@ -214,13 +215,14 @@ Measured measure(const EngineConfig& e, int steps) {
 void expect_plan_matches(const Case& c) {
   PlanInput in;
   in.model = kModel;
+  in.model.dropout = c.dropout;
   in.micro_batch = kMicroBatch;
   in.engine = engine_config(c);
   in.world = world().world_size();
   in.rank = world().rank();
   absl::StatusOr<MemoryPlan> plan = plan_memory(in);
   ASSERT_TRUE(plan.ok()) << plan.status();
-  const Measured got = measure(in.engine, 3);
+  const Measured got = measure(in.engine, 3, in.model);
   const std::string where = cat(c.name, " (rank ", in.rank, " of ", in.world, ")");
   for (int t = 0; t < kNumTiers; ++t) {
     for (int ci = 0; ci < kNumMemCategories; ++ci) {
@@ -300,6 +302,32 @@ TEST(MemoryPlanTest, PlanEqualsMeasuredWithCpuCheckpointing) {
   EXPECT_EQ(offloaded->at(Tier::kHost, MemCategory::kActivations), 4 * input_bytes);
   EXPECT_LT(offloaded->at(Tier::kDevice, MemCategory::kActivations),
             alone->at(Tier::kDevice, MemCategory::kActivations));
+}
+
+// Dropout's outputs (and gradients in backward) are activations the planner
+// mirrors module by module; the masks take no memory.
+TEST(MemoryPlanTest, PlanEqualsMeasuredWithDropout) {
+  for (int stage : {0, 3}) {
+    for (std::optional<int64_t> k : {std::optional<int64_t>(), std::optional<int64_t>(2)}) {
+      Case c;
+      c.stage = stage;
+      c.dtype = stage == 3 ? DType::kBF16 : DType::kF32;
+      c.segments = k;
+      c.dropout = 0.1f;
+      c.name = cat("stage ", stage, " ", dtype_name(c.dtype), k ? cat(", ", *k, " segments") : "", ", dropout 0.1");
+      expect_plan_matches(c);
+    }
+  }
+  // Dropout holds more activations than none (planned, and so measured).
+  PlanInput in;
+  in.model = kModel;
+  in.micro_batch = kMicroBatch;
+  in.engine = engine_config(Case{});
+  in.world = world().world_size();
+  in.rank = world().rank();
+  const int64_t without = plan_memory(in).value().at(Tier::kHost, MemCategory::kActivations);
+  in.model.dropout = 0.1f;
+  EXPECT_GT(plan_memory(in).value().at(Tier::kHost, MemCategory::kActivations), without);
 }
 
 TEST(MemoryPlanTest, PlanEqualsMeasuredWithBucketsOverlapAndAccumulation) {
