@@ -114,7 +114,8 @@ class Ops {
   // backward regenerates the mask from the same key.
   virtual void dropout(const Tensor& x, const Tensor& y, float p, const DropoutKey& key) = 0;
   // dx = keep ? dy * dropout_scale(p) : 0 with the mask of the same key.
-  virtual void dropout_backward(const Tensor& dy, const Tensor& dx, float p, const DropoutKey& key) = 0;
+  // (The same map as dropout, so every backend's dropout serves both.)
+  void dropout_backward(const Tensor& dy, const Tensor& dx, float p, const DropoutKey& key) { dropout(dy, dx, p, key); }
 
   // Fused softmax cross-entropy over the last dimension of logits [N, V]:
   // losses[n] = -log softmax(logits[n])[targets[n]], and logits is overwritten

@@ -369,7 +369,6 @@ absl::StatusOr<std::optional<int64_t>> NvmeStateStore::start_parameter_read(int6
   ZE_ASSIGN_OR_RETURN(IoBuffer b, read_pool_->acquire());
   ParamRead r;
   r.buffer = b;
-  r.offset = offset;
   r.count = count;
   // One aligned request per record the range touches, packed into the buffer.
   std::vector<IoRequest> requests;

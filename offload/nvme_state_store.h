@@ -107,7 +107,7 @@ class NvmeStateStore final : public OptimizerStateStore {
   struct ParamRead {
     IoBuffer buffer;
     IoTransfer io;
-    int64_t offset = 0, count = 0;
+    int64_t count = 0;
     // (byte offset in the buffer, elements) of each record's piece, in order.
     std::vector<std::pair<int64_t, int64_t>> pieces;
   };

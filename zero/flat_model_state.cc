@@ -132,12 +132,8 @@ void FlatModelState::launch(size_t b) {
   in_flight_.push_back(std::move(f));
   // Without overlap the reduction completes now; with it, at most
   // kBucketsInFlight run behind backward.
-  const size_t cap = options_.zero.overlap_comm ? kBucketsInFlight : 0;
-  while (in_flight_.size() > cap) {
-    absl::Status s = finish(in_flight_.front());
-    in_flight_.pop_front();
-    if (!s.ok() && comm_error_.ok()) comm_error_ = s;
-  }
+  absl::Status s = finish_beyond(options_.zero.overlap_comm ? kBucketsInFlight : 0);
+  if (!s.ok() && comm_error_.ok()) comm_error_ = s;
 }
 
 absl::Status FlatModelState::finish(InFlight& f) {
@@ -151,9 +147,9 @@ absl::Status FlatModelState::finish(InFlight& f) {
   return absl::OkStatus();
 }
 
-absl::Status FlatModelState::finish_all() {
+absl::Status FlatModelState::finish_beyond(size_t cap) {
   absl::Status first;
-  while (!in_flight_.empty()) {
+  while (in_flight_.size() > cap) {
     absl::Status s = finish(in_flight_.front());
     if (!s.ok() && first.ok()) first = s;
     in_flight_.pop_front();

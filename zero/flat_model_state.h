@@ -53,7 +53,9 @@ class FlatModelState final : public ModelState {
   std::vector<StateRange> ranges_in(int64_t lo, int64_t hi) const;
   absl::Status all_gather_parameters();
   absl::Status finish(InFlight& f);
-  absl::Status finish_all();
+  // Finishes the oldest in-flight reductions until at most `cap` remain.
+  absl::Status finish_beyond(size_t cap);
+  absl::Status finish_all() { return finish_beyond(0); }
   bool reduces_now() const { return stage() == 2 || boundary_; }
   // This rank's partition of the flat layout (the whole layout at stage 0).
   int64_t part_begin() const { return stage() == 0 ? 0 : comm_.rank() * part_; }

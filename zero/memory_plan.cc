@@ -80,15 +80,7 @@ absl::StatusOr<MemoryPlan> plan_memory(const PlanInput& in) {
   ContextSim ctx(sim, ws, g, seq, e.param_dtype, e.gradient_dtype());
   ctx.set_hooks(state.get());
   if (const std::optional<int64_t> k = e.activation_checkpointing.number_checkpoints) {
-    const std::vector<Module*> layers = model.checkpointable_layers();
-    if (*k < 1 || *k > static_cast<int64_t>(layers.size())) {
-      return absl::InvalidArgumentError(cat("activation_checkpointing.number_checkpoints: ", *k,
-                                            " must be between 1 and the model's ", layers.size(), " layers"));
-    }
-    // As Engine::init: K contiguous segments of (as) equal (as possible) length.
-    std::vector<std::vector<Module*>> segments(static_cast<size_t>(*k));
-    for (size_t i = 0; i < layers.size(); ++i)
-      segments[i * static_cast<size_t>(*k) / layers.size()].push_back(layers[i]);
+    ZE_ASSIGN_OR_RETURN(auto segments, split_checkpoint_segments(model.checkpointable_layers(), *k));  // as Engine::init
     ctx.set_checkpoint_segments(std::move(segments));
     plan.checkpoint_segments = *k;
     ctx.set_checkpoint_offload(checkpoint_inputs_to_host(e, in.compute_tier));  // as Engine::init

@@ -60,9 +60,7 @@ struct MemoryPlan {
   std::array<std::array<int64_t, kNumMemCategories>, kNumTiers> after_init{};
 
   int64_t num_parameters = 0;     // Psi
-  int64_t flat_numel = 0;         // stages 0-2: Psi padded to a multiple of 2W (1 at stage 0)
   int64_t partition_numel = 0;    // fp32 master / optimizer elements this rank holds
-  int64_t optimizer_arrays = 0;   // fp32 arrays per element: master (unless aliased) + optimizer states
   int64_t checkpoint_segments = 0;
   std::vector<std::string> notes;  // assumptions worth printing beside the table
 

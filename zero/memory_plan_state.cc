@@ -94,9 +94,7 @@ class FlatStateSim final : public StateSim {
       for (Parameter* p : buckets_[b].params) bucket_of_[p] = b;
     uses_ = count_parameter_uses(model);
     bucket_buffers_.resize(buckets_.size());
-    plan.flat_numel = n;
     plan.partition_numel = part_;
-    plan.optimizer_arrays = (aliased ? 0 : 1) + optimizer_state_arrays(e.optimizer);
   }
 
   void begin_backward(bool boundary) override {
@@ -291,8 +289,7 @@ class Stage3StateSim final : public StateSim {
     gsize_ = static_cast<int64_t>(dtype_size(e.gradient_dtype()));
     const bool params_on_nvme = e.zero.offload_param.device == OffloadDevice::kNvme;
     const HostOffload offload = host_offload_for(e.zero, sim.tier, e.force_offload_path);
-    int64_t largest = 0;
-    for (const auto& [p, part] : parts_.parts) largest = std::max(largest, part.chunk);
+    const int64_t largest = parts_.max_chunk;
     const int64_t shard_bytes = s * static_cast<int64_t>(dtype_size(e.param_dtype));
     if (offload.parameters) {
       param_shard_ = sim.alloc(Tier::kHost, MemCategory::kParameters, shard_bytes);
@@ -316,9 +313,7 @@ class Stage3StateSim final : public StateSim {
                                                     params_on_nvme ? e.zero.offload_param.buffer_count : 0);
     coordinator_->gather_persistent();
     uses_ = count_parameter_uses(model);
-    plan.flat_numel = 0;
     plan.partition_numel = s;
-    plan.optimizer_arrays = 1 + optimizer_state_arrays(e.optimizer);
   }
 
   void pre_forward(Module& m) override { coordinator_->fetch(m, false); }

@@ -22,6 +22,7 @@ Stage3Partitions plan_stage3_partitions(const std::vector<Parameter*>& params, i
       persistent_total += p->numel();
     }
     out.shard_elems += part.chunk;
+    out.max_chunk = std::max(out.max_chunk, part.chunk);
     out.parts[p] = part;
   }
   return out;

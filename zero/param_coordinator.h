@@ -41,6 +41,7 @@ namespace zero {
 struct Stage3Partitions {
   std::unordered_map<const Parameter*, ParamPartition> parts;
   int64_t shard_elems = 0;  // sum of the chunks
+  int64_t max_chunk = 0;    // the largest chunk (a gather's read from NVMe)
 };
 Stage3Partitions plan_stage3_partitions(const std::vector<Parameter*>& params, int world, const ZeroConfig& config);
 

@@ -25,8 +25,7 @@ absl::Status Stage3ModelState::init() {
   // offload_param "nvme": the parameter shard lives in the optimizer's swap
   // records, and a gather reads one parameter's chunk at a time.
   const bool params_on_nvme = options_.zero.offload_param.device == OffloadDevice::kNvme;
-  int64_t max_chunk = 0;
-  for (const auto& [p, part] : parts_) max_chunk = std::max(max_chunk, part.chunk);
+  const int64_t max_chunk = plan.max_chunk;
   const Tier tier = backend_.compute_tier();
   auto alloc = [&](DType t, MemCategory c) -> absl::StatusOr<Tensor> {
     ZE_ASSIGN_OR_RETURN(auto s, backend_.allocate(static_cast<size_t>(shard_elems_) * dtype_size(t), tier, c));

@@ -193,9 +193,6 @@ void CpuOps::dropout(const Tensor& x, const Tensor& y, float p, const DropoutKey
   dropout_map(x, y, p, key);
 }
 
-void CpuOps::dropout_backward(const Tensor& dy, const Tensor& dx, float p, const DropoutKey& key) {
-  dropout_map(dy, dx, p, key);
-}
 
 void CpuOps::cross_entropy(const Tensor& logits, const Tensor& targets, float grad_scale,
                            const Tensor& losses) {

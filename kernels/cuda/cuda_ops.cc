@@ -274,9 +274,6 @@ void CudaOps::dropout(const Tensor& x, const Tensor& y, float p, const DropoutKe
   launch_dropout(x.data(), y.data(), x.dtype(), x.dim(0), x.dim(1), x.dim(2), p, key, stream_);
 }
 
-void CudaOps::dropout_backward(const Tensor& dy, const Tensor& dx, float p, const DropoutKey& key) {
-  dropout(dy, dx, p, key);  // the same map: keep ? dy * scale : 0
-}
 
 void CudaOps::cast(const Tensor& src, const Tensor& dst) {
   enter();

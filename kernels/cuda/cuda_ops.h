@@ -68,7 +68,6 @@ class CudaOps final : public Ops {
   void fill(const Tensor& x, float v) override;
   void cast(const Tensor& src, const Tensor& dst) override;
   void dropout(const Tensor& x, const Tensor& y, float p, const DropoutKey& key) override;
-  void dropout_backward(const Tensor& dy, const Tensor& dx, float p, const DropoutKey& key) override;
   void cross_entropy(const Tensor& logits, const Tensor& targets, float grad_scale,
                      const Tensor& losses) override;
   void adamw(const Tensor& master, const Tensor& grad, const Tensor& m, const Tensor& v,

@@ -42,7 +42,7 @@ void DataLoader::fill(int64_t first_sample, int64_t count, int32_t* inputs, int3
 
 Batch DataLoader::micro_batch(int64_t step, int64_t micro_step, int rank, int world,
                               int64_t micro_batch_size, int64_t accumulation_steps) {
-  const int64_t first = ((step * accumulation_steps + micro_step) * world + rank) * micro_batch_size;
+  const int64_t first = first_global_sample(step * accumulation_steps + micro_step, world, rank, micro_batch_size);
   inputs_.resize(micro_batch_size * seq_len_);
   targets_.resize(micro_batch_size * seq_len_);
   fill(first, micro_batch_size, inputs_.data(), targets_.data());

@@ -72,18 +72,7 @@ absl::Status Engine::init() {
   // contiguous segments of (as) equal (as possible) length, each keeping only
   // its input (K = number of layers: every layer its own segment).
   if (const std::optional<int64_t> k = config_.activation_checkpointing.number_checkpoints) {
-    const std::vector<Module*> layers = model_->checkpointable_layers();
-    if (layers.empty()) {
-      return absl::InvalidArgumentError(
-          "activation_checkpointing.number_checkpoints: this model has no checkpointable layers; mark segments with "
-          "Engine::set_checkpoint_segments");
-    }
-    if (*k < 1 || *k > static_cast<int64_t>(layers.size())) {
-      return absl::InvalidArgumentError(cat("activation_checkpointing.number_checkpoints: ", *k,
-                                            " must be between 1 and the model's ", layers.size(), " layers"));
-    }
-    std::vector<std::vector<Module*>> segments(static_cast<size_t>(*k));
-    for (size_t i = 0; i < layers.size(); ++i) segments[i * static_cast<size_t>(*k) / layers.size()].push_back(layers[i]);
+    ZE_ASSIGN_OR_RETURN(auto segments, split_checkpoint_segments(model_->checkpointable_layers(), *k));
     ctx_.set_checkpoint_segments(std::move(segments));
   }
   // cpu_checkpointing: segment inputs in pinned host memory of the compute
@@ -116,11 +105,11 @@ float Engine::forward(const Batch& batch) {
   ctx_.set_grad_enabled(true);
   state_->begin_forward();
   // Dropout's key: the run's seed and the global index of this micro-batch's
-  // first sample, g = ((s G + j) W + r) b (micro_step_ = s G + j; the data
-  // loader's order), so masks follow the sample, not the rank or the stage.
+  // first sample (micro_step_ counts every micro-step of the run), so masks
+  // follow the sample, not the rank or the stage.
   const int64_t rows_per_rank = batch.inputs.ndim() > 0 ? batch.inputs.dim(0) : 0;
   ctx_.set_dropout_key(config_.seed,
-                       (micro_step_ * comm_->world_size() + comm_->rank()) * rows_per_rank);
+                       first_global_sample(micro_step_, comm_->world_size(), comm_->rank(), rows_per_rank));
   Tensor logits = ctx_.forward(*model_, to_compute(batch.inputs));
   const int64_t vocab = logits.dim(-1), rows = logits.numel() / vocab;
   ZE_CHECK_EQ(batch.targets.numel(), rows);

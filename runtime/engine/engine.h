@@ -25,6 +25,15 @@
 
 namespace zero {
 
+// The global index of the first sample rank `rank` of `world` trains on at
+// micro-step `micro_step` (= optimizer step x accumulation steps + micro-step
+// within it) with micro-batches of `micro_batch` rows: the data loader's
+// order, and the key dropout's masks follow, so N ranks at micro-batch b see
+// what one rank sees at N b.
+inline int64_t first_global_sample(int64_t micro_step, int world, int rank, int64_t micro_batch) {
+  return (micro_step * world + rank) * micro_batch;
+}
+
 // One micro-batch on this rank. inputs: int32 token ids [B, T] (or fp32
 // features [B, F]); targets: int32 [B, T] (or [B]); negative targets are ignored.
 struct Batch {

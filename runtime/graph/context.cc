@@ -4,7 +4,25 @@
 #include <chrono>
 #include <utility>
 
+#include "runtime/base/strings.h"
+
 namespace zero {
+
+absl::StatusOr<std::vector<std::vector<Module*>>> split_checkpoint_segments(const std::vector<Module*>& layers,
+                                                                            int64_t k) {
+  if (layers.empty()) {
+    return absl::InvalidArgumentError(
+        "activation_checkpointing.number_checkpoints: this model has no checkpointable layers; mark segments with "
+        "Engine::set_checkpoint_segments");
+  }
+  if (k < 1 || k > static_cast<int64_t>(layers.size())) {
+    return absl::InvalidArgumentError(cat("activation_checkpointing.number_checkpoints: ", k,
+                                          " must be between 1 and the model's ", layers.size(), " layers"));
+  }
+  std::vector<std::vector<Module*>> segments(static_cast<size_t>(k));
+  for (size_t i = 0; i < layers.size(); ++i) segments[i * static_cast<size_t>(k) / layers.size()].push_back(layers[i]);
+  return segments;
+}
 
 void Context::set_checkpoint_segments(std::vector<std::vector<Module*>> segments) {
   segments_.clear();

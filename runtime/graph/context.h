@@ -41,6 +41,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "runtime/backend/backend.h"
 #include "runtime/graph/module.h"
 
@@ -56,6 +57,13 @@ class ModuleHooks {
   virtual void pre_backward(Module& m) {}
   virtual void post_backward(Module& m) {}
 };
+
+// activation_checkpointing.number_checkpoints = k: `layers` in k contiguous
+// segments of (as) equal (as possible) length (k = layers.size(): every layer
+// its own segment); an error naming the key when k is out of range. The
+// engine and the memory planner both split this way.
+absl::StatusOr<std::vector<std::vector<Module*>>> split_checkpoint_segments(const std::vector<Module*>& layers,
+                                                                            int64_t k);
 
 class Context {
  public:
@@ -96,7 +104,6 @@ class Context {
   // of this context's backend. nullptr turns it off. `host` must outlive the
   // saved activations (clear() drops them).
   void set_checkpoint_offload(Backend* host);
-  bool checkpoint_offload() const { return host_ != nullptr; }
   // Seconds spent recomputing segment forwards since the last call (then reset).
   double take_recompute_seconds();
 

@@ -59,7 +59,6 @@ class Dropout : public Module {
   Dropout(std::string name, float p, int64_t layer_id);
   Tensor forward(Context& ctx, const Tensor& x) override;
   Tensor backward(Context& ctx, const Tensor& dy) override;
-  float p() const { return p_; }
 
  private:
   DropoutKey key(const Context& ctx) const { return {ctx.dropout_seed(), layer_id_, ctx.first_sample()}; }

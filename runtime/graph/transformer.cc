@@ -100,10 +100,8 @@ Tensor Mlp::forward(Context& ctx, const Tensor& x) {
 }
 
 Tensor Mlp::backward(Context& ctx, const Tensor& dy) {
-  if (dropout_ != nullptr) {
-    return ctx.backward(*c_fc_, ctx.backward(*gelu_, ctx.backward(*c_proj_, ctx.backward(*dropout_, dy))));
-  }
-  return ctx.backward(*c_fc_, ctx.backward(*gelu_, ctx.backward(*c_proj_, dy)));
+  const Tensor d = dropout_ != nullptr ? ctx.backward(*dropout_, dy) : dy;
+  return ctx.backward(*c_fc_, ctx.backward(*gelu_, ctx.backward(*c_proj_, d)));
 }
 
 TransformerBlock::TransformerBlock(std::string name, int64_t d_model, int64_t n_head,

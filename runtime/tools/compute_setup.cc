@@ -26,9 +26,6 @@
 
 namespace zero {
 
-bool cuda_backend_built() { return ZE_WITH_CUDA != 0; }
-bool nccl_built() { return ZE_WITH_NCCL != 0; }
-
 int node_local_rank() {
   for (const char* name : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"}) {
     if (const char* v = std::getenv(name)) return std::atoi(v);

@@ -28,10 +28,6 @@ struct ComputeSetup {
   std::unique_ptr<Communicator> comm;  // declared after backend: destroyed first
 };
 
-// Whether this binary was built with the CUDA backend / with NCCL.
-bool cuda_backend_built();
-bool nccl_built();
-
 // This rank's index among the ranks of its node, from the launcher's
 // environment (0 without a launcher).
 int node_local_rank();
