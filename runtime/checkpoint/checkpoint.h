@@ -10,6 +10,8 @@
 #pragma once
 
 #include <functional>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -47,5 +49,21 @@ class FileReader;
 absl::Status read_segment(const FileReader& file, const CheckpointSegment& seg, const std::string& tensor,
                           const std::function<absl::Status(const float*, int64_t, int64_t)>& sink,
                           size_t chunk_bytes = 8u << 20);
+
+// The shard files of one checkpoint tag, opened on first use and checked
+// then: present, as long as the manifest says, and a header naming this tag,
+// its rank and world size. Shared by the loader, `zero-ckpt inspect` and
+// consolidation, so none of them reads a shard the others would refuse.
+class ShardFiles {
+ public:
+  ShardFiles(const Manifest& m, std::string tag_dir);
+  ~ShardFiles();
+  absl::StatusOr<const FileReader*> get(int index);
+
+ private:
+  const Manifest& m_;
+  std::string dir_;
+  std::map<int, std::unique_ptr<FileReader>> open_;
+};
 
 }  // namespace zero

@@ -107,36 +107,34 @@ absl::Status check_model(const Manifest& m, Module& model, const std::string& wh
   return absl::OkStatus();
 }
 
-class ShardFiles {
- public:
-  ShardFiles(const Manifest& m, std::string dir) : m_(m), dir_(std::move(dir)) {}
-  absl::StatusOr<const FileReader*> get(int index) {
-    auto it = open_.find(index);
-    if (it != open_.end()) return it->second.get();
-    const CheckpointFile& f = m_.files.at(index);
-    const std::string path = dir_ + "/" + f.name;
-    absl::StatusOr<FileReader> r = FileReader::open(path);
-    if (!r.ok()) {
-      return absl::NotFoundError(cat("checkpoint ", dir_, ": shard of rank ", f.rank, " is missing (", r.status().message(), ")"));
-    }
-    if (r->size() != kShardHeaderBytes + f.bytes) {
-      return absl::DataLossError(cat("checkpoint shard ", path, " has ", r->size(), " bytes, the manifest says ",
-                                     kShardHeaderBytes + f.bytes, " (truncated or overwritten)"));
-    }
-    char header[kShardHeaderBytes];
-    ZE_RETURN_IF_ERROR(r->read_at(0, header, sizeof(header)));
-    ZE_RETURN_IF_ERROR(check_shard_header(header, path, f.rank, m_.world_size, m_.tag, f.bytes));
-    auto owned = std::make_unique<FileReader>(std::move(r).value());
-    const FileReader* raw = owned.get();
-    open_.emplace(index, std::move(owned));
-    return raw;
-  }
+}  // namespace
 
- private:
-  const Manifest& m_;
-  std::string dir_;
-  std::map<int, std::unique_ptr<FileReader>> open_;
-};
+ShardFiles::ShardFiles(const Manifest& m, std::string tag_dir) : m_(m), dir_(std::move(tag_dir)) {}
+ShardFiles::~ShardFiles() = default;
+
+absl::StatusOr<const FileReader*> ShardFiles::get(int index) {
+  auto it = open_.find(index);
+  if (it != open_.end()) return it->second.get();
+  const CheckpointFile& f = m_.files.at(index);
+  const std::string path = dir_ + "/" + f.name;
+  absl::StatusOr<FileReader> r = FileReader::open(path);
+  if (!r.ok()) {
+    return absl::NotFoundError(cat("checkpoint ", dir_, ": shard of rank ", f.rank, " is missing (", r.status().message(), ")"));
+  }
+  if (r->size() != kShardHeaderBytes + f.bytes) {
+    return absl::DataLossError(cat("checkpoint shard ", path, " has ", r->size(), " bytes, the manifest says ",
+                                   kShardHeaderBytes + f.bytes, " (truncated or overwritten)"));
+  }
+  char header[kShardHeaderBytes];
+  ZE_RETURN_IF_ERROR(r->read_at(0, header, sizeof(header)));
+  ZE_RETURN_IF_ERROR(check_shard_header(header, path, f.rank, m_.world_size, m_.tag, f.bytes));
+  auto owned = std::make_unique<FileReader>(std::move(r).value());
+  const FileReader* raw = owned.get();
+  open_.emplace(index, std::move(owned));
+  return raw;
+}
+
+namespace {
 
 absl::Status load_local(Engine& engine, const Manifest& m, const std::string& tag_dir) {
   ModelState& state = engine.state();

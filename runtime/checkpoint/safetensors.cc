@@ -2,7 +2,6 @@
 #include "runtime/checkpoint/safetensors.h"
 
 #include <cstring>
-#include <map>
 
 #include "runtime/base/status.h"
 #include "runtime/base/strings.h"
@@ -75,7 +74,7 @@ absl::Status consolidate_to_safetensors(const std::string& dir, const std::strin
   if (s.ok()) s = w.write(h.data(), h.size());
   if (!s.ok()) return fail(s);
 
-  std::map<int, std::unique_ptr<FileReader>> files;
+  ShardFiles files(m, dir + "/" + tag);
   for (const auto& [name, shape] : m.parameters) {
     // One tensor at a time: gather its segments from the shards.
     const std::string key = Manifest::key("master", name);
@@ -83,12 +82,9 @@ absl::Status consolidate_to_safetensors(const std::string& dir, const std::strin
     if (it == m.tensors.end()) return fail(absl::DataLossError(cat("checkpoint ", dir, "/", tag, " has no tensor ", key)));
     std::vector<float> values(static_cast<size_t>(shape_numel(shape)));
     for (const CheckpointSegment& seg : it->second.segments) {
-      if (!files.count(seg.file)) {
-        absl::StatusOr<FileReader> r = FileReader::open(dir + "/" + tag + "/" + m.files.at(seg.file).name);
-        if (!r.ok()) return fail(r.status());
-        files[seg.file] = std::make_unique<FileReader>(std::move(r).value());
-      }
-      s = read_segment(*files[seg.file], seg, key, [&](const float* data, int64_t first, int64_t n) {
+      absl::StatusOr<const FileReader*> file = files.get(seg.file);
+      if (!file.ok()) return fail(file.status());
+      s = read_segment(**file, seg, key, [&](const float* data, int64_t first, int64_t n) {
         std::memcpy(values.data() + first, data, static_cast<size_t>(n) * 4);
         return absl::OkStatus();
       });

@@ -10,8 +10,6 @@
 //
 // Exit status: 0 fine, 1 a problem with the checkpoint (named), 2 bad usage.
 #include <cstdio>
-#include <map>
-#include <memory>
 #include <string>
 
 #include "absl/strings/str_format.h"
@@ -58,16 +56,13 @@ int inspect(const std::string& dir, std::string tag) {
     std::printf("  %s  rank %d  %s\n", f.name.c_str(), f.rank, zero::format_bytes(f.bytes + zero::kShardHeaderBytes).c_str());
   }
   // Verify every segment.
-  std::map<int, std::unique_ptr<zero::FileReader>> files;
+  zero::ShardFiles files(*m, dir + "/" + tag);
   int64_t segments = 0, bytes = 0;
   for (const auto& [key, t] : m->tensors) {
     for (const zero::CheckpointSegment& seg : t.segments) {
-      if (!files.count(seg.file)) {
-        absl::StatusOr<zero::FileReader> r = zero::FileReader::open(dir + "/" + tag + "/" + m->files.at(seg.file).name);
-        if (!r.ok()) return fail(r.status());
-        files[seg.file] = std::make_unique<zero::FileReader>(std::move(r).value());
-      }
-      absl::Status s = zero::read_segment(*files[seg.file], seg, key, [](const float*, int64_t, int64_t) {
+      absl::StatusOr<const zero::FileReader*> file = files.get(seg.file);
+      if (!file.ok()) return fail(file.status());
+      absl::Status s = zero::read_segment(**file, seg, key, [](const float*, int64_t, int64_t) {
         return absl::OkStatus();
       });
       if (!s.ok()) return fail(s);

@@ -145,6 +145,30 @@ TEST(CheckpointTest, DamagedFilesAreRefusedByName) {
   EXPECT_NE(std::string(s.message()).find("has no manifest.json"), std::string::npos) << s;
 }
 
+// Consolidation (and zero-ckpt inspect) open shards through the loader's
+// ShardFiles, so a shard the loader refuses is refused there too: here one
+// with bytes appended after what the manifest describes.
+TEST(CheckpointTest, ConsolidationRefusesWhatLoadingRefuses) {
+  Trained a;
+  const std::string dir = fresh_dir("ckpt");
+  ASSERT_TRUE(save_checkpoint(*a.engine, {dir, "", 0}).ok());
+  const std::string shard = dir + "/global_step3/rank_00000.shard";
+  const auto size = fs::file_size(shard);
+  {
+    std::ofstream f(shard, std::ios::binary | std::ios::app);
+    f << std::string(16, 'x');
+  }
+  const std::string want = "rank_00000.shard has " + std::to_string(size + 16) + " bytes, the manifest says";
+  Trained b(kModel, 0);
+  absl::Status s = load_checkpoint(*b.engine, dir);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(std::string(s.message()).find(want), std::string::npos) << s;
+  s = consolidate_to_safetensors(dir, "", dir + "/model.safetensors", DType::kF32);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(std::string(s.message()).find(want), std::string::npos) << s;
+  EXPECT_FALSE(fs::exists(dir + "/model.safetensors"));
+}
+
 TEST(CheckpointTest, AnotherModelIsRefusedNamingTheTensor) {
   Trained a;
   const std::string dir = fresh_dir("ckpt");
