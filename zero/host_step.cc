@@ -30,15 +30,16 @@ HostOffload host_offload_for(const ZeroConfig& zero, Tier compute_tier, bool for
   return o;
 }
 
-absl::Status check_host_offload(const ZeroConfig& zero, const HostOffload& offload) {
-  const char* device = offload.optimizer_on_nvme ? "nvme" : "cpu";
-  if (offload.optimizer && zero.stage == 0) {
+absl::Status check_offload(const ZeroConfig& zero, const HostOffload& offload) {
+  const bool optimizer_on_nvme = zero.offload_optimizer.device == OffloadDevice::kNvme;
+  if ((optimizer_on_nvme || offload.optimizer) && zero.stage == 0) {
     return absl::InvalidArgumentError(cat(
-        "zero_optimization.offload_optimizer.device \"", device, "\" needs ZeRO stage 1, 2 or 3 on a device backend "
-        "(at stage 0 there is no partitioned optimizer state to offload; DeepSpeed offloads only at stages 1-3); set "
+        "zero_optimization.offload_optimizer.device \"", optimizer_on_nvme ? "nvme" : "cpu",
+        "\" needs ZeRO stage 1, 2 or 3", optimizer_on_nvme ? "" : " on a device backend",
+        " (at stage 0 there is no partitioned optimizer state to offload; DeepSpeed offloads only at stages 1-3); set "
         "zero_optimization.stage"));
   }
-  if (offload.parameters_on_nvme && !offload.optimizer_on_nvme) {
+  if (zero.offload_param.device == OffloadDevice::kNvme && !optimizer_on_nvme) {
     return absl::InvalidArgumentError(
         "zero_optimization.offload_param.device \"nvme\" needs offload_optimizer.device \"nvme\" too: the parameter "
         "shard lives in the optimizer's swap records, where the step writes the new weights");

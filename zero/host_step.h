@@ -66,12 +66,14 @@ struct HostOffload {
 // weights up. With offload_param "nvme" too the parameter shard rides in the
 // records and the step writes it there (no weight staging, like "cpu").
 HostOffload host_offload_for(const ZeroConfig& zero, Tier compute_tier, bool forced);
-// The combinations the host path does not run, named by their keys: stage 0
-// (nothing partitioned to offload, as DeepSpeed), offload_param "cpu"
-// without offload_optimizer on the host (the step writes the host shard),
-// offload_param "nvme" without offload_optimizer "nvme" (the shard lives in
-// the optimizer's records).
-absl::Status check_host_offload(const ZeroConfig& zero, const HostOffload& offload);
+// The offload combinations no path runs, named by their keys; the one check
+// the engine, the planner and zero-train's backend check share. On any
+// backend: NVMe optimizer state at stage 0 (nothing partitioned to offload,
+// as DeepSpeed), offload_param "nvme" without offload_optimizer "nvme" (the
+// shard lives in the optimizer's records). Where the host path applies
+// (`offload`): "cpu" at stage 0, offload_param "cpu" without offload_optimizer
+// on the host (the step writes the host shard).
+absl::Status check_offload(const ZeroConfig& zero, const HostOffload& offload);
 
 // The chunk the step streams in: at most sub_group_size (the unit the store
 // hands out) and kHostStepMaxChunkElems (so the pinned staging stays small,

@@ -54,15 +54,9 @@ absl::StatusOr<MemoryPlan> plan_memory(const PlanInput& in) {
   if (e.gradient_accumulation_steps < 1)
     return absl::InvalidArgumentError(
         cat("gradient_accumulation_steps: ", e.gradient_accumulation_steps, " must be > 0"));
-  if (e.zero.offload_optimizer.device == OffloadDevice::kNvme && e.zero.stage == 0)
-    return absl::InvalidArgumentError(
-        "zero_optimization.offload_optimizer: device \"nvme\" requires stage 1, 2 or 3 (as the engine)");
-  if (e.zero.offload_param.device == OffloadDevice::kNvme && e.zero.offload_optimizer.device != OffloadDevice::kNvme)
-    return absl::InvalidArgumentError(
-        "zero_optimization.offload_param: device \"nvme\" needs offload_optimizer.device \"nvme\" as well (as the engine)");
 
   const HostOffload offload = host_offload_for(e.zero, in.compute_tier, e.force_offload_path);
-  ZE_RETURN_IF_ERROR(check_host_offload(e.zero, offload));  // as the engine
+  ZE_RETURN_IF_ERROR(check_offload(e.zero, offload));  // as the engine
 
   MemoryPlan plan;
   plan.world = in.world;

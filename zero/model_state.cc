@@ -16,7 +16,7 @@ absl::StatusOr<std::unique_ptr<ModelState>> ModelState::create(Module& model, co
                                                                Backend& backend, Communicator& comm) {
   const int stage = options.zero.stage;
   if (stage < 0 || stage > 3) return absl::InvalidArgumentError(cat("ZeRO stage ", stage, " does not exist (0-3)"));
-  ZE_RETURN_IF_ERROR(check_host_offload(
+  ZE_RETURN_IF_ERROR(check_offload(
       options.zero, host_offload_for(options.zero, backend.compute_tier(), options.force_offload_path)));
   if (stage == 3) {
     auto s = std::make_unique<Stage3ModelState>(model, options, backend, comm);

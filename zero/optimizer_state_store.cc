@@ -91,20 +91,13 @@ absl::StatusOr<std::unique_ptr<OptimizerStateStore>> make_state_store(Backend& b
                                                                       const StateStoreOptions& options,
                                                                       Tensor master) {
   const OffloadConfig& offload = options.zero.offload_optimizer;
-  if (options.hold_parameters && offload.device != OffloadDevice::kNvme) {
-    return absl::InvalidArgumentError(
-        "zero_optimization.offload_param.device \"nvme\" needs offload_optimizer.device \"nvme\" too: the parameter "
-        "shard lives in the optimizer's swap records, where the step writes the new weights");
-  }
+  // (Combinations no store runs were refused by check_offload, zero/host_step.h.)
+  ZE_CHECK(!options.hold_parameters || offload.device == OffloadDevice::kNvme);
   if (offload.device != OffloadDevice::kNvme) {
     return make_resident_state_store(backend, numel, state_names, options.zero.sub_group_size, std::move(master));
   }
 #ifdef ZE_HAVE_NVME_OFFLOAD
-  if (options.zero.stage == 0) {
-    return absl::InvalidArgumentError(
-        "zero_optimization.offload_optimizer.device \"nvme\" needs ZeRO stage 1, 2 or 3 (at stage 0 there is no "
-        "partitioned optimizer state to offload; DeepSpeed refuses it too)");
-  }
+  ZE_CHECK(options.zero.stage >= 1);
   NvmeStateStoreOptions o;
   o.nvme_path = offload.nvme_path;
   o.buffer_count = offload.buffer_count;

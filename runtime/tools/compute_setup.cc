@@ -37,10 +37,10 @@ absl::Status check_backend_supports(const RunConfig& c) {
   if (c.run.backend != "cuda") return absl::OkStatus();
   const ZeroConfig& z = c.engine.zero;
   // offload "cpu" is ZeRO-Offload and "nvme" ZeRO-Infinity, both through the
-  // host step (zero/host_step.h); check_host_offload refuses what it does not run.
+  // host step (zero/host_step.h); check_offload refuses what it does not run.
   // activation_checkpointing.cpu_checkpointing keeps segment inputs in pinned
   // host memory (runtime/graph/context.h).
-  return check_host_offload(z, host_offload_for(z, Tier::kDevice, /*forced=*/false));
+  return check_offload(z, host_offload_for(z, Tier::kDevice, /*forced=*/false));
 }
 
 absl::StatusOr<ComputeSetup> make_compute_setup(const RunConfig& c, std::unique_ptr<Communicator>& comm) {
