@@ -11,18 +11,12 @@
 // during compute. read()/write() reach any range through one cached record
 // (checkpoints, initial values).
 //
-// Preflight, at create(): nvme_path exists and is a directory, the swap file
-// can be created there with O_DIRECT, the disk has room for the whole file
-// (it is preallocated, so a full disk shows up before the first step, not
-// halfway through one) and host memory has room for the buffers. Each error
-// names the key, the path and what to do.
-//
-// Hygiene: the file is named by a fresh random run id and carries it in its
-// header; a record is read back only after this run wrote it (never-written
-// sub-groups are zeros), so a crashed run's leftovers can never be read as
-// live state. The file is removed when the store is destroyed; leftovers of
-// earlier runs found in nvme_path are reported (never deleted: they may
-// belong to a run still going).
+// Preflight, at create(), and the file's name, header and removal:
+// offload/swap_file.h (nvme_path exists and is a directory, the disk has room
+// for the whole preallocated file, host memory has room for the buffers; each
+// error names the key, the path and what to do). A record is read back only
+// after this run wrote it (never-written sub-groups are zeros), so a crashed
+// run's leftovers can never be read as live state.
 //
 // The store lives on a host backend: the CPU backend a CPU run computes on,
 // or, for a GPU rank, the host backend of zero/host_step.h, whose step runs
@@ -35,13 +29,14 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "offload/aio_config.h"
 #include "offload/aligned_buffer_pool.h"
 #include "offload/io_engine.h"
+#include "offload/param_reads.h"
+#include "offload/swap_file.h"
 #include "zero/optimizer_state_store.h"
 #include "zero/swap_layout.h"
 
@@ -80,7 +75,7 @@ class NvmeStateStore final : public OptimizerStateStore {
   absl::StatusOr<std::optional<int64_t>> start_parameter_read(int64_t offset, int64_t count) override;
   absl::Status finish_parameter_read(int64_t ticket, const Tensor& dst) override;
 
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return file_->path(); }
   const std::string& run_id() const { return run_id_; }
   const SwapLayout& layout() const { return layout_; }
   const IoEngineStats& io_stats() const { return engine_->stats(); }
@@ -90,7 +85,6 @@ class NvmeStateStore final : public OptimizerStateStore {
  private:
   NvmeStateStore(std::vector<std::string> names, int64_t numel, const NvmeStateStoreOptions& options);
   absl::Status open_file(Backend& backend);
-  int64_t param_read_buffer_bytes() const;
   // Array `index` of a record held in `buffer`, as an fp32 tensor of n elements.
   Tensor array_in(const IoBuffer& buffer, int index, int64_t n) const;
   // Makes `g` the cached record (writing back a dirty one first).
@@ -98,28 +92,18 @@ class NvmeStateStore final : public OptimizerStateStore {
 
   NvmeStateStoreOptions options_;
   SwapLayout layout_;
-  std::string path_, run_id_;
+  std::string run_id_;
   std::vector<std::string> leftovers_;
   std::unique_ptr<IoEngine> engine_;
   std::unique_ptr<AlignedBufferPool> pool_;
-  std::unique_ptr<AlignedBufferPool> read_pool_;  // parameter reads (offload_param)
-  IoFile file_;
-  struct ParamRead {
-    IoBuffer buffer;
-    IoTransfer io;
-    int64_t count = 0;
-    // (byte offset in the buffer, elements) of each record's piece, in order.
-    std::vector<std::pair<int64_t, int64_t>> pieces;
-  };
-  std::unordered_map<int64_t, ParamRead> reads_;
-  int64_t next_ticket_ = 0;
+  std::unique_ptr<SwapFile> file_;
   std::vector<bool> on_disk_;  // record g was written by this run
+  std::unique_ptr<ParamReads> param_reads_;  // offload_param "nvme": the shard is in the records
   struct Cached {
     IoBuffer buffer;
     int64_t group = -1;
     bool dirty = false;
   } cache_;
-  bool tracked_ = false;
 };
 
 }  // namespace zero

@@ -4,20 +4,27 @@
 #   quickstart  the default training job (configs/quickstart.json)
 #   test        the whole test suite (ctest)
 #   build       nothing more
+#   packages    print the Debian packages it installs and exit (what
+#               scripts/check_build_packages.py checks the build against)
 # Run as root on Debian 12 (or with sudo available). BUILD_DIR overrides ./build.
 set -euo pipefail
 
 mode=${1:-quickstart}
-case "$mode" in quickstart|test|build) ;; *) echo "usage: $0 quickstart|test|build" >&2; exit 2;; esac
+case "$mode" in quickstart|test|build|packages) ;; *) echo "usage: $0 quickstart|test|build|packages" >&2; exit 2;; esac
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$root/build}
 
 packages=(build-essential cmake ninja-build pkg-config
-          libdnnl-dev libabsl-dev nlohmann-json3-dev
+          libdnnl-dev ocl-icd-opencl-dev  # Debian's oneDNN CMake config requires OpenCL; libdnnl-dev only recommends it
+          libabsl-dev nlohmann-json3-dev
           libopenmpi-dev openmpi-bin liburing-dev
           libgtest-dev libgmock-dev libbenchmark-dev
           python3 gnuplot-nox)  # the benchmark scripts' tables and plot
+if [ "$mode" = packages ]; then
+  printf '%s\n' "${packages[@]}"
+  exit 0
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

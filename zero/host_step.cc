@@ -39,10 +39,11 @@ absl::Status check_offload(const ZeroConfig& zero, const HostOffload& offload) {
         " (at stage 0 there is no partitioned optimizer state to offload; DeepSpeed offloads only at stages 1-3); set "
         "zero_optimization.stage"));
   }
-  if (zero.offload_param.device == OffloadDevice::kNvme && !optimizer_on_nvme) {
+  if (offload.parameters_on_nvme && !offload.optimizer) {
     return absl::InvalidArgumentError(
-        "zero_optimization.offload_param.device \"nvme\" needs offload_optimizer.device \"nvme\" too: the parameter "
-        "shard lives in the optimizer's swap records, where the step writes the new weights");
+        "zero_optimization.offload_param.device \"nvme\" needs offload_optimizer.device \"cpu\" or \"nvme\" on a "
+        "device backend: the optimizer step then runs on the CPU and writes the new weights into the parameter swap "
+        "file");
   }
   if (offload.parameters && !offload.optimizer) {
     return absl::InvalidArgumentError(

@@ -64,15 +64,16 @@ struct HostOffload {
 // the host backend, whose for_each streams the swap records (read i+1 /
 // update i / write i-1) while the host step streams gradients down and
 // weights up. With offload_param "nvme" too the parameter shard rides in the
-// records and the step writes it there (no weight staging, like "cpu").
+// records and the step writes it there (no weight staging, like "cpu"); with
+// offload_param "nvme" beside offload_optimizer "cpu" the shard has a swap
+// file of its own (offload/nvme_param_store.h), written the same way.
 HostOffload host_offload_for(const ZeroConfig& zero, Tier compute_tier, bool forced);
 // The offload combinations no path runs, named by their keys; the one check
 // the engine, the planner and zero-train's backend check share. On any
 // backend: NVMe optimizer state at stage 0 (nothing partitioned to offload,
-// as DeepSpeed), offload_param "nvme" without offload_optimizer "nvme" (the
-// shard lives in the optimizer's records). Where the host path applies
-// (`offload`): "cpu" at stage 0, offload_param "cpu" without offload_optimizer
-// on the host (the step writes the host shard).
+// as DeepSpeed). Where the host path applies (`offload`): "cpu" at stage 0,
+// offload_param "cpu" or "nvme" without offload_optimizer on the host (the
+// step, on the CPU, writes the host shard or the parameter swap file).
 absl::Status check_offload(const ZeroConfig& zero, const HostOffload& offload);
 
 // The chunk the step streams in: at most sub_group_size (the unit the store

@@ -30,7 +30,8 @@ void simulate_add_reduced(Sim& sim, int64_t numel, DType grad_dtype) {
 // optimizer's states for `numel` elements: in memory, or in a swap file with
 // host swap buffers (offload_optimizer.device = "nvme", zero/swap_layout.h).
 // With max_param_read > 0 (offload_param "nvme") the records also hold the
-// parameters, read ahead through offload_param.buffer_count buffers. With
+// parameters, read ahead through offload_param.buffer_count buffers, or,
+// without offload_optimizer "nvme", the parameters have a file of their own. With
 // offload.optimizer (ZeRO-Offload, zero/host_step.h) the arrays are host
 // memory, beside the host step's staging (host tier, pinned on a device).
 std::vector<Buf> allocate_optimizer_state(Sim& sim, const EngineConfig& e, int64_t numel, bool separate_master,
@@ -46,13 +47,26 @@ std::vector<Buf> allocate_optimizer_state(Sim& sim, const EngineConfig& e, int64
     store.push_back(sim.alloc(Tier::kHost, kHostStepStagingCategory,
                               host_step_staging_bytes(chunk, e.gradient_dtype(), e.param_dtype, params_on_host)));
   };
+  const int64_t param_elem = max_param_read > 0 ? static_cast<int64_t>(dtype_size(e.param_dtype)) : 0;
+  if (e.zero.offload_optimizer.device != OffloadDevice::kNvme && max_param_read > 0) {
+    // offload_param "nvme" alone (offload/nvme_param_store.h): the states
+    // resident, the shard in a swap file of its own with write and read buffers.
+    const Tier tier = offload.optimizer ? Tier::kHost : sim.tier;
+    for (int i = 0; i < arrays; ++i) store.push_back(sim.alloc(tier, MemCategory::kOptimizerState, numel * 4));
+    const SwapLayout layout = param_swap_layout(numel, e.zero.offload_param.buffer_size, param_elem);
+    store.push_back(sim.alloc(Tier::kHost, MemCategory::kSwapBuffers, kParamWriteBuffers * layout.record_bytes()));
+    store.push_back(sim.alloc(Tier::kHost, MemCategory::kSwapBuffers,
+                              e.zero.offload_param.buffer_count * layout.param_read_buffer_bytes(max_param_read)));
+    store.push_back(sim.alloc(Tier::kNvme, MemCategory::kParameters, layout.file_bytes()));
+    if (offload.optimizer) host_step_staging();
+    return store;
+  }
   if (offload.optimizer && !offload.optimizer_on_nvme) {
     for (int i = 0; i < arrays; ++i) store.push_back(sim.alloc(Tier::kHost, MemCategory::kOptimizerState, numel * 4));
     host_step_staging();
     return store;
   }
   if (e.zero.offload_optimizer.device == OffloadDevice::kNvme) {
-    const int64_t param_elem = max_param_read > 0 ? static_cast<int64_t>(dtype_size(e.param_dtype)) : 0;
     const SwapLayout layout = SwapLayout::make(numel, e.zero.sub_group_size, arrays, param_elem);
     store.push_back(sim.alloc(Tier::kNvme, MemCategory::kOptimizerState, layout.file_bytes()));
     store.push_back(sim.alloc(Tier::kHost, MemCategory::kSwapBuffers,

@@ -8,6 +8,7 @@
 #include "runtime/base/strings.h"
 #include "zero/state_buffers.h"
 #ifdef ZE_HAVE_NVME_OFFLOAD
+#include "offload/nvme_param_store.h"
 #include "offload/nvme_state_store.h"
 #endif
 
@@ -90,14 +91,36 @@ absl::StatusOr<std::unique_ptr<OptimizerStateStore>> make_state_store(Backend& b
                                                                       const std::vector<std::string>& state_names,
                                                                       const StateStoreOptions& options,
                                                                       Tensor master) {
-  const OffloadConfig& offload = options.zero.offload_optimizer;
   // (Combinations no store runs were refused by check_offload, zero/host_step.h.)
-  ZE_CHECK(!options.hold_parameters || offload.device == OffloadDevice::kNvme);
-  if (offload.device != OffloadDevice::kNvme) {
+  const OffloadConfig& offload = options.zero.offload_optimizer;
+  const OffloadConfig& param = options.zero.offload_param;
+  ZE_CHECK(!options.hold_parameters || param.device == OffloadDevice::kNvme);
+  if (offload.device != OffloadDevice::kNvme && !options.hold_parameters) {
     return make_resident_state_store(backend, numel, state_names, options.zero.sub_group_size, std::move(master));
   }
 #ifdef ZE_HAVE_NVME_OFFLOAD
   ZE_CHECK(options.zero.stage >= 1);
+  // A gather reads a whole chunk into one read buffer (offload_param.buffer_size elements).
+  if (options.hold_parameters && options.max_param_read > param.buffer_size) {
+    return absl::InvalidArgumentError(cat(
+        "zero_optimization.offload_param.buffer_size: ", param.buffer_size,
+        " elements is smaller than this rank's largest parameter chunk (", options.max_param_read,
+        " elements); raise it (DeepSpeed needs it at least as large as the largest parameter too)"));
+  }
+  if (offload.device != OffloadDevice::kNvme) {
+    // offload_param "nvme" alone: the states resident, the shard in a file of its own.
+    ZE_ASSIGN_OR_RETURN(std::unique_ptr<OptimizerStateStore> states,
+                        make_resident_state_store(backend, numel, state_names, options.zero.sub_group_size));
+    NvmeParamStoreOptions o;
+    o.nvme_path = param.nvme_path;
+    o.read_buffers = param.buffer_count;
+    o.record_elems = param.buffer_size;
+    o.max_param_read = options.max_param_read;
+    o.param_dtype = options.param_dtype;
+    o.aio = options.aio;
+    o.rank = options.rank;
+    return NvmeParamStore::create(backend, std::move(states), o);
+  }
   NvmeStateStoreOptions o;
   o.nvme_path = offload.nvme_path;
   o.buffer_count = offload.buffer_count;
@@ -107,20 +130,15 @@ absl::StatusOr<std::unique_ptr<OptimizerStateStore>> make_state_store(Backend& b
   if (options.hold_parameters) {
     o.hold_parameters = true;
     o.param_dtype = options.param_dtype;
-    o.param_read_buffers = options.zero.offload_param.buffer_count;
+    o.param_read_buffers = param.buffer_count;
     o.max_param_read = options.max_param_read;
-    if (options.max_param_read > options.zero.offload_param.buffer_size) {
-      return absl::InvalidArgumentError(cat(
-          "zero_optimization.offload_param.buffer_size: ", options.zero.offload_param.buffer_size,
-          " elements is smaller than this rank's largest parameter chunk (", options.max_param_read,
-          " elements); raise it (DeepSpeed needs it at least as large as the largest parameter too)"));
-    }
   }
   return NvmeStateStore::create(backend, numel, with_master(state_names), o);
 #else
-  return absl::UnimplementedError(
-      "zero_optimization.offload_optimizer.device \"nvme\": this build has no io_uring (liburing 2.3 or later was "
-      "not found when it was configured)");
+  return absl::UnimplementedError(cat("zero_optimization.", offload.device == OffloadDevice::kNvme ? "offload_optimizer"
+                                                                                                  : "offload_param",
+                                      ".device \"nvme\": this build has no io_uring (liburing 2.3 or later was not "
+                                      "found when it was configured)"));
 #endif
 }
 

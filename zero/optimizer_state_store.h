@@ -63,7 +63,9 @@ class OptimizerStateStore {
   // ---- parameters in the store (offload_param "nvme" at stage 3): the
   // store then also holds this rank's parameter shard in the model dtype, and
   // for_each() passes it as one more array after the states, for the step to
-  // write the new weights into.
+  // write the new weights into. That array is output only: with write_back,
+  // fn writes every element of it; what it holds on entry is unspecified
+  // (the parameter store, offload/nvme_param_store.h, never reads it back).
   bool holds_parameters() const { return holds_parameters_; }
   // Starts reading parameter elements [offset, offset + count) ahead of their
   // use: a ticket for finish_parameter_read, or nullopt when every read
@@ -106,9 +108,11 @@ struct StateStoreOptions {
   int64_t max_param_read = 0;
 };
 
-// The store offload_optimizer asks for, on `backend` (whose compute tier must
-// be host memory for NVMe): NVMe when device is "nvme" (an error if this
-// build has no io_uring), else resident.
+// The store offload_optimizer and offload_param ask for, on `backend` (whose
+// compute tier must be host memory for NVMe): NVMe when offload_optimizer's
+// device is "nvme" (with hold_parameters the shard rides in its records);
+// resident states beside a parameter swap file with hold_parameters alone;
+// else resident. NVMe is an error if this build has no io_uring.
 absl::StatusOr<std::unique_ptr<OptimizerStateStore>> make_state_store(Backend& backend, int64_t numel,
                                                                       const std::vector<std::string>& state_names,
                                                                       const StateStoreOptions& options,

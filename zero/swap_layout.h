@@ -61,4 +61,14 @@ struct SwapLayout {
   }
 };
 
+// The parameter shard's own swap file (offload_param "nvme" without
+// offload_optimizer "nvme", offload/nvme_param_store.h): no fp32 arrays,
+// records of min(offload_param.buffer_size, numel) parameters.
+inline SwapLayout param_swap_layout(int64_t numel, int64_t buffer_size, int64_t param_elem) {
+  return SwapLayout::make(numel, buffer_size, 0, param_elem);
+}
+// The step writes that file through this many record buffers: one filled by
+// the CPU while the other's write is in flight.
+inline constexpr int64_t kParamWriteBuffers = 2;
+
 }  // namespace zero

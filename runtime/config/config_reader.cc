@@ -65,8 +65,12 @@ absl::Status ConfigDiagnostics::status() const {
   return absl::InvalidArgumentError(msg);
 }
 
-ConfigReader::ConfigReader(const Json* obj, std::string path, ConfigDiagnostics* diag)
-    : obj_(obj), path_(std::move(path)), diag_(diag), known_(std::make_shared<std::set<std::string>>()) {}
+ConfigReader::ConfigReader(const Json* obj, std::string path, ConfigDiagnostics* diag, UnknownKeys unknown)
+    : obj_(obj),
+      path_(std::move(path)),
+      diag_(diag),
+      known_(std::make_shared<std::set<std::string>>()),
+      unknown_(unknown) {}
 
 std::string ConfigReader::key_path(std::string_view key) const {
   return path_.empty() ? std::string(key) : cat(path_, ".", key);
@@ -84,15 +88,15 @@ const Json* ConfigReader::lookup(std::string_view key) {
   return &v;
 }
 
-ConfigReader ConfigReader::section(std::string_view key) {
+ConfigReader ConfigReader::section(std::string_view key, UnknownKeys unknown) {
   static const Json kEmpty = Json::object();
   const Json* v = lookup(key);
-  if (v == nullptr) return ConfigReader(&kEmpty, key_path(key), diag_);
+  if (v == nullptr) return ConfigReader(&kEmpty, key_path(key), diag_, unknown);
   if (!v->is_object()) {
     error(key, cat("expected a section ({...}), got ", describe(*v)));
-    return ConfigReader(&kEmpty, key_path(key), diag_);
+    return ConfigReader(&kEmpty, key_path(key), diag_, unknown);
   }
-  return ConfigReader(v, key_path(key), diag_);
+  return ConfigReader(v, key_path(key), diag_, unknown);
 }
 
 void ConfigReader::set_effective(std::string_view key, const Json& value) {
@@ -238,9 +242,17 @@ void ConfigReader::finish() {
     if (known_->count(it.key())) continue;
     const std::string suggestion = closest_match(it.key(), known);
     std::string msg = cat("unknown key \"", key_path(it.key()), "\"");
+    if (suggestion.empty() && unknown_ == UnknownKeys::kWarnUnlessNearMiss) {
+      diag_->warnings.push_back(cat(msg, " ignored (DeepSpeed ignores unknown keys ",
+                                    path_.empty() ? "at the top level" : cat("in \"", path_, "\""), ")"));
+      continue;
+    }
     if (!suggestion.empty()) msg += cat(" (did you mean \"", key_path(suggestion), "\"?)");
     if (diag_->allow_unknown_keys) {
       diag_->warnings.push_back(msg + "; ignored because of --allow-unknown-keys");
+    } else if (unknown_ == UnknownKeys::kWarnUnlessNearMiss) {
+      // DeepSpeed would ignore it; a near miss is a typo until the user says otherwise.
+      diag_->errors.push_back(msg + "; fix it, or pass --allow-unknown-keys to ignore it as DeepSpeed would");
     } else {
       diag_->errors.push_back(msg);
     }

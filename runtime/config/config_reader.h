@@ -10,6 +10,15 @@
 //
 // DeepSpeed conventions kept here: a value of exactly "auto" means the key's
 // default; integer keys accept integral floats such as 1e9 but not 1.5.
+//
+// Unknown keys follow DeepSpeed's strictness per section. Where DeepSpeed
+// forbids them (its pydantic sections: zero_optimization, offload_*, fp16,
+// bf16, ...; and ZeroEngine's own model, data, run) an unknown key is an
+// error. Where DeepSpeed ignores them (the top level and its dict-read
+// sections: aio, activation_checkpointing, checkpoint, ...) a key that is a
+// near miss of a known one is still an error (a typo would otherwise do
+// nothing), and any other is a warning naming it. --allow-unknown-keys turns
+// every unknown-key error into a warning.
 #pragma once
 
 #include <initializer_list>
@@ -35,12 +44,20 @@ struct ConfigDiagnostics {
   absl::Status status() const;
 };
 
+// How a section treats keys nothing asked for (see above).
+enum class UnknownKeys {
+  kError,                 // DeepSpeed forbids extra fields here
+  kWarnUnlessNearMiss,    // DeepSpeed ignores them here
+};
+
 class ConfigReader {
  public:
   ConfigReader(const Json& root, ConfigDiagnostics& diag) : ConfigReader(&root, "", &diag) {}
 
   // A nested section; an absent key reads as an empty section.
-  ConfigReader section(std::string_view key);
+  ConfigReader section(std::string_view key, UnknownKeys unknown = UnknownKeys::kError);
+  // How this section treats unknown keys (the root's is set by its owner).
+  void set_unknown_keys(UnknownKeys unknown) { unknown_ = unknown; }
   bool has(std::string_view key) const;
   const std::string& path() const { return path_; }
   std::string key_path(std::string_view key) const;
@@ -82,7 +99,7 @@ class ConfigReader {
   void finish();
 
  private:
-  ConfigReader(const Json* obj, std::string path, ConfigDiagnostics* diag);
+  ConfigReader(const Json* obj, std::string path, ConfigDiagnostics* diag, UnknownKeys unknown = UnknownKeys::kError);
   // The value at key, or nullptr when absent or "auto".
   const Json* lookup(std::string_view key);
 
@@ -90,6 +107,7 @@ class ConfigReader {
   std::string path_;
   ConfigDiagnostics* diag_;
   std::shared_ptr<std::set<std::string>> known_;
+  UnknownKeys unknown_;
 };
 
 // The closest of `candidates` to `word` by edit distance, or "" when none is close.

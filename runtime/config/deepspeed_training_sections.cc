@@ -187,7 +187,7 @@ void parse_precision_sections(ConfigReader& root, EngineConfig& out) {
     out.check_grad_overflow = bf16_check;
   }
 
-  ConfigReader dt = root.section("data_types");
+  ConfigReader dt = root.section("data_types", UnknownKeys::kWarnUnlessNearMiss);  // dict-read in DeepSpeed
   const Json& accum = dt.get_raw("grad_accum_dtype");
   if (!accum.is_null()) {
     const std::string name = dt.get_choice("grad_accum_dtype", "fp32", {"fp32", "fp16", "bf16"});
@@ -197,7 +197,7 @@ void parse_precision_sections(ConfigReader& root, EngineConfig& out) {
   dt.refuse_unless("buffer_dtype", Json(), "models here have no buffers");
   dt.finish();
 
-  ConfigReader autocast = root.section("torch_autocast");
+  ConfigReader autocast = root.section("torch_autocast", UnknownKeys::kWarnUnlessNearMiss);  // dict-read in DeepSpeed
   autocast.refuse_unless("enabled", false, "torch autocast has no equivalent; set bf16.enabled or fp16.enabled");
   autocast.mark_known("dtype");
   autocast.mark_known("lower_precision_safe_modules");

@@ -108,10 +108,6 @@ void parse_zero_section(ConfigReader& root, ZeroConfig& z) {
     parse_offload(r.section("offload_param"), z.offload_param, true);
   }
   r.mark_known("offload_param");
-  if (z.offload_param.device == OffloadDevice::kNvme && z.offload_optimizer.device != OffloadDevice::kNvme) {
-    r.error("offload_param", "device \"nvme\" needs offload_optimizer.device \"nvme\" as well (the parameter shard "
-                             "rides in the optimizer's swap records, where the step writes the new weights)");
-  }
   if (z.offload_optimizer.device == OffloadDevice::kNvme && z.stage == 0) {
     r.error("offload_optimizer", "device \"nvme\" requires stage 1, 2 or 3 (stage 0 has no partitioned optimizer "
                                  "state to offload)");
@@ -155,8 +151,9 @@ void parse_zero_section(ConfigReader& root, ZeroConfig& z) {
 
 void parse_aio_section(ConfigReader r, AioConfig& a) {
   if (r.has("thread_count")) {
-    // DeepSpeed renamed it and now silently ignores the old name; we say so.
-    r.error("thread_count", "was renamed \"intra_op_parallelism\" (DeepSpeed #7056); rename the key");
+    // DeepSpeed renamed it and now silently ignores the old name; so do we, saying so.
+    r.warn("thread_count", "ignored: DeepSpeed renamed it \"intra_op_parallelism\" (DeepSpeed #7056) and ignores the "
+                           "old name; rename the key to set it");
   }
   r.mark_known("thread_count");
   a.block_size = r.get_int("block_size", a.block_size, 1);
@@ -200,7 +197,7 @@ void parse_checkpoint_section(ConfigReader r) {
   // Every ZeroEngine checkpoint loads at any world size: both values hold.
   r.get_bool("load_universal", false);
   r.refuse_unless("use_node_local_storage", false, "ranks share one checkpoint directory");
-  ConfigReader pw = r.section("parallel_write");
+  ConfigReader pw = r.section("parallel_write", UnknownKeys::kWarnUnlessNearMiss);
   pw.refuse_unless("pipeline_stage", false, "there is no pipeline parallelism");
   pw.finish();
   r.finish();

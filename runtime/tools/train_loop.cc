@@ -78,7 +78,8 @@ absl::Status run_training(const RunConfig& c, Backend& backend, Communicator& co
     out << "offload: device \"cpu\" requested; on the CPU backend parameters and optimizer state already "
            "live in host memory, so nothing moves\n";
   }
-  if (c.engine.zero.offload_optimizer.device == OffloadDevice::kNvme) {
+  if (c.engine.zero.offload_optimizer.device == OffloadDevice::kNvme ||
+      c.engine.zero.offload_param.device == OffloadDevice::kNvme) {
     out << "optimizer state: " << engine->state().state_store().describe() << "\n";
   }
   if (state.host_step() != nullptr) {

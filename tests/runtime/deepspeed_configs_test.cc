@@ -1,8 +1,8 @@
 // The 13 real DeepSpeed configs in tests/data/ds_configs (from DeepSpeed's
 // and DeepSpeedExamples' repositories), each with its expected outcome: it
 // loads, or it is refused with messages naming each offending key and the
-// reason. Where DeepSpeed is lenient and we are not (an unknown top-level
-// key), --allow-unknown-keys restores DeepSpeed's behaviour.
+// reason. Unknown keys are treated as DeepSpeed treats them (ignored at the
+// top level with a warning, refused in its strict sections).
 #include <gtest/gtest.h>
 
 #include "runtime/config/run_config.h"
@@ -18,9 +18,9 @@ struct Expectation {
 
 const std::vector<Expectation>& expectations() {
   static const std::vector<Expectation> kAll = {
-      // DeepSpeed ignores the unknown top-level key; we say how to fix it.
-      {"zero1_fp16_imagenet.json", false,
-       {"invalid config: unknown key \"cuda_visible_devices\"; remove it, or pass --allow-unknown-keys"}},
+      // DeepSpeed ignores the unknown top-level key; so do we, naming it.
+      {"zero1_fp16_imagenet.json", true,
+       {"unknown key \"cuda_visible_devices\" ignored (DeepSpeed ignores unknown keys at the top level)"}},
       {"zero1_fp16_megatron_gpt2.json", true, {}},
       {"zero2_bf16_cpu_offload_zenflow.json", false,
        {"zero_optimization.zenflow: {\"topk_ratio\"", "is not supported (ZenFlow is not implemented)"}},
@@ -42,10 +42,9 @@ const std::vector<Expectation>& expectations() {
         "\"zero_optimization.stage3_param_persistence_threshold\"?)"}},
       {"zero3_infinity_nvme_fp16_megatron_2021.json", false,
        {"unknown key \"zero_optimization.stage3_param_persitence_threshold\" (did you mean",
-        "aio.thread_count: was renamed \"intra_op_parallelism\""}},
+        "(warning) aio.thread_count: ignored: DeepSpeed renamed it \"intra_op_parallelism\""}},
       {"zero3_offload_param_cpu_sglang.json", true, {}},
-      {"zero3_offload_param_nvme_aio_sglang.json", false,
-       {"zero_optimization.offload_param: device \"nvme\" needs offload_optimizer.device \"nvme\" as well"}},
+      {"zero3_offload_param_nvme_aio_sglang.json", true, {}},
   };
   return kAll;
 }
@@ -79,16 +78,6 @@ INSTANTIATE_TEST_SUITE_P(All, DeepSpeedConfigsTest, ::testing::ValuesIn(expectat
 
 TEST(DeepSpeedConfigsTest, EveryFixtureHasAnExpectation) {
   EXPECT_EQ(expectations().size(), 13u);
-}
-
-TEST(DeepSpeedConfigsTest, AllowUnknownKeysRestoresDeepSpeedsTopLevelLeniency) {
-  absl::StatusOr<Json> j = parse_json_text(R"({"train_batch_size": 8, "cuda_visible_devices": 0,
-                                               "fp16": {"enabled": true, "auto_cast": true}})", "x.json");
-  ASSERT_TRUE(j.ok());
-  absl::StatusOr<RunConfig> c = parse_run_config(*j, {.allow_unknown_keys = true});
-  ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_EQ(c->engine.param_dtype, DType::kF16);
-  EXPECT_TRUE(c->engine.loss_scaler.dynamic);
 }
 
 TEST(DeepSpeedConfigsTest, AliasesAndDeprecations) {

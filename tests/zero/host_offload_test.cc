@@ -28,6 +28,8 @@
 //    the chunk and not a multiple of it, and over the NVMe store's pieces
 //    smaller than a sub-group;
 //  * checkpoints move between offloaded and resident runs;
+//  * offload_param "nvme" beside offload_optimizer "cpu" (the shard in a
+//    swap file of its own) is bitwise too;
 //  * what the path does not run is refused with the key's name;
 //  * without the forced path, "cpu" on the CPU backend moves nothing.
 #include <gtest/gtest.h>
@@ -92,17 +94,18 @@ struct Trained {
   int64_t held = 0, max_chunk = 0;   // elements of this rank's partition; of its largest gather chunk
   int64_t host_optimizer_bytes = 0;  // all of this rank's host optimizer state (both backends)
   int64_t compute_optimizer_bytes = 0, host_backend_optimizer_bytes = -1, host_backend_swap_bytes = -1;
-  int64_t nvme_bytes = 0;
+  int64_t nvme_bytes = 0, nvme_parameter_bytes = 0;
   int64_t staging_bytes = 0;  // the compute backend's comm buffers at rest: the staging
   int64_t chunk = 0, host_copies = 0, prefetches = 0;
   bool host_path = false;
 };
 
-Trained train(const RunSetup& s, Store store, const std::string& swap_dir) {
+Trained train(const EngineConfig& ec) {
   const int64_t optim0 = tracked(Tier::kHost, MemCategory::kOptimizerState);
   const int64_t nvme0 = tracked(Tier::kNvme, MemCategory::kOptimizerState);
+  const int64_t nvme_param0 = tracked(Tier::kNvme, MemCategory::kParameters);
   CpuBackend backend;  // the "device"
-  auto engine = initialize(std::make_unique<Gpt>(kModel), config(s, store, swap_dir), backend, &world());
+  auto engine = initialize(std::make_unique<Gpt>(kModel), ec, backend, &world());
   EXPECT_TRUE(engine.ok()) << engine.status();
   if (!engine.ok()) return {};
   Trained out;
@@ -116,6 +119,7 @@ Trained train(const RunSetup& s, Store store, const std::string& swap_dir) {
   }
   out.host_optimizer_bytes = tracked(Tier::kHost, MemCategory::kOptimizerState) - optim0;
   out.nvme_bytes = tracked(Tier::kNvme, MemCategory::kOptimizerState) - nvme0;
+  out.nvme_parameter_bytes = tracked(Tier::kNvme, MemCategory::kParameters) - nvme_param0;
   out.compute_optimizer_bytes = backend.memory().at(Tier::kHost, MemCategory::kOptimizerState).current;
   if (state.host_backend() != nullptr) {
     const auto& host = state.host_backend()->memory();
@@ -125,13 +129,15 @@ Trained train(const RunSetup& s, Store store, const std::string& swap_dir) {
   out.staging_bytes = backend.memory().at(Tier::kHost, MemCategory::kCommBuffers).current;
   out.host_path = state.host_step() != nullptr;
   if (out.host_path) out.chunk = state.host_step()->chunk_elems();
-  if (s.stage == 3) {
+  if (ec.zero.stage == 3) {
     const ParamCoordinator& c = dynamic_cast<const Stage3ModelState&>(state).coordinator();
     out.host_copies = c.host_copies();
     out.prefetches = c.prefetches();
   }
   return out;
 }
+
+Trained train(const RunSetup& s, Store store, const std::string& swap_dir) { return train(config(s, store, swap_dir)); }
 
 class HostOffloadTest : public ::testing::TestWithParam<Store> {
  protected:
@@ -331,15 +337,51 @@ TEST_P(HostOffloadTest, RefusesWhatTheHostPathDoesNotRun) {
   const std::string stage0 = refusal(config({0, DType::kF32, true}, store(), swap));
   EXPECT_NE(stage0.find(cat("offload_optimizer.device \"", key, "\" needs ZeRO stage 1, 2 or 3")), std::string::npos)
       << stage0;
-  // The parameters offloaded without the optimizer there (with NVMe, even
-  // when the optimizer is in host memory).
-  EngineConfig params_only = config({3, DType::kF32, false, true}, store(), swap);
-  if (store() == Store::kNvme) params_only.zero.offload_optimizer.device = OffloadDevice::kCpu;
-  const std::string alone = refusal(params_only);
-  EXPECT_NE(alone.find(cat("offload_param.device \"", key, "\" needs offload_optimizer.device \"", key, "\"")),
-            std::string::npos)
-      << alone;
+  // The parameters offloaded with the optimizer state left on the device:
+  // nothing on the CPU would write the new weights into the host shard or
+  // the parameter swap file.
+  const std::string alone = refusal(config({3, DType::kF32, false, true}, store(), swap));
+  const std::string needs = store() == Store::kHost ? "needs offload_optimizer.device \"cpu\" too"
+                                                    : "needs offload_optimizer.device \"cpu\" or \"nvme\"";
+  EXPECT_NE(alone.find(cat("offload_param.device \"", key, "\" ", needs)), std::string::npos) << alone;
 }
+
+#ifdef ZE_HAVE_NVME_OFFLOAD
+// offload_param "nvme" beside offload_optimizer "cpu" (DeepSpeed allows it):
+// the state in host memory, the step on the CPU writing the new weights into
+// the parameter shard's own swap file, each gather reading its chunk from
+// there and copying it up.
+TEST(HostOffloadParamsTest, ParametersOnNvmeBesideCpuOptimizerTrainBitwise) {
+  const std::string dir = shared_dir("host_offload_test.params_nvme");
+  constexpr int64_t kRecord = 1100;  // elements: above the largest chunk, below the shard
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    const Trained ref = train(config({3, dtype, false}, Store::kHost, dir));
+    EngineConfig ec = config({3, dtype, true}, Store::kHost, dir);
+    offload_params_to(ec, OffloadDevice::kNvme, dir, kParamBuffers);
+    ec.zero.offload_param.buffer_size = kRecord;
+    const Trained got = train(ec);
+    const std::string name = cat(dtype_name(dtype), " cpu optimizer + nvme parameters");
+    ASSERT_TRUE(got.host_path) << name;
+    EXPECT_EQ(got.losses, ref.losses) << name;
+    EXPECT_EQ(got.master, ref.master) << name;
+    EXPECT_EQ(got.params, ref.params) << name;
+    EXPECT_EQ(got.compute_optimizer_bytes, 0) << name;
+    EXPECT_EQ(got.host_backend_optimizer_bytes, 12 * got.held) << name;
+    const int64_t elem = static_cast<int64_t>(dtype_size(dtype));
+    const SwapLayout layout = param_swap_layout(got.held, kRecord, elem);
+    EXPECT_EQ(got.nvme_bytes, 0) << name;
+    EXPECT_EQ(got.nvme_parameter_bytes, layout.file_bytes()) << name;
+    EXPECT_EQ(got.host_backend_swap_bytes, kParamWriteBuffers * layout.record_bytes() +
+                                               kParamBuffers * layout.param_read_buffer_bytes(got.max_chunk))
+        << name;
+    // Only gradients are staged for the step, and one chunk for the gathers' reads.
+    const int64_t chunk = std::min(kSubGroup, got.held);
+    EXPECT_EQ(got.staging_bytes, 2 * chunk * elem + got.max_chunk * elem) << name;
+    EXPECT_GT(got.host_copies, 0) << name;
+  }
+  EXPECT_TRUE(fs::is_empty(dir)) << dir;
+}
+#endif
 
 INSTANTIATE_TEST_SUITE_P(Stores, HostOffloadTest,
 #ifdef ZE_HAVE_NVME_OFFLOAD

@@ -121,6 +121,7 @@ struct Case {
   std::string optimizer = "AdamW";
   std::string nvme_dir;  // offload_optimizer to NVMe swap files here
   int64_t param_buffers = 0;  // > 0: offload_param to NVMe too, with this many read buffers
+  bool params_alone = false;  // ... with the optimizer state resident (the shard in a file of its own)
   bool cpu_offload = false;         // offload_optimizer "cpu" on the device path (forced: zero/host_step.h)
   bool cpu_offload_params = false;  // and offload_param "cpu"
   bool device_path = false;         // force_offload_path: NVMe offload through the host step too
@@ -141,7 +142,7 @@ EngineConfig engine_config(const Case& c) {
   e.zero.prefetch_bucket_size = c.prefetch;
   e.optimizer.type = c.optimizer;
   e.activation_checkpointing.number_checkpoints = c.segments;
-  if (!c.nvme_dir.empty()) {
+  if (!c.nvme_dir.empty() && !c.params_alone) {
     e.zero.offload_optimizer.device = OffloadDevice::kNvme;
     e.zero.offload_optimizer.nvme_path = c.nvme_dir;
     e.zero.offload_optimizer.buffer_count = 3;
@@ -151,6 +152,7 @@ EngineConfig engine_config(const Case& c) {
     e.zero.offload_param.device = OffloadDevice::kNvme;
     e.zero.offload_param.nvme_path = c.nvme_dir;
     e.zero.offload_param.buffer_count = c.param_buffers;
+    if (c.params_alone) e.zero.offload_param.buffer_size = 6000;  // records smaller than the shard
   }
   e.force_offload_path = c.device_path;
   if (c.cpu_offload) {
@@ -389,6 +391,27 @@ TEST(MemoryPlanTest, PlanEqualsMeasuredWithBucketsOverlapAndAccumulation) {
     c.persistence = 0;
     c.name = cat("stage 3 bf16, optimizer state and parameters on NVMe, ", buffers, " read buffers");
     more.push_back(c);
+  }
+  // Parameters alone on NVMe: the optimizer state resident (on the device
+  // path: on the host backend beside the host step's staging), the shard in
+  // a swap file of its own (parameters on the NVMe tier), its write and read
+  // buffers as host swap buffers.
+  for (bool device_path : {false, true}) {
+    for (int64_t buffers : {1, 5}) {
+      Case c;
+      c.stage = 3;
+      c.dtype = DType::kBF16;
+      c.nvme_dir = dir;
+      c.param_buffers = buffers;
+      c.params_alone = true;
+      c.cpu_offload = device_path;
+      c.prefetch = 3000;
+      c.reuse = 0;
+      c.persistence = 0;
+      c.name = cat("stage 3 bf16, parameters alone on NVMe, ", buffers, " read buffers",
+                   device_path ? ", optimizer state on the host step" : "");
+      more.push_back(c);
+    }
   }
   // The same on the device path (ZeRO-Infinity through the host step, forced
   // on the CPU backend): the file on the NVMe tier, its buffers as host swap

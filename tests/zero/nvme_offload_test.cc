@@ -1,5 +1,6 @@
 // Optimizer state on NVMe (offload_optimizer.device = "nvme"), and at stage 3
-// the parameters too (offload_param.device = "nvme"), train exactly what
+// the parameters too (offload_param.device = "nvme"), or the parameters alone
+// (their own swap file, the optimizer state resident), train exactly what
 // resident state trains: on every rank count this binary runs
 // with, at stages 1-3, in fp32 and bf16, with 1 to 4 swap buffers and
 // sub-groups much smaller than a partition, the losses and the fp32 master
@@ -35,9 +36,11 @@ struct RunSetup {
   int64_t buffers = 4;
   bool nvme_params = false;
   int64_t param_buffers = 5;
+  int64_t param_buffer_size = 0;  // offload_param.buffer_size (elements); 0: the default
   std::string name() const {
     return cat("stage ", stage, " ", dtype_name(dtype), nvme ? cat(" nvme x", buffers) : std::string(" resident"),
-               nvme_params ? cat(" + parameters x", param_buffers) : std::string());
+               nvme_params ? cat(" + parameters x", param_buffers) : std::string(),
+               param_buffer_size > 0 ? cat(" (records of ", param_buffer_size, ")") : std::string());
   }
 };
 
@@ -45,6 +48,7 @@ EngineConfig config(const RunSetup& s, const std::string& swap_dir) {
   EngineConfig ec = base_config(s.stage, s.dtype);
   if (s.nvme) offload_to(ec.zero.offload_optimizer, OffloadDevice::kNvme, swap_dir, s.buffers);
   if (s.nvme_params) offload_params_to(ec, OffloadDevice::kNvme, swap_dir, s.param_buffers);
+  if (s.param_buffer_size > 0) ec.zero.offload_param.buffer_size = s.param_buffer_size;
   return ec;
 }
 
@@ -52,11 +56,14 @@ struct Trained {
   std::vector<double> losses;
   std::vector<std::vector<float>> master;
   int64_t host_optimizer_bytes = 0, swap_buffer_bytes = 0, nvme_bytes = 0, held = 0, host_parameter_bytes = 0;
+  int64_t nvme_parameter_bytes = 0;
+  std::vector<std::vector<float>> params;  // as the model sees them, gathered
   int64_t prefetches = 0, max_chunk = 0;
 };
 
 Trained train(const RunSetup& s, const std::string& swap_dir) {
   const int64_t nvme0 = tracked(Tier::kNvme, MemCategory::kOptimizerState);
+  const int64_t nvme_param0 = tracked(Tier::kNvme, MemCategory::kParameters);
   const int64_t swap0 = tracked(Tier::kHost, MemCategory::kSwapBuffers);
   const int64_t optim0 = tracked(Tier::kHost, MemCategory::kOptimizerState);
   const int64_t param0 = tracked(Tier::kHost, MemCategory::kParameters);
@@ -67,6 +74,8 @@ Trained train(const RunSetup& s, const std::string& swap_dir) {
   Trained out;
   train_steps(**engine, 0, kSteps, out.losses);
   out.master = masters(**engine);
+  out.params = parameters(**engine);
+  out.nvme_parameter_bytes = tracked(Tier::kNvme, MemCategory::kParameters) - nvme_param0;
   out.host_optimizer_bytes = tracked(Tier::kHost, MemCategory::kOptimizerState) - optim0;
   out.swap_buffer_bytes = tracked(Tier::kHost, MemCategory::kSwapBuffers) - swap0;
   out.nvme_bytes = tracked(Tier::kNvme, MemCategory::kOptimizerState) - nvme0;
@@ -131,6 +140,67 @@ TEST(NvmeOffloadTest, ParametersOnNvmeTrainBitwiseLikeResidentParameters) {
     }
   }
   EXPECT_TRUE(fs::is_empty(dir)) << dir;
+}
+
+// offload_param "nvme" without offload_optimizer "nvme" (DeepSpeed allows it):
+// the optimizer state stays in memory and the shard has a swap file of its
+// own, in records of offload_param.buffer_size elements that do not line up
+// with the sub-groups (so the step cuts ranges at record boundaries).
+TEST(NvmeOffloadTest, ParametersAloneOnNvmeTrainBitwiseLikeResidentParameters) {
+  const std::string dir = shared_dir("nvme_offload_test.swap4");
+  constexpr int64_t kRecord = 1100;  // elements: above the largest chunk, below the shard
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    const RunSetup resident{3, dtype, false};
+    const Trained ref = train(resident, dir);
+    for (int64_t param_buffers : {1, 2, 5}) {
+      const RunSetup offloaded{3, dtype, false, 4, true, param_buffers, kRecord};
+      const Trained got = train(offloaded, dir);
+      EXPECT_EQ(got.losses, ref.losses) << offloaded.name();
+      EXPECT_EQ(got.master, ref.master) << offloaded.name();
+      EXPECT_EQ(got.params, ref.params) << offloaded.name();
+      // The shard left host memory; the optimizer state did not move.
+      const int64_t elem = static_cast<int64_t>(dtype_size(dtype));
+      EXPECT_EQ(ref.host_parameter_bytes - got.host_parameter_bytes, ref.held * elem) << offloaded.name();
+      EXPECT_EQ(got.host_optimizer_bytes, ref.host_optimizer_bytes) << offloaded.name();
+      EXPECT_EQ(got.nvme_bytes, 0) << offloaded.name();
+      const SwapLayout layout = param_swap_layout(got.held, kRecord, elem);
+      ASSERT_GT(layout.groups(), 2) << offloaded.name();
+      EXPECT_EQ(got.nvme_parameter_bytes, layout.file_bytes()) << offloaded.name();
+      EXPECT_EQ(got.swap_buffer_bytes, kParamWriteBuffers * layout.record_bytes() +
+                                           param_buffers * layout.param_read_buffer_bytes(got.max_chunk))
+          << offloaded.name();
+      if (param_buffers > 1) EXPECT_GT(got.prefetches, 0) << offloaded.name();
+    }
+  }
+  EXPECT_TRUE(fs::is_empty(dir)) << dir;
+}
+
+TEST(NvmeOffloadTest, ParameterFileTooSmallABufferSizeIsRefusedByKey) {
+  const std::string dir = shared_dir("nvme_offload_test.swap5");
+  CpuBackend backend;
+  const RunSetup s{3, DType::kF32, false, 4, true, 2, 100};  // below the largest chunk
+  auto engine = initialize(std::make_unique<Gpt>(kModel), config(s, dir), backend, &world());
+  ASSERT_FALSE(engine.ok());
+  EXPECT_NE(engine.status().message().find("zero_optimization.offload_param.buffer_size: 100 elements is smaller"),
+            std::string::npos)
+      << engine.status();
+  EXPECT_TRUE(fs::is_empty(dir)) << dir;
+}
+
+TEST(NvmeOffloadTest, CheckpointsMoveBetweenParametersOnNvmeAndResidentRuns) {
+  const std::string swap = shared_dir("nvme_offload_test.swap6");
+  const std::string ckpt = fresh_checkpoint_dir("nvme_offload_test_params");
+  CpuBackend backend;
+  const Finished ref = train_saving_mid(config({3, DType::kBF16, false}, swap), backend, ckpt);
+  const RunSetup params_on_nvme{3, DType::kBF16, false, 4, true, 2, 1100};
+  const Finished resumed = resume_mid_saving_end(config(params_on_nvme, swap), backend, ckpt, ref);
+  EXPECT_EQ(resumed.losses, ref.losses);
+  EXPECT_EQ(resumed.master, ref.master);
+  EXPECT_EQ(resumed.params, ref.params);
+  const Finished loaded = load_end(config({3, DType::kBF16, false}, swap), backend, ckpt);
+  EXPECT_EQ(loaded.master, ref.master);
+  EXPECT_EQ(loaded.params, ref.params);
+  EXPECT_TRUE(fs::is_empty(swap)) << swap;
 }
 
 TEST(NvmeOffloadTest, CheckpointsMoveBetweenOffloadedAndResidentRuns) {

@@ -1,0 +1,78 @@
+// One rank's swap file under an nvme_path: the checks before it exists, its
+// name and header, and its removal. Both NVMe stores use it: the optimizer
+// state's (offload/nvme_state_store.h, "<run id>-rank<r>.optim.swp") and the
+// parameter shard's when only offload_param is on NVMe
+// (offload/nvme_param_store.h, "...param.swp").
+//
+// Two steps, because the host buffers are allocated between them:
+//   1. swap_file_preflight(): nvme_path exists and is a directory, host memory
+//      has room for the buffers the store is about to allocate, the disk has
+//      room for the whole file; lists swap files of other runs found there.
+//      Each error names the config key, the path and what to do.
+//   2. SwapFile::open(): creates the file O_DIRECT through the store's I/O
+//      engine, preallocates it (a full disk shows before the first step, not
+//      half-way through one) and writes a readable 4 KiB header naming the
+//      run, rank, host and layout.
+// The file is closed and removed when the SwapFile goes (before its engine),
+// and its bytes are tracked on the NVMe tier meanwhile. A crashed run's
+// leftovers are never read (the stores read only records this run wrote) and
+// never deleted (they may belong to a run still going).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "offload/io_engine.h"
+#include "runtime/core/memory_tracker.h"
+
+namespace zero {
+
+struct SwapFileSpec {
+  std::string key;          // the config section, for messages ("zero_optimization.offload_optimizer")
+  std::string dir;          // nvme_path
+  std::string kind;         // the file's suffix: "optim" or "param"
+  std::string run_id;       // random, per store: in the name and the header
+  int rank = 0;
+  int64_t file_bytes = 0;   // header included
+  std::string contents;     // what it holds, for messages ("optimizer state (3 fp32 arrays of N elements)")
+  int64_t buffer_bytes = 0; // host buffers the store allocates for it
+  std::string buffers;      // how to describe them ("4 swap buffers of 1 MiB (a sub-group of ...)")
+  std::string lower_hint;   // which keys lower the buffers, for the host-memory error
+  std::string header;       // extra "key=value\n" lines for the header
+  MemCategory category = MemCategory::kOptimizerState;  // how the file's bytes are tracked (NVMe tier)
+};
+
+// A fresh random run id (16 hex digits).
+std::string make_swap_run_id();
+
+// Step 1: the checks. Returns the swap files of other runs in spec.dir
+// ("name (size)"), for the store's describe().
+absl::StatusOr<std::vector<std::string>> swap_file_preflight(const SwapFileSpec& spec);
+// For a store's describe(): "" or a line noting those leftovers.
+std::string swap_leftovers_note(const std::string& dir, const std::vector<std::string>& leftovers);
+
+class SwapFile {
+ public:
+  // Step 2. `header_buffer` is a kIoAlignment-aligned buffer of at least
+  // 4 KiB (registered with `engine` or not) used to write the header.
+  static absl::StatusOr<std::unique_ptr<SwapFile>> open(IoEngine& engine, const SwapFileSpec& spec,
+                                                        uint8_t* header_buffer);
+  ~SwapFile();  // closes and removes the file; the engine must still exist
+  SwapFile(const SwapFile&) = delete;
+  SwapFile& operator=(const SwapFile&) = delete;
+
+  const IoFile& file() const { return file_; }
+  const std::string& path() const { return file_.path(); }
+
+ private:
+  SwapFile(IoEngine& engine, IoFile file, int64_t bytes, MemCategory category);
+  IoEngine& engine_;
+  IoFile file_;
+  int64_t bytes_;
+  MemCategory category_;
+};
+
+}  // namespace zero
