@@ -17,7 +17,7 @@ constexpr std::string_view kKey = "zero_optimization.offload_param";
 }  // namespace
 
 NvmeParamStore::NvmeParamStore(std::unique_ptr<OptimizerStateStore> states, const NvmeParamStoreOptions& options)
-    : OptimizerStateStore(states->names(), states->numel(), /*holds_parameters=*/true),
+    : OptimizerStateStore(states->names(), states->numel(), states->precision(), /*holds_parameters=*/true),
       states_(std::move(states)),
       options_(options),
       layout_(param_swap_layout(numel(), options.record_elems, static_cast<int64_t>(dtype_size(options.param_dtype)))),
@@ -72,13 +72,7 @@ absl::Status NvmeParamStore::open_file(Backend& backend) {
   std::vector<absl::Span<uint8_t>> spans = write_pool_->spans();
   for (absl::Span<uint8_t> b : read_pool->spans()) spans.push_back(b);
   engine_->register_buffers(spans);
-  {
-    ZE_ASSIGN_OR_RETURN(IoBuffer b, write_pool_->acquire());
-    absl::StatusOr<std::unique_ptr<SwapFile>> file = SwapFile::open(*engine_, spec, b.data);
-    write_pool_->release(b);
-    ZE_RETURN_IF_ERROR(file.status());
-    file_ = *std::move(file);
-  }
+  ZE_ASSIGN_OR_RETURN(file_, SwapFile::open(*engine_, spec, *write_pool_));
   reads_ = std::make_unique<ParamReads>(*engine_, file_->file(), layout_, on_disk_, options_.param_dtype,
                                         options_.max_param_read, std::move(read_pool));
   return absl::OkStatus();

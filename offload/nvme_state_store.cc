@@ -17,10 +17,12 @@ constexpr std::string_view kKey = "zero_optimization.offload_optimizer";
 }  // namespace
 
 NvmeStateStore::NvmeStateStore(std::vector<std::string> names, int64_t numel, const NvmeStateStoreOptions& options)
-    : OptimizerStateStore(std::move(names), numel, options.hold_parameters),
+    : OptimizerStateStore(std::move(names), numel, options.precision, options.hold_parameters),
       options_(options),
       layout_(SwapLayout::make(numel, options.sub_group_size, static_cast<int>(this->names().size()),
-                               options.hold_parameters ? static_cast<int64_t>(dtype_size(options.param_dtype)) : 0)),
+                               options.hold_parameters ? static_cast<int64_t>(dtype_size(options.param_dtype)) : 0,
+                               static_cast<int64_t>(dtype_size(options.precision.master)),
+                               static_cast<int64_t>(dtype_size(options.precision.states)))),
       run_id_(make_swap_run_id()),
       on_disk_(static_cast<size_t>(layout_.groups()), false) {}
 
@@ -46,6 +48,10 @@ absl::Status NvmeStateStore::open_file(Backend& backend) {
   const int64_t read_buffer_bytes = layout_.param_read_buffer_bytes(options_.max_param_read);
   std::string arrays;
   for (const std::string& n : names()) arrays += cat(arrays.empty() ? "" : ",", n);
+  // "3 fp32 arrays", or "3 arrays (bf16 master, fp32 states)"
+  const std::string kinds = precision().narrow() ? cat(layout_.arrays, " arrays (", dtype_name(precision().master),
+                                                       " master, ", dtype_name(precision().states), " states)")
+                                                 : cat(layout_.arrays, " fp32 arrays");
   SwapFileSpec spec;
   spec.key = std::string(kKey);
   spec.dir = options_.nvme_path;
@@ -53,14 +59,15 @@ absl::Status NvmeStateStore::open_file(Backend& backend) {
   spec.run_id = run_id_;
   spec.rank = options_.rank;
   spec.file_bytes = layout_.file_bytes();
-  spec.contents = cat("optimizer state (", layout_.arrays, " fp32 arrays of ", numel(), " elements",
+  spec.contents = cat("optimizer state (", kinds, " of ", numel(), " elements",
                       holds_parameters() ? cat(" and the ", dtype_name(options_.param_dtype), " parameters") : "", ")");
   spec.buffer_bytes = layout_.buffer_bytes(options_.buffer_count) +
                       (holds_parameters() ? options_.param_read_buffers * read_buffer_bytes : 0);
   spec.buffers = cat(options_.buffer_count, " swap buffers of ", format_bytes(layout_.record_bytes()),
-                     " (a sub-group of ", layout_.group, " elements x ", layout_.arrays, " fp32 arrays)");
+                     " (a sub-group of ", layout_.group, " elements x ", kinds, ")");
   spec.lower_hint = cat("zero_optimization.sub_group_size or ", kKey, ".buffer_count");
-  spec.header = cat("numel=", numel(), "\nsub_group=", layout_.group, "\narrays=", arrays,
+  spec.header = cat("numel=", numel(), "\nsub_group=", layout_.group, "\narrays=", arrays, "\nmaster=",
+                    dtype_name(precision().master), "\nstates=", dtype_name(precision().states),
                     holds_parameters() ? cat("\nparameters=", dtype_name(options_.param_dtype)) : "",
                     "\nrecord_bytes=", layout_.record_bytes(), "\n");
   spec.category = MemCategory::kOptimizerState;
@@ -79,13 +86,7 @@ absl::Status NvmeStateStore::open_file(Backend& backend) {
     for (absl::Span<uint8_t> b : read_pool->spans()) spans.push_back(b);
   }
   engine_->register_buffers(spans);
-  {
-    ZE_ASSIGN_OR_RETURN(IoBuffer b, pool_->acquire());
-    absl::StatusOr<std::unique_ptr<SwapFile>> file = SwapFile::open(*engine_, spec, b.data);
-    pool_->release(b);
-    ZE_RETURN_IF_ERROR(file.status());
-    file_ = *std::move(file);
-  }
+  ZE_ASSIGN_OR_RETURN(file_, SwapFile::open(*engine_, spec, *pool_));
   if (holds_parameters()) {
     param_reads_ = std::make_unique<ParamReads>(*engine_, file_->file(), layout_, on_disk_, options_.param_dtype,
                                                 options_.max_param_read, std::move(read_pool));
@@ -103,7 +104,7 @@ NvmeStateStore::~NvmeStateStore() {
 }
 
 Tensor NvmeStateStore::array_in(const IoBuffer& buffer, int index, int64_t n) const {
-  const DType t = index == layout_.arrays ? options_.param_dtype : DType::kF32;
+  const DType t = index == layout_.arrays ? options_.param_dtype : dtype(index);
   return Tensor::wrap(buffer.data + layout_.array_offset(index), {n}, t, Tier::kHost);
 }
 
@@ -240,8 +241,9 @@ absl::StatusOr<std::vector<float>> NvmeStateStore::read(int index, int64_t offse
     const int64_t e = offset + done, g = e / layout_.group;
     ZE_RETURN_IF_ERROR(load_cached(g));
     const int64_t in_group = e - layout_.group_begin(g), n = std::min(count - done, layout_.group_numel(g) - in_group);
-    std::memcpy(out.data() + done, array_in(cache_.buffer, index, layout_.group_numel(g)).f32() + in_group,
-                static_cast<size_t>(n) * 4);
+    const Tensor a = array_in(cache_.buffer, index, layout_.group_numel(g));
+    for (int64_t i = 0; i < n; ++i)
+      out[static_cast<size_t>(done + i)] = load_as_float(a.data(), a.dtype(), static_cast<size_t>(in_group + i));
     done += n;
   }
   return out;
@@ -254,8 +256,9 @@ absl::Status NvmeStateStore::write(int index, int64_t offset, absl::Span<const f
     const int64_t e = offset + done, g = e / layout_.group;
     ZE_RETURN_IF_ERROR(load_cached(g));
     const int64_t in_group = e - layout_.group_begin(g), n = std::min(count - done, layout_.group_numel(g) - in_group);
-    std::memcpy(array_in(cache_.buffer, index, layout_.group_numel(g)).f32() + in_group, values.data() + done,
-                static_cast<size_t>(n) * 4);
+    const Tensor a = array_in(cache_.buffer, index, layout_.group_numel(g));
+    for (int64_t i = 0; i < n; ++i)
+      store_from_float(a.data(), a.dtype(), static_cast<size_t>(in_group + i), values[static_cast<size_t>(done + i)]);
     cache_.dirty = true;
     done += n;
   }

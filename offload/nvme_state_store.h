@@ -48,6 +48,7 @@ struct NvmeStateStoreOptions {
   int64_t sub_group_size = 1000000000;
   AioConfig aio;
   int rank = 0;
+  OptimizerPrecision precision;  // the arrays' dtypes
   // Elements updated between two polls of the ring during a step.
   int64_t poll_every = 1 << 20;
   // offload_param "nvme": the parameter shard (param_dtype) rides in the

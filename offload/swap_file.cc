@@ -111,12 +111,20 @@ SwapFile::~SwapFile() {
 }
 
 absl::StatusOr<std::unique_ptr<SwapFile>> SwapFile::open(IoEngine& engine, const SwapFileSpec& spec,
-                                                         uint8_t* header_buffer) {
+                                                         AlignedBufferPool& pool) {
+  ZE_CHECK_GE(pool.buffer_bytes(), static_cast<size_t>(kSwapHeaderBytes));
   const std::string path = cat(spec.dir, "/zeroengine-", spec.run_id, "-rank", spec.rank, ".", spec.kind, ".swp");
   ZE_ASSIGN_OR_RETURN(IoFile file, engine.open(path, IoFileMode::kReadWrite));
   absl::Status s = engine.preallocate(file, spec.file_bytes);
   if (s.ok()) {
     // The header: what this file is, for whoever finds it.
+    absl::StatusOr<IoBuffer> b = pool.acquire();
+    if (!b.ok()) {
+      (void)engine.close(file);
+      ::unlink(path.c_str());
+      return b.status();
+    }
+    uint8_t* header_buffer = b->data;
     std::memset(header_buffer, 0, kSwapHeaderBytes);
     char host[256] = {};
     ::gethostname(host, sizeof(host) - 1);
@@ -124,6 +132,7 @@ absl::StatusOr<std::unique_ptr<SwapFile>> SwapFile::open(IoEngine& engine, const
                                  "\nhost=", host, "\n", spec.header);
     std::memcpy(header_buffer, text.data(), std::min<size_t>(text.size(), kSwapHeaderBytes));
     s = engine.write(file, header_buffer, kSwapHeaderBytes, 0);
+    pool.release(*b);
   }
   if (!s.ok()) {
     (void)engine.close(file);

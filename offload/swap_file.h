@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "offload/aligned_buffer_pool.h"
 #include "offload/io_engine.h"
 #include "runtime/core/memory_tracker.h"
 
@@ -56,10 +57,10 @@ std::string swap_leftovers_note(const std::string& dir, const std::vector<std::s
 
 class SwapFile {
  public:
-  // Step 2. `header_buffer` is a kIoAlignment-aligned buffer of at least
-  // 4 KiB (registered with `engine` or not) used to write the header.
+  // Step 2. The header is written through a buffer of `pool` (the store's,
+  // at least 4 KiB each), returned before this returns.
   static absl::StatusOr<std::unique_ptr<SwapFile>> open(IoEngine& engine, const SwapFileSpec& spec,
-                                                        uint8_t* header_buffer);
+                                                        AlignedBufferPool& pool);
   ~SwapFile();  // closes and removes the file; the engine must still exist
   SwapFile(const SwapFile&) = delete;
   SwapFile& operator=(const SwapFile&) = delete;

@@ -57,6 +57,8 @@ absl::StatusOr<MemoryPlan> plan_memory(const PlanInput& in) {
 
   const HostOffload offload = host_offload_for(e.zero, in.compute_tier, e.force_offload_path);
   ZE_RETURN_IF_ERROR(check_offload(e.zero, offload));  // as the engine
+  ZE_RETURN_IF_ERROR(
+      check_optimizer_precision(e.optimizer_precision, e.zero.stage, e.param_dtype, e.gradient_dtype()));
 
   MemoryPlan plan;
   plan.world = in.world;
@@ -186,8 +188,11 @@ ModelStateBytes model_state_bytes(double params, int64_t world, int stage, const
 
 ModelStateFactors model_state_factors(const EngineConfig& e) {
   const bool aliased = e.zero.stage == 0 && e.param_dtype == DType::kF32;
+  // K: the master (unless aliased) and each state, in their dtypes.
+  const double master = aliased ? 0.0 : static_cast<double>(dtype_size(e.optimizer_precision.master));
+  const double states = static_cast<double>(dtype_size(e.optimizer_precision.states));
   return {static_cast<double>(dtype_size(e.param_dtype)), static_cast<double>(dtype_size(e.gradient_dtype())),
-          4.0 * ((aliased ? 0 : 1) + memsim::optimizer_state_arrays(e.optimizer))};
+          master + states * memsim::optimizer_state_arrays(e.optimizer)};
 }
 
 ModelStateBytes engine_model_state_bytes(int64_t params, int64_t world, int stage, const EngineConfig& engine) {

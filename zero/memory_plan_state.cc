@@ -37,7 +37,21 @@ void simulate_add_reduced(Sim& sim, int64_t numel, DType grad_dtype) {
 std::vector<Buf> allocate_optimizer_state(Sim& sim, const EngineConfig& e, int64_t numel, bool separate_master,
                                           const HostOffload& offload, int64_t max_param_read = 0) {
   std::vector<Buf> store;
-  const int arrays = (separate_master ? 1 : 0) + optimizer_state_arrays(e.optimizer);
+  const int states = optimizer_state_arrays(e.optimizer);
+  const int arrays = (separate_master ? 1 : 0) + states;
+  const OptimizerPrecision& precision = e.optimizer_precision;
+  const Tier optimizer_tier = offload.optimizer ? Tier::kHost : sim.tier;
+  // A 16-bit master or states: the optimizer's fp32 staging (runtime/engine/optimizer.h).
+  if (precision.narrow()) {
+    store.push_back(sim.alloc(optimizer_tier, MemCategory::kWorkspace, narrow_step_staging_bytes(precision, states)));
+  }
+  // The arrays in memory, in their dtypes.
+  auto resident_arrays = [&](Tier tier) {
+    for (int i = 0; i < arrays; ++i) {
+      const DType t = i == 0 && separate_master ? precision.master : precision.states;
+      store.push_back(sim.alloc(tier, MemCategory::kOptimizerState, numel * static_cast<int64_t>(dtype_size(t))));
+    }
+  };
   // The host step (ZeRO-Offload / ZeRO-Infinity on a device) runs over a
   // store built on a host backend: the staging beside it, and nothing of the
   // optimizer on the compute tier.
@@ -51,8 +65,7 @@ std::vector<Buf> allocate_optimizer_state(Sim& sim, const EngineConfig& e, int64
   if (e.zero.offload_optimizer.device != OffloadDevice::kNvme && max_param_read > 0) {
     // offload_param "nvme" alone (offload/nvme_param_store.h): the states
     // resident, the shard in a swap file of its own with write and read buffers.
-    const Tier tier = offload.optimizer ? Tier::kHost : sim.tier;
-    for (int i = 0; i < arrays; ++i) store.push_back(sim.alloc(tier, MemCategory::kOptimizerState, numel * 4));
+    resident_arrays(optimizer_tier);
     const SwapLayout layout = param_swap_layout(numel, e.zero.offload_param.buffer_size, param_elem);
     store.push_back(sim.alloc(Tier::kHost, MemCategory::kSwapBuffers, kParamWriteBuffers * layout.record_bytes()));
     store.push_back(sim.alloc(Tier::kHost, MemCategory::kSwapBuffers,
@@ -62,12 +75,14 @@ std::vector<Buf> allocate_optimizer_state(Sim& sim, const EngineConfig& e, int64
     return store;
   }
   if (offload.optimizer && !offload.optimizer_on_nvme) {
-    for (int i = 0; i < arrays; ++i) store.push_back(sim.alloc(Tier::kHost, MemCategory::kOptimizerState, numel * 4));
+    resident_arrays(Tier::kHost);
     host_step_staging();
     return store;
   }
   if (e.zero.offload_optimizer.device == OffloadDevice::kNvme) {
-    const SwapLayout layout = SwapLayout::make(numel, e.zero.sub_group_size, arrays, param_elem);
+    const SwapLayout layout = SwapLayout::make(numel, e.zero.sub_group_size, arrays, param_elem,
+                                               static_cast<int64_t>(dtype_size(precision.master)),
+                                               static_cast<int64_t>(dtype_size(precision.states)));
     store.push_back(sim.alloc(Tier::kNvme, MemCategory::kOptimizerState, layout.file_bytes()));
     store.push_back(sim.alloc(Tier::kHost, MemCategory::kSwapBuffers,
                               layout.buffer_bytes(e.zero.offload_optimizer.buffer_count)));
@@ -78,7 +93,7 @@ std::vector<Buf> allocate_optimizer_state(Sim& sim, const EngineConfig& e, int64
     if (offload.optimizer) host_step_staging();
     return store;
   }
-  for (int i = 0; i < arrays; ++i) store.push_back(sim.alloc(MemCategory::kOptimizerState, numel * 4));
+  resident_arrays(sim.tier);
   return store;
 }
 

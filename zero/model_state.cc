@@ -18,6 +18,8 @@ absl::StatusOr<std::unique_ptr<ModelState>> ModelState::create(Module& model, co
   if (stage < 0 || stage > 3) return absl::InvalidArgumentError(cat("ZeRO stage ", stage, " does not exist (0-3)"));
   ZE_RETURN_IF_ERROR(check_offload(
       options.zero, host_offload_for(options.zero, backend.compute_tier(), options.force_offload_path)));
+  ZE_RETURN_IF_ERROR(
+      check_optimizer_precision(options.optimizer_precision, stage, options.param_dtype, options.grad_dtype));
   if (stage == 3) {
     auto s = std::make_unique<Stage3ModelState>(model, options, backend, comm);
     ZE_RETURN_IF_ERROR(s->init());
@@ -35,11 +37,12 @@ absl::Status ModelState::init_optimizer_state(int64_t numel, Tensor master, int6
   if (host_offload_.optimizer) host_backend_ = std::make_unique<CpuBackend>();
   Backend& state_backend = host_backend_ != nullptr ? *host_backend_ : backend_;
   ZE_CHECK(host_backend_ == nullptr || !master.defined());
-  ZE_ASSIGN_OR_RETURN(optimizer_, make_optimizer(options_.optimizer, state_backend));
+  ZE_ASSIGN_OR_RETURN(optimizer_, make_optimizer(options_.optimizer, state_backend, options_.optimizer_precision));
   StateStoreOptions so;
   so.zero = options_.zero;
   so.aio = options_.aio;
   so.rank = comm_.rank();
+  so.precision = options_.optimizer_precision;
   so.hold_parameters = max_param_read > 0;
   so.param_dtype = options_.param_dtype;
   so.max_param_read = max_param_read;

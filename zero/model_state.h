@@ -52,6 +52,7 @@ struct ModelStateOptions {
   DType param_dtype = DType::kF32;
   DType grad_dtype = DType::kF32;
   OptimizerConfig optimizer;
+  OptimizerPrecision optimizer_precision;  // master weights and states: fp32, or bf16
   uint64_t seed = 42;
   // Multiplies reduced gradients (prescale_gradients: world / predivide factor, else 1).
   float post_reduce_scale = 1.0f;

@@ -25,21 +25,22 @@ std::vector<std::string> with_master(const std::vector<std::string>& state_names
 class ResidentStateStore final : public OptimizerStateStore {
  public:
   ResidentStateStore(Backend& backend, int64_t numel, const std::vector<std::string>& state_names,
-                     int64_t sub_group_size)
-      : OptimizerStateStore(with_master(state_names), numel),
+                     int64_t sub_group_size, const OptimizerPrecision& precision)
+      : OptimizerStateStore(with_master(state_names), numel, precision),
         backend_(backend),
         group_(std::max<int64_t>(1, std::min(sub_group_size, numel))) {}
 
   absl::Status init(Tensor master) {
     for (size_t i = 0; i < names().size(); ++i) {
+      const DType t = dtype(static_cast<int>(i));
       if (i == 0 && master.defined()) {
-        ZE_CHECK(master.dtype() == DType::kF32 && master.numel() == numel()) << master.debug_string();
+        ZE_CHECK(master.dtype() == t && master.numel() == numel()) << master.debug_string();
         arrays_.push_back(master.view({numel()}));
         continue;
       }
-      ZE_ASSIGN_OR_RETURN(auto storage, backend_.allocate(static_cast<size_t>(numel()) * 4, backend_.compute_tier(),
-                                                          MemCategory::kOptimizerState));
-      arrays_.emplace_back(std::move(storage), Shape{numel()}, DType::kF32);
+      ZE_ASSIGN_OR_RETURN(auto storage, backend_.allocate(static_cast<size_t>(numel()) * dtype_size(t),
+                                                          backend_.compute_tier(), MemCategory::kOptimizerState));
+      arrays_.emplace_back(std::move(storage), Shape{numel()}, t);
       backend_.ops().fill(arrays_.back(), 0.0f);
     }
     return absl::OkStatus();
@@ -81,8 +82,8 @@ class ResidentStateStore final : public OptimizerStateStore {
 
 absl::StatusOr<std::unique_ptr<OptimizerStateStore>> make_resident_state_store(
     Backend& backend, int64_t numel, const std::vector<std::string>& state_names, int64_t sub_group_size,
-    Tensor master) {
-  auto store = std::make_unique<ResidentStateStore>(backend, numel, state_names, sub_group_size);
+    const OptimizerPrecision& precision, Tensor master) {
+  auto store = std::make_unique<ResidentStateStore>(backend, numel, state_names, sub_group_size, precision);
   ZE_RETURN_IF_ERROR(store->init(std::move(master)));
   return std::unique_ptr<OptimizerStateStore>(std::move(store));
 }
@@ -96,7 +97,8 @@ absl::StatusOr<std::unique_ptr<OptimizerStateStore>> make_state_store(Backend& b
   const OffloadConfig& param = options.zero.offload_param;
   ZE_CHECK(!options.hold_parameters || param.device == OffloadDevice::kNvme);
   if (offload.device != OffloadDevice::kNvme && !options.hold_parameters) {
-    return make_resident_state_store(backend, numel, state_names, options.zero.sub_group_size, std::move(master));
+    return make_resident_state_store(backend, numel, state_names, options.zero.sub_group_size, options.precision,
+                                     std::move(master));
   }
 #ifdef ZE_HAVE_NVME_OFFLOAD
   ZE_CHECK(options.zero.stage >= 1);
@@ -110,7 +112,8 @@ absl::StatusOr<std::unique_ptr<OptimizerStateStore>> make_state_store(Backend& b
   if (offload.device != OffloadDevice::kNvme) {
     // offload_param "nvme" alone: the states resident, the shard in a file of its own.
     ZE_ASSIGN_OR_RETURN(std::unique_ptr<OptimizerStateStore> states,
-                        make_resident_state_store(backend, numel, state_names, options.zero.sub_group_size));
+                        make_resident_state_store(backend, numel, state_names, options.zero.sub_group_size,
+                                                  options.precision));
     NvmeParamStoreOptions o;
     o.nvme_path = param.nvme_path;
     o.read_buffers = param.buffer_count;
@@ -127,6 +130,7 @@ absl::StatusOr<std::unique_ptr<OptimizerStateStore>> make_state_store(Backend& b
   o.sub_group_size = options.zero.sub_group_size;
   o.aio = options.aio;
   o.rank = options.rank;
+  o.precision = options.precision;
   if (options.hold_parameters) {
     o.hold_parameters = true;
     o.param_dtype = options.param_dtype;

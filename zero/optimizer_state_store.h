@@ -6,14 +6,16 @@
 // host buffers in sub-groups (offload/nvme_state_store.h; on a device backend
 // built on the same host backend, behind the same host step).
 //
-// The store holds arrays of fp32 elements, all as long as the partition:
-// index 0 is the master weights, then the optimizer's states in
-// Optimizer::state_names() order. The model state reaches them only through
-// this interface:
+// The store holds arrays as long as the partition: index 0 is the master
+// weights, then the optimizer's states in Optimizer::state_names() order, in
+// the run's OptimizerPrecision (fp32, or bf16 with DeepSpeed's
+// bf16_master_weights_and_grads / bf16_optimizer_states). The model state
+// reaches them only through this interface:
 //   - for_each() runs the optimizer (or a cast) over the whole partition,
 //     sub-group by sub-group;
-//   - read()/write() move any range in and out as host fp32 (checkpoints,
-//     initial values, gathering the master weights).
+//   - read()/write() move any range in and out as host fp32, whatever the
+//     array's dtype (checkpoints, initial values, gathering the master
+//     weights); a write to a bf16 array rounds to nearest even.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +30,7 @@
 #include "absl/types/span.h"
 #include "offload/aio_config.h"
 #include "runtime/backend/backend.h"
+#include "runtime/engine/optimizer.h"
 #include "zero/zero_config.h"
 
 namespace zero {
@@ -36,10 +39,13 @@ class OptimizerStateStore {
  public:
   virtual ~OptimizerStateStore() = default;
 
-  // "master", then the optimizer's state names: the fp32 arrays (what
-  // checkpoints hold).
+  // "master", then the optimizer's state names: the arrays (what
+  // checkpoints hold, as fp32).
   const std::vector<std::string>& names() const { return names_; }
   int64_t numel() const { return numel_; }
+  // The dtype of array i.
+  DType dtype(int i) const { return i == 0 ? precision_.master : precision_.states; }
+  const OptimizerPrecision& precision() const { return precision_; }
 
   // fn(offset, arrays): arrays[i] is elements [offset, offset + n) of array i
   // (a tensor on the compute tier). Called for consecutive ranges that cover
@@ -79,12 +85,14 @@ class OptimizerStateStore {
   }
 
  protected:
-  OptimizerStateStore(std::vector<std::string> names, int64_t numel, bool holds_parameters = false)
-      : names_(std::move(names)), numel_(numel), holds_parameters_(holds_parameters) {}
+  OptimizerStateStore(std::vector<std::string> names, int64_t numel, const OptimizerPrecision& precision,
+                      bool holds_parameters = false)
+      : names_(std::move(names)), numel_(numel), precision_(precision), holds_parameters_(holds_parameters) {}
 
  private:
   std::vector<std::string> names_;
   int64_t numel_;
+  OptimizerPrecision precision_;
   bool holds_parameters_;
 };
 
@@ -94,13 +102,14 @@ class OptimizerStateStore {
 // parameters are the master weights).
 absl::StatusOr<std::unique_ptr<OptimizerStateStore>> make_resident_state_store(
     Backend& backend, int64_t numel, const std::vector<std::string>& state_names, int64_t sub_group_size,
-    Tensor master = Tensor());
+    const OptimizerPrecision& precision = {}, Tensor master = Tensor());
 
 // What ModelState needs to pick and build the store for this run.
 struct StateStoreOptions {
   ZeroConfig zero;                   // sub_group_size, offload_optimizer, offload_param
   AioConfig aio;                     // the I/O engine of the NVMe store
   int rank = 0;
+  OptimizerPrecision precision;      // the arrays' dtypes
   // Stage 3 with offload_param "nvme": the store also holds the parameter
   // shard (in param_dtype), read in pieces of at most max_param_read elements.
   bool hold_parameters = false;

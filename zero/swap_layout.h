@@ -1,4 +1,4 @@
-// How a rank's fp32 master weights and optimizer state are laid out when they
+// How a rank's master weights and optimizer state are laid out when they
 // live in a swap file (offload_optimizer.device = "nvme"), and so how many
 // bytes of host swap buffers and of disk an NVMe-offloaded run needs. The
 // NVMe state store and the memory planner both size from here.
@@ -6,8 +6,9 @@
 // The partition's numel elements are cut into sub-groups of `group` elements
 // (zero_optimization.sub_group_size, capped at numel; the last one may be
 // shorter). A sub-group's record holds one array per state (master first, then
-// the optimizer's states in the optimizer's order), each array starting on a
-// kSwapAlignment boundary, so every read and write is O_DIRECT-aligned:
+// the optimizer's states in the optimizer's order; fp32, or bf16 with
+// bf16_master_weights_and_grads / bf16_optimizer_states), each array starting
+// on a kSwapAlignment boundary, so every read and write is O_DIRECT-aligned:
 //
 //   file: [header: kSwapHeaderBytes][record 0][record 1]...
 //   record g: [master | pad][exp_avg | pad][exp_avg_sq | pad]
@@ -26,22 +27,26 @@ inline constexpr int64_t kSwapHeaderBytes = 4096;
 inline int64_t align_up(int64_t bytes, int64_t alignment) { return (bytes + alignment - 1) / alignment * alignment; }
 
 struct SwapLayout {
-  int64_t numel = 0;       // fp32 elements of the partition
-  int64_t group = 1;       // elements per sub-group
-  int arrays = 1;          // fp32 arrays: master + optimizer states
-  int64_t param_elem = 0;  // bytes per element of the parameter array; 0: none
+  int64_t numel = 0;        // elements of the partition
+  int64_t group = 1;        // elements per sub-group
+  int arrays = 1;           // master + optimizer states
+  int64_t param_elem = 0;   // bytes per element of the parameter array; 0: none
+  int64_t master_elem = 4;  // bytes per element of the master array (4: fp32, 2: bf16)
+  int64_t state_elem = 4;   // of each state array
 
-  static SwapLayout make(int64_t numel, int64_t sub_group_size, int arrays, int64_t param_elem = 0) {
-    return {numel, std::max<int64_t>(1, std::min(sub_group_size, numel)), arrays, param_elem};
+  static SwapLayout make(int64_t numel, int64_t sub_group_size, int arrays, int64_t param_elem = 0,
+                         int64_t master_elem = 4, int64_t state_elem = 4) {
+    return {numel, std::max<int64_t>(1, std::min(sub_group_size, numel)), arrays, param_elem, master_elem, state_elem};
   }
   int64_t groups() const { return (numel + group - 1) / group; }
   int64_t group_begin(int64_t g) const { return g * group; }
   int64_t group_numel(int64_t g) const { return std::min(group, numel - g * group); }
-  int64_t array_stride_bytes() const { return align_up(group * 4, kSwapAlignment); }
+  int64_t master_stride_bytes() const { return align_up(group * master_elem, kSwapAlignment); }
+  int64_t state_stride_bytes() const { return align_up(group * state_elem, kSwapAlignment); }
   int64_t param_stride_bytes() const { return param_elem == 0 ? 0 : align_up(group * param_elem, kSwapAlignment); }
-  // Where fp32 array i (i == arrays: the parameter array) starts in a record.
-  int64_t array_offset(int i) const { return i * array_stride_bytes(); }
-  int64_t record_bytes() const { return arrays * array_stride_bytes() + param_stride_bytes(); }
+  // Where array i (i == arrays: the parameter array) starts in a record.
+  int64_t array_offset(int i) const { return i == 0 ? 0 : master_stride_bytes() + (i - 1) * state_stride_bytes(); }
+  int64_t record_bytes() const { return array_offset(arrays) + param_stride_bytes(); }
   // File offset of element e of the parameter array.
   int64_t param_file_offset(int64_t e) const {
     return record_offset(e / group) + array_offset(arrays) + (e % group) * param_elem;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The offload headline: the largest GPT this machine trains with every model
-# state in memory, the same model with its optimizer state on NVMe, and models
+# state in memory, the same model with 16-bit master weights and optimizer
+# states, with its parameters alone on NVMe, with its optimizer state on NVMe, and models
 # whose fp32 model states exceed the machine's memory trained with their
 # optimizer state, then also their parameters, on NVMe. Each row is a real zero-train run of a few steps;
 # the table gives the peak RSS (VmHWM), the tracked model-state bytes in host
@@ -26,6 +27,8 @@ mkdir -p "$out" "$swap"
 # name | config | extra overrides
 rows=(
   "1.2B resident|gpt-1.2b.json|"
+  "1.2B bf16 master weights and optimizer states|gpt-1.2b.json|--set bf16.bf16_master_weights_and_grads=true --set bf16.bf16_optimizer_states=true"
+  "1.2B parameters alone on NVMe|gpt-1.2b.json|--set zero_optimization.stage=3 --set zero_optimization.offload_param.device=nvme --set zero_optimization.offload_param.nvme_path=$swap --set aio.queue_depth=32"
   "1.2B optimizer on NVMe|gpt-1.2b.json|--set zero_optimization.sub_group_size=50000000 --set zero_optimization.offload_optimizer.device=nvme --set zero_optimization.offload_optimizer.nvme_path=$swap --set aio.queue_depth=32"
   "2.5B optimizer on NVMe|gpt-2.5b-nvme.json|--set zero_optimization.offload_optimizer.nvme_path=$swap"
   "2.5B optimizer and parameters on NVMe|gpt-2.5b-nvme.json|--set zero_optimization.stage=3 --set zero_optimization.offload_optimizer.nvme_path=$swap --set zero_optimization.offload_param.device=nvme --set zero_optimization.offload_param.nvme_path=$swap"

@@ -152,9 +152,10 @@ void parse_precision_sections(ConfigReader& root, EngineConfig& out) {
   // DeepSpeed >= 0.19.3 checks bf16 gradients for inf/NaN by default.
   const bool bf16_check = bf16.get_bool("check_grad_overflow", true);
   bf16.refuse_unless("immediate_grad_update", false, "gradients are applied at the accumulation boundary");
-  bf16.refuse_unless("bf16_master_weights_and_grads", false,
-                     "master weights are always fp32 (K = 12 bytes of optimizer state per parameter)");
-  bf16.refuse_unless("bf16_optimizer_states", false, "optimizer state is always fp32");
+  // 16-bit master weights (and bf16 optimizer state): DeepSpeed's memory
+  // saving variant, checked with the rest of the run by check_optimizer_precision.
+  const bool bf16_master = bf16.get_bool("bf16_master_weights_and_grads", false);
+  const bool bf16_states = bf16.get_bool("bf16_optimizer_states", false);
   bf16.finish();
 
   ConfigReader fp16 = root.section("fp16");
@@ -173,8 +174,14 @@ void parse_precision_sections(ConfigReader& root, EngineConfig& out) {
   ls.consecutive_hysteresis = fp16.get_bool("consecutive_hysteresis", false);
   ls.min_scale = fp16.get_float("min_loss_scale", 1.0);
   if (ls.min_scale <= 0) fp16.error("min_loss_scale", "must be > 0");
-  fp16.refuse_unless("fp16_master_weights_and_grads", false, "master weights are always fp32");
+  const bool fp16_master = fp16.get_bool("fp16_master_weights_and_grads", false);
   fp16.finish();
+  if (fp16_master && bf16_master) {
+    root.error("fp16", "fp16_master_weights_and_gradients and bf16_master_weights_and_gradients are mutually exclusive "
+                       "(as in DeepSpeed)");
+  }
+  out.optimizer_precision.master = bf16_master ? DType::kBF16 : fp16_master ? DType::kF16 : DType::kF32;
+  out.optimizer_precision.states = bf16_states ? DType::kBF16 : DType::kF32;
 
   if (fp16_on && bf16_on) root.error("fp16", "bfloat16 and fp16 modes cannot be simultaneously enabled");
   if (fp16_on) {
@@ -198,7 +205,10 @@ void parse_precision_sections(ConfigReader& root, EngineConfig& out) {
   dt.finish();
 
   ConfigReader autocast = root.section("torch_autocast", UnknownKeys::kWarnUnlessNearMiss);  // dict-read in DeepSpeed
-  autocast.refuse_unless("enabled", false, "torch autocast has no equivalent; set bf16.enabled or fp16.enabled");
+  autocast.refuse_unless("enabled", false,
+                         "torch.autocast's per-op choice of dtype has no equivalent here: with bf16.enabled or "
+                         "fp16.enabled the whole model runs in that dtype, GEMMs and reductions accumulating in fp32; set "
+                         "one of them and remove this section");
   autocast.mark_known("dtype");
   autocast.mark_known("lower_precision_safe_modules");
   autocast.finish();

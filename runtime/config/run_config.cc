@@ -192,6 +192,11 @@ absl::StatusOr<RunConfig> parse_run_config(const Json& config, const ConfigOptio
                      "\" to communicate in it)"));
     }
   }
+  if (absl::Status s = check_optimizer_precision(out.engine.optimizer_precision, z.stage, out.engine.param_dtype,
+                                                 out.engine.gradient_dtype());
+      !s.ok()) {
+    root.diagnostics().errors.emplace_back(s.message());
+  }
   if (predivide <= 0) root.error("gradient_predivide_factor", "must be > 0");
   if (z.stage >= 2 && z.reduce_scatter && (prescale || predivide != 1.0)) {
     root.error(prescale ? "prescale_gradients" : "gradient_predivide_factor",

@@ -62,6 +62,7 @@ absl::Status Engine::init() {
   o.aio = config_.aio;
   o.param_dtype = config_.param_dtype;
   o.grad_dtype = config_.gradient_dtype();
+  o.optimizer_precision = config_.optimizer_precision;
   o.optimizer = config_.optimizer;
   o.seed = config_.seed;
   o.post_reduce_scale = config_.post_reduce_scale;

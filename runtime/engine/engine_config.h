@@ -28,8 +28,12 @@ struct ActivationCheckpointingConfig {
 
 struct EngineConfig {
   // Model dtype of parameters (bf16.enabled -> bf16, fp16.enabled -> fp16).
-  // Master weights and optimizer state are always fp32.
   DType param_dtype = DType::kF32;
+  // Master weights and optimizer state: fp32, or 16-bit master weights in
+  // the model dtype with bf16.bf16_master_weights_and_grads or
+  // fp16.fp16_master_weights_and_grads (and bf16 states with
+  // bf16.bf16_optimizer_states); stages 1-3 only (check_optimizer_precision).
+  OptimizerPrecision optimizer_precision;
   // Gradient buffers (data_types.grad_accum_dtype); unset = the model dtype,
   // as in DeepSpeed.
   std::optional<DType> grad_dtype;

@@ -66,8 +66,13 @@ absl::Status run_training(const RunConfig& c, Backend& backend, Communicator& co
   } else {
     out << absl::StrFormat("backend: %s; communicator: %s\n", backend.description(), comm.name());
   }
-  out << absl::StrFormat("optimizer: %s lr %g, clipping %g; %d steps\n", c.engine.optimizer.type,
-                         c.engine.optimizer.lr, c.engine.gradient_clipping, c.run.steps);
+  const OptimizerPrecision& precision = c.engine.optimizer_precision;
+  out << absl::StrFormat("optimizer: %s lr %g, clipping %g%s; %d steps\n", c.engine.optimizer.type,
+                         c.engine.optimizer.lr, c.engine.gradient_clipping,
+                         precision.narrow() ? absl::StrFormat("; %s master weights, %s states",
+                                                              dtype_name(precision.master), dtype_name(precision.states))
+                                            : "",
+                         c.run.steps);
   out.flush();
 
   // On a device backend "cpu" is ZeRO-Offload (zero/host_step.h); what it

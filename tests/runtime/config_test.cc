@@ -202,6 +202,41 @@ TEST(ConfigTest, UnsupportedFeatureIsRefusedByName) {
             std::string::npos);
 }
 
+// DeepSpeed's 16-bit master weights: the keys set the optimizer's precision,
+// and DeepSpeed's rules (stages 1-3; states only with the master; the two
+// master keys exclusive) and ours (the model in that dtype) name their keys.
+TEST(ConfigTest, SixteenBitMasterWeightsFollowDeepSpeedsRules) {
+  auto run = [](const std::string& extra) {
+    absl::StatusOr<Json> j = parse_json_text(R"({"train_micro_batch_size_per_gpu": 1, )" + extra + "}", "x");
+    EXPECT_TRUE(j.ok()) << j.status();
+    return parse_run_config(*j, {});
+  };
+  absl::StatusOr<RunConfig> c = run(R"("zero_optimization": {"stage": 2},
+      "bf16": {"enabled": true, "bf16_master_weights_and_grads": true, "bf16_optimizer_states": true})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->engine.optimizer_precision.master, DType::kBF16);
+  EXPECT_EQ(c->engine.optimizer_precision.states, DType::kBF16);
+  c = run(R"("zero_optimization": {"stage": 1}, "fp16": {"enabled": true, "fp16_master_weights_and_grads": true})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->engine.optimizer_precision.master, DType::kF16);
+  EXPECT_EQ(c->engine.optimizer_precision.states, DType::kF32);
+  for (const auto& [extra, want] : std::vector<std::pair<std::string, std::string>>{
+           {R"("bf16": {"enabled": true, "bf16_master_weights_and_grads": true})",
+            "bf16.bf16_master_weights_and_grads: Bf16_master_weights_and_grads is only supported with ZeRO Stage 1, 2, "
+            "or 3"},
+           {R"("zero_optimization": {"stage": 3}, "bf16": {"enabled": true, "bf16_optimizer_states": true})",
+            "bf16.bf16_optimizer_states: bf16_optimizer_states requires bf16_master_weights_and_grads"},
+           {R"("zero_optimization": {"stage": 3}, "bf16": {"bf16_master_weights_and_grads": true})",
+            "bf16.bf16_master_weights_and_grads: needs bf16.enabled true"},
+           {R"("zero_optimization": {"stage": 3}, "bf16": {"enabled": true, "bf16_master_weights_and_grads": true},
+               "data_types": {"grad_accum_dtype": "fp32"})",
+            "data_types.grad_accum_dtype asks for fp32"}}) {
+    c = run(extra);
+    ASSERT_FALSE(c.ok()) << extra;
+    EXPECT_NE(std::string(c.status().message()).find(want), std::string::npos) << c.status();
+  }
+}
+
 // Unknown keys follow DeepSpeed's strictness where it has one: ignored (here a
 // warning naming the key) at the top level and in its dict-read sections,
 // unless the key is a near miss of a known one; errors in its pydantic

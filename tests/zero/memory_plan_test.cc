@@ -126,6 +126,7 @@ struct Case {
   bool cpu_offload_params = false;  // and offload_param "cpu"
   bool device_path = false;         // force_offload_path: NVMe offload through the host step too
   float dropout = 0.0f;             // model.dropout (Dropout modules' outputs and gradients)
+  OptimizerPrecision precision;     // 16-bit master weights / states (bf16_master_weights_and_grads, ...)
 };
 
 EngineConfig engine_config(const Case& c) {
@@ -141,6 +142,7 @@ EngineConfig engine_config(const Case& c) {
   e.zero.max_reuse_distance = c.reuse;
   e.zero.prefetch_bucket_size = c.prefetch;
   e.optimizer.type = c.optimizer;
+  e.optimizer_precision = c.precision;
   e.activation_checkpointing.number_checkpoints = c.segments;
   if (!c.nvme_dir.empty() && !c.params_alone) {
     e.zero.offload_optimizer.device = OffloadDevice::kNvme;
@@ -364,6 +366,21 @@ TEST(MemoryPlanTest, PlanEqualsMeasuredWithBucketsOverlapAndAccumulation) {
   sgd.optimizer = "SGD";
   sgd.name = "stage 1 SGD";
   more.push_back(sgd);
+  // 16-bit master weights (and states): the arrays in their dtypes, the
+  // optimizer's fp32 staging as workspace; also through the host step.
+  for (const OptimizerPrecision& p : {OptimizerPrecision{DType::kBF16, DType::kF32},
+                                      OptimizerPrecision{DType::kBF16, DType::kBF16}}) {
+    for (int stage = 1; stage <= 3; ++stage) {
+      Case c;
+      c.stage = stage;
+      c.dtype = DType::kBF16;
+      c.precision = p;
+      c.cpu_offload = stage == 2;
+      c.name = cat("stage ", stage, " bf16 master, ", dtype_name(p.states), " states",
+                   c.cpu_offload ? ", through the host step" : "");
+      more.push_back(c);
+    }
+  }
 #ifdef ZE_HAVE_NVME_OFFLOAD
   // Optimizer state in swap files: the file on the NVMe tier, the buffers as
   // host swap buffers, no optimizer state in host memory.
@@ -375,6 +392,9 @@ TEST(MemoryPlanTest, PlanEqualsMeasuredWithBucketsOverlapAndAccumulation) {
     c.dtype = DType::kBF16;
     c.nvme_dir = dir;
     c.name = cat("stage ", stage, " bf16, optimizer state on NVMe");
+    more.push_back(c);
+    c.precision = {DType::kBF16, DType::kBF16};
+    c.name = cat("stage ", stage, " bf16, bf16 master and states on NVMe");
     more.push_back(c);
   }
   // Parameters in the swap records too: no parameter shard in memory, read
