@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <random>
 
 #include "runtime/base/status.h"
@@ -19,18 +18,6 @@ namespace zero {
 namespace {
 
 constexpr std::string_view kMagic = "ZEROENGINE SWAP 1\n";
-
-// MemAvailable from /proc/meminfo, in bytes; -1 when unknown.
-int64_t host_memory_available() {
-  std::ifstream f("/proc/meminfo");
-  std::string key;
-  int64_t kib = 0;
-  std::string unit;
-  while (f >> key >> kib >> unit) {
-    if (key == "MemAvailable:") return kib * 1024;
-  }
-  return -1;
-}
 
 bool is_swap_file_name(const std::string& name) {
   auto ends_with = [&](std::string_view s) {
@@ -65,7 +52,7 @@ absl::StatusOr<std::vector<std::string>> swap_file_preflight(const SwapFileSpec&
   if (!fs::is_directory(st)) return absl::InvalidArgumentError(cat(spec.key, ".nvme_path: ", dir, " is not a directory"));
 
   // Host memory for the buffers, disk for the file: both before any byte moves.
-  const int64_t available = host_memory_available();
+  const int64_t available = host_memory_available_bytes();
   if (available >= 0 && spec.buffer_bytes > available) {
     return absl::ResourceExhaustedError(cat(spec.key, ": ", spec.buffers, " need ", format_bytes(spec.buffer_bytes),
                                             " of host memory; ", format_bytes(available), " is available. Lower ",

@@ -76,6 +76,16 @@ absl::StatusOr<MemoryPlan> plan_memory(const PlanInput& input);
 absl::StatusOr<MemoryPlan> plan_memory(const RunConfig& config, int world, int rank);
 PlanInput plan_input(const RunConfig& config, int world, int rank);
 
+// The memory preflight zero-train runs before it allocates anything: the
+// plan of this rank, times the ranks sharing this machine, against the host
+// memory available (host_memory_available_bytes). Before planning, the sizes
+// one micro-batch implies are computed with overflow checks, so absurd
+// values (a micro-batch of 1e15) are refused by name instead of wrapping.
+// RESOURCE_EXHAUSTED with the planned categories and what to change when the
+// run cannot fit; INVALID_ARGUMENT naming the key when a size overflows.
+absl::Status check_memory_fits(const RunConfig& config, int world, int rank, int ranks_on_node,
+                               int64_t host_available_bytes);
+
 // The table: one row per category, one column per tier that holds anything,
 // exact bytes and a readable size; then the total row (peak of the running
 // sum). `title` goes on the first line.

@@ -108,19 +108,41 @@ void ConfigReader::set_derived(std::string_view key, const Json& value) {
   diag_->derived.insert(key_path(key));
 }
 
-int64_t ConfigReader::get_int(std::string_view key, int64_t def, int64_t min_value) {
+bool NumberRange::contains(double v) const {
+  return std::isfinite(v) && (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
+}
+
+std::string NumberRange::describe() const {
+  const bool has_lo = std::isfinite(lo), has_hi = std::isfinite(hi);
+  if (has_lo && has_hi) return cat(lo_open ? "(" : "[", lo, ", ", hi, hi_open ? ")" : "]");
+  if (has_lo) return cat(lo_open ? "> " : ">= ", lo);
+  if (has_hi) return cat(hi_open ? "< " : "<= ", hi);
+  return "finite";
+}
+
+int64_t ConfigReader::get_int(std::string_view key, int64_t def, int64_t min_value, int64_t max_value) {
   int64_t out = def;
   if (const Json* v = lookup(key)) {
-    if (v->is_number_integer()) {
+    auto range = [&] {
+      return max_value == INT64_MAX   ? (min_value == INT64_MIN ? std::string("a 64-bit integer")
+                                                                : cat(">= ", min_value, " and below 2^63"))
+             : min_value == INT64_MIN ? cat("<= ", max_value)
+                                      : cat("between ", min_value, " and ", max_value);
+    };
+    if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+      error(key, cat(v->get<uint64_t>(), " is out of range (must be ", range(), ")"));
+    } else if (v->is_number_integer()) {
       out = v->get<int64_t>();
     } else if (v->is_number_float() && std::isfinite(v->get<double>()) &&
                v->get<double>() == std::floor(v->get<double>()) && std::abs(v->get<double>()) < 9.2e18) {
       out = static_cast<int64_t>(v->get<double>());
+    } else if (v->is_number_float() && v->get<double>() == std::floor(v->get<double>())) {
+      error(key, cat(describe(*v), " is out of range (must be ", range(), ")"));
     } else {
       error(key, cat("expected an integer, got ", describe(*v)));
     }
-    if (out < min_value) {
-      error(key, cat(out, " is out of range (must be >= ", min_value, ")"));
+    if (out < min_value || out > max_value) {
+      error(key, cat(out, " is out of range (must be ", range(), ")"));
       out = def;
     }
   }
@@ -128,11 +150,16 @@ int64_t ConfigReader::get_int(std::string_view key, int64_t def, int64_t min_val
   return out;
 }
 
-double ConfigReader::get_float(std::string_view key, double def) {
+double ConfigReader::get_float(std::string_view key, double def, const NumberRange& range) {
   double out = def;
   if (const Json* v = lookup(key)) {
-    if (v->is_number() && !v->is_boolean()) out = v->get<double>();
-    else error(key, cat("expected a number, got ", describe(*v)));
+    if (!v->is_number() || v->is_boolean()) {
+      error(key, cat("expected a number, got ", describe(*v)));
+    } else if (!range.contains(v->get<double>())) {
+      error(key, cat(describe(*v), " is out of range (must be ", range.describe(), ")"));
+    } else {
+      out = v->get<double>();
+    }
   }
   set_effective(key, out);
   return out;
@@ -169,7 +196,7 @@ std::string ConfigReader::get_choice(std::string_view key, const std::string& de
 }
 
 std::vector<double> ConfigReader::get_float_list(std::string_view key, const std::vector<double>& def,
-                                                 size_t expected_size) {
+                                                 size_t expected_size, const NumberRange& range) {
   std::vector<double> out = def;
   if (const Json* v = lookup(key)) {
     bool ok = v->is_array() && v->size() == expected_size;
@@ -182,6 +209,9 @@ std::vector<double> ConfigReader::get_float_list(std::string_view key, const std
     }
     if (!ok) {
       error(key, cat("expected a list of ", expected_size, " numbers, got ", describe(*v)));
+      out = def;
+    } else if (!std::all_of(out.begin(), out.end(), [&](double x) { return range.contains(x); })) {
+      error(key, cat(describe(*v), " is out of range (each must be ", range.describe(), ")"));
       out = def;
     }
   }

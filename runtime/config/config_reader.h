@@ -22,6 +22,7 @@
 #pragma once
 
 #include <initializer_list>
+#include <limits>
 #include <memory>
 #include <set>
 #include <string>
@@ -44,6 +45,21 @@ struct ConfigDiagnostics {
   absl::Status status() const;
 };
 
+// The values a numeric key accepts: [lo, hi], either end open. Every number
+// must also be finite.
+struct NumberRange {
+  double lo = -std::numeric_limits<double>::infinity();
+  double hi = std::numeric_limits<double>::infinity();
+  bool lo_open = false, hi_open = false;
+
+  static NumberRange at_least(double lo) { return {lo, std::numeric_limits<double>::infinity(), false, false}; }
+  static NumberRange above(double lo) { return {lo, std::numeric_limits<double>::infinity(), true, false}; }
+  static NumberRange between(double lo, double hi) { return {lo, hi, false, false}; }
+  static NumberRange unit_open() { return {0.0, 1.0, false, true}; }  // [0, 1): a probability of keeping, a beta
+  bool contains(double v) const;
+  std::string describe() const;  // "[0, 1)", ">= 0", "> 0"
+};
+
 // How a section treats keys nothing asked for (see above).
 enum class UnknownKeys {
   kError,                 // DeepSpeed forbids extra fields here
@@ -63,15 +79,17 @@ class ConfigReader {
   std::string key_path(std::string_view key) const;
   ConfigDiagnostics& diagnostics() { return *diag_; }
 
-  int64_t get_int(std::string_view key, int64_t def, int64_t min_value = INT64_MIN);
-  double get_float(std::string_view key, double def);
+  // An integer in [min_value, max_value]; integers past int64 are out of range.
+  int64_t get_int(std::string_view key, int64_t def, int64_t min_value = INT64_MIN, int64_t max_value = INT64_MAX);
+  // A finite number in `range`.
+  double get_float(std::string_view key, double def, const NumberRange& range = {});
   bool get_bool(std::string_view key, bool def);
   std::string get_string(std::string_view key, const std::string& def);
   // A string from a fixed set; the error lists the choices.
   std::string get_choice(std::string_view key, const std::string& def,
                          std::initializer_list<std::string_view> choices);
   std::vector<double> get_float_list(std::string_view key, const std::vector<double>& def,
-                                     size_t expected_size);
+                                     size_t expected_size, const NumberRange& range = {});
   // The raw value (null when absent), marking the key as known.
   const Json& get_raw(std::string_view key);
 

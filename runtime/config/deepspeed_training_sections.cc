@@ -35,10 +35,12 @@ void parse_optimizer_section(ConfigReader r, OptimizerConfig& o) {
             "is not supported as an optimizer parameter; use the top-level \"gradient_clipping\" instead");
   }
   p.mark_known("max_grad_norm");
-  o.lr = static_cast<float>(p.get_float("lr", 1e-3));  // torch's defaults, in double for --print-config
-  o.weight_decay = static_cast<float>(p.get_float("weight_decay", 0.0));
+  // torch's defaults (in double for --print-config) and torch.optim's ranges.
+  const NumberRange non_negative = NumberRange::at_least(0.0);
+  o.lr = static_cast<float>(p.get_float("lr", 1e-3, non_negative));
+  o.weight_decay = static_cast<float>(p.get_float("weight_decay", 0.0, non_negative));
   if (o.type == "SGD") {
-    o.momentum = static_cast<float>(p.get_float("momentum", 0.0));
+    o.momentum = static_cast<float>(p.get_float("momentum", 0.0, non_negative));
     o.dampening = static_cast<float>(p.get_float("dampening", 0.0));
     o.nesterov = p.get_bool("nesterov", false);
     if (o.nesterov && (o.momentum <= 0 || o.dampening != 0)) {
@@ -46,10 +48,10 @@ void parse_optimizer_section(ConfigReader r, OptimizerConfig& o) {
     }
     p.refuse_unless("maximize", false, "gradient ascent is not supported");
   } else {
-    const std::vector<double> betas = p.get_float_list("betas", {0.9, 0.999}, 2);
+    const std::vector<double> betas = p.get_float_list("betas", {0.9, 0.999}, 2, NumberRange::unit_open());
     o.beta1 = static_cast<float>(betas[0]);
     o.beta2 = static_cast<float>(betas[1]);
-    o.eps = static_cast<float>(p.get_float("eps", 1e-8));
+    o.eps = static_cast<float>(p.get_float("eps", 1e-8, non_negative));
     // "Adam" is AdamW unless adam_w_mode is false; "AdamW" always is (DeepSpeed).
     o.adam_w_mode = p.get_bool("adam_w_mode", true) || o.type == "AdamW";
     o.bias_correction = p.get_bool("bias_correction", true);
@@ -58,7 +60,7 @@ void parse_optimizer_section(ConfigReader r, OptimizerConfig& o) {
     // grads are cleared): the math is the same one fused kernel here.
     p.get_bool("torch_adam", false);
     p.get_bool("set_grad_none", true);
-    p.refuse_unless("fp32_optimizer_states", true, "optimizer state is always fp32");
+    p.refuse_unless("fp32_optimizer_states", true, "optimizer state is fp32 unless bf16.bf16_optimizer_states");
   }
   p.finish();
   r.finish();
@@ -74,6 +76,8 @@ void parse_scheduler_section(ConfigReader r, SchedulerConfig& s) {
   }
   s.type = r.get_choice("type", "", {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "OneCycle", "LRRangeTest"});
   ConfigReader p = r.section("params");
+  // Learning rates and rates of change are never negative; ratios and momenta lie in [0, 1].
+  const NumberRange non_negative = NumberRange::at_least(0.0), ratio = NumberRange::between(0.0, 1.0);
   auto warmup = [&] {
     s.warmup_num_steps = p.get_int("warmup_num_steps", 1000, 1);
     s.warmup_type = p.get_string("warmup_type", "log");
@@ -83,9 +87,9 @@ void parse_scheduler_section(ConfigReader r, SchedulerConfig& s) {
     }
   };
   if (s.type == "WarmupLR" || s.type == "WarmupDecayLR") {
-    s.warmup_min_lr = p.get_float("warmup_min_lr", 0.0);
+    s.warmup_min_lr = p.get_float("warmup_min_lr", 0.0, non_negative);
     if (p.has("warmup_max_lr") || s.type == "WarmupDecayLR") {
-      s.warmup_max_lr = p.get_float("warmup_max_lr", 0.001);
+      s.warmup_max_lr = p.get_float("warmup_max_lr", 0.001, non_negative);
     } else {
       p.mark_known("warmup_max_lr");  // unset: the optimizer's lr
     }
@@ -100,16 +104,16 @@ void parse_scheduler_section(ConfigReader r, SchedulerConfig& s) {
   } else if (s.type == "WarmupCosineLR") {
     if (!p.has("total_num_steps")) p.error("total_num_steps", "is required by WarmupCosineLR");
     s.total_num_steps = p.get_int("total_num_steps", 0, 1);
-    s.warmup_min_ratio = p.get_float("warmup_min_ratio", 0.0);
-    s.cos_min_ratio = p.get_float("cos_min_ratio", 1e-4);
+    s.warmup_min_ratio = p.get_float("warmup_min_ratio", 0.0, ratio);
+    s.cos_min_ratio = p.get_float("cos_min_ratio", 1e-4, ratio);
     warmup();
   } else if (s.type == "OneCycle") {
     for (const char* k : {"cycle_min_lr", "cycle_max_lr"}) {
       if (!p.has(k)) p.error(k, "is required by OneCycle");
     }
-    s.cycle_min_lr = p.get_float("cycle_min_lr", 0.0);
-    s.cycle_max_lr = p.get_float("cycle_max_lr", 0.0);
-    s.decay_lr_rate = p.get_float("decay_lr_rate", 0.0);
+    s.cycle_min_lr = p.get_float("cycle_min_lr", 0.0, non_negative);
+    s.cycle_max_lr = p.get_float("cycle_max_lr", 0.0, non_negative);
+    s.decay_lr_rate = p.get_float("decay_lr_rate", 0.0, non_negative);
     s.cycle_first_step_size = p.get_float("cycle_first_step_size", 2000);
     if (s.cycle_first_step_size <= 0) p.error("cycle_first_step_size", "must be positive");
     if (p.has("cycle_second_step_size") && !p.get_raw("cycle_second_step_size").is_null()) {
@@ -124,15 +128,15 @@ void parse_scheduler_section(ConfigReader r, SchedulerConfig& s) {
     } else {
       p.mark_known("cycle_second_stair_count");
     }
-    s.decay_step_size = p.get_float("decay_step_size", 0);
+    s.decay_step_size = p.get_float("decay_step_size", 0, non_negative);
     s.cycle_momentum = p.get_bool("cycle_momentum", true);
-    s.cycle_min_mom = p.get_float("cycle_min_mom", 0.8);
-    s.cycle_max_mom = p.get_float("cycle_max_mom", 0.9);
-    s.decay_mom_rate = p.get_float("decay_mom_rate", 0.0);
+    s.cycle_min_mom = p.get_float("cycle_min_mom", 0.8, NumberRange::unit_open());
+    s.cycle_max_mom = p.get_float("cycle_max_mom", 0.9, NumberRange::unit_open());
+    s.decay_mom_rate = p.get_float("decay_mom_rate", 0.0, non_negative);
   } else if (s.type == "LRRangeTest") {
-    s.lr_range_test_min_lr = p.get_float("lr_range_test_min_lr", 1e-3);
+    s.lr_range_test_min_lr = p.get_float("lr_range_test_min_lr", 1e-3, non_negative);
     s.lr_range_test_step_size = p.get_int("lr_range_test_step_size", 2000, 1);
-    s.lr_range_test_step_rate = p.get_float("lr_range_test_step_rate", 1.0);
+    s.lr_range_test_step_rate = p.get_float("lr_range_test_step_rate", 1.0, non_negative);
     s.lr_range_test_staircase = p.get_bool("lr_range_test_staircase", false);
   }
   p.mark_known("last_batch_iteration");
@@ -166,14 +170,14 @@ void parse_precision_sections(ConfigReader& root, EngineConfig& out) {
   LossScalerConfig& ls = out.loss_scaler;
   const Json& raw_scale = fp16.get_raw("loss_scale");
   if (raw_scale.is_boolean()) fp16.error("loss_scale", "must be a number (0 = dynamic), not a boolean");
-  const double loss_scale = fp16.get_float("loss_scale", 0.0);
-  if (loss_scale < 0 || !std::isfinite(loss_scale)) fp16.error("loss_scale", "must be finite and >= 0 (0 = dynamic)");
-  ls.initial_scale_power = fp16.get_int("initial_scale_power", 16, 0);
+  const double loss_scale = fp16.get_float("loss_scale", 0.0, NumberRange::at_least(0.0));  // 0 = dynamic
+  // 2^power must stay a finite fp32 scale that a gradient times it can still
+  // be finite for: beyond 2^64 every step would overflow and be skipped.
+  ls.initial_scale_power = fp16.get_int("initial_scale_power", 16, 0, 64);
   ls.scale_window = fp16.get_int("loss_scale_window", 1000, 1);
   ls.hysteresis = fp16.get_int("hysteresis", 2, 1);
   ls.consecutive_hysteresis = fp16.get_bool("consecutive_hysteresis", false);
-  ls.min_scale = fp16.get_float("min_loss_scale", 1.0);
-  if (ls.min_scale <= 0) fp16.error("min_loss_scale", "must be > 0");
+  ls.min_scale = fp16.get_float("min_loss_scale", 1.0, NumberRange::above(0.0));
   const bool fp16_master = fp16.get_bool("fp16_master_weights_and_grads", false);
   fp16.finish();
   if (fp16_master && bf16_master) {

@@ -1,6 +1,7 @@
 // JSON config files; see json_file.h.
 #include "runtime/config/json_file.h"
 
+#include <algorithm>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -12,20 +13,50 @@ namespace zero {
 
 namespace {
 
-// Line and column (1-based) of a byte offset, and the text of that line.
-void locate(std::string_view text, size_t offset, size_t& line, size_t& col, std::string& line_text) {
-  line = 1;
-  size_t line_start = 0;
+// Where a byte offset is, for a message: "line:col" (1-based) and that line
+// (a window of at most 60 characters either side, marked where cut) with a
+// caret under the offset.
+std::string locate(std::string_view text, size_t offset) {
+  size_t line = 1, line_start = 0;
   for (size_t i = 0; i < offset && i < text.size(); ++i) {
     if (text[i] == '\n') {
       ++line;
       line_start = i + 1;
     }
   }
-  col = offset - line_start + 1;
   size_t end = text.find('\n', line_start);
-  line_text = std::string(text.substr(line_start, end == std::string_view::npos ? text.size() - line_start
-                                                                               : end - line_start));
+  if (end == std::string_view::npos) end = text.size();
+  constexpr size_t kSide = 60;
+  const size_t from = offset > line_start + kSide ? offset - kSide : line_start;
+  const size_t to = std::min(end, offset + kSide);
+  const std::string shown = cat(from > line_start ? "..." : "", text.substr(from, to - from), to < end ? "..." : "");
+  const size_t caret = offset - from + (from > line_start ? 3 : 0);
+  return cat(line, ":", offset - line_start + 1, ":\n    ", shown, "\n    ", std::string(caret, ' '), "^");
+}
+
+// The first place where objects/arrays nest deeper than kMaxJsonDepth
+// (outside strings and comments), or npos.
+size_t too_deep_at(std::string_view text) {
+  int depth = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '"') {
+      for (++i; i < text.size() && text[i] != '"'; ++i)
+        if (text[i] == '\\') ++i;
+    } else if (c == '/' && i + 1 < text.size() && text[i + 1] == '/') {
+      i = text.find('\n', i);
+      if (i == std::string_view::npos) return std::string_view::npos;
+    } else if (c == '/' && i + 1 < text.size() && text[i + 1] == '*') {
+      i = text.find("*/", i + 2);
+      if (i == std::string_view::npos) return std::string_view::npos;
+      ++i;
+    } else if (c == '{' || c == '[') {
+      if (++depth > kMaxJsonDepth) return i;
+    } else if (c == '}' || c == ']') {
+      --depth;
+    }
+  }
+  return std::string_view::npos;
 }
 
 // Rejects duplicate keys while parsing (the default parser keeps the last).
@@ -55,6 +86,13 @@ struct DuplicateKeyChecker {
 }  // namespace
 
 absl::StatusOr<Json> parse_json_text(std::string_view text, std::string_view source_name) {
+  if (const size_t deep = too_deep_at(text); deep != std::string_view::npos) {
+    const std::string where = locate(text, deep);
+    const size_t colon = where.find(":\n");
+    return absl::InvalidArgumentError(cat(source_name, ":", where.substr(0, colon), ": nested more than ",
+                                          kMaxJsonDepth, " levels deep (a config nests a few levels)",
+                                          where.substr(colon + 1)));
+  }
   DuplicateKeyChecker checker;
   Json j;
   try {
@@ -64,15 +102,19 @@ absl::StatusOr<Json> parse_json_text(std::string_view text, std::string_view sou
                     },
                     /*allow_exceptions=*/true, /*ignore_comments=*/true);
   } catch (const Json::parse_error& e) {
-    size_t line = 0, col = 0;
-    std::string line_text;
-    const size_t at = e.byte == 0 ? 0 : e.byte - 1;
-    locate(text, at, line, col, line_text);
+    const std::string where = locate(text, e.byte == 0 ? 0 : e.byte - 1);
+    const size_t colon = where.find(":\n");
     std::string what = e.what();
     const size_t pos = what.find("syntax error");
     if (pos != std::string::npos) what = what.substr(pos);
-    return absl::InvalidArgumentError(cat(source_name, ":", line, ":", col, ": invalid JSON (", what,
-                                          ")\n    ", line_text, "\n    ", std::string(col > 0 ? col - 1 : 0, ' '), "^"));
+    return absl::InvalidArgumentError(
+        cat(source_name, ":", where.substr(0, colon), ": invalid JSON (", what, ")", where.substr(colon + 1)));
+  } catch (const Json::exception& e) {
+    // out_of_range: a number no double holds (1e999).
+    std::string what = e.what();
+    const size_t pos = what.find("] ");
+    if (pos != std::string::npos) what = what.substr(pos + 2);
+    return absl::InvalidArgumentError(cat(source_name, ": ", what, " (numbers must fit a double)"));
   }
   if (!checker.duplicate.empty()) {
     return absl::InvalidArgumentError(
@@ -111,11 +153,17 @@ absl::Status apply_override(Json& config, std::string_view assignment) {
   }
   const std::string_view path = assignment.substr(0, eq);
   const std::string_view raw = assignment.substr(eq + 1);
+  if (std::count(path.begin(), path.end(), '.') >= kMaxJsonDepth) {
+    return absl::InvalidArgumentError(cat("--set: the key path is more than ", kMaxJsonDepth, " levels deep"));
+  }
   Json value;
+  if (too_deep_at(raw) != std::string_view::npos) {
+    return absl::InvalidArgumentError(cat("--set ", path, ": the value nests more than ", kMaxJsonDepth, " levels deep"));
+  }
   try {
     value = Json::parse(raw.begin(), raw.end());
-  } catch (const Json::parse_error&) {
-    value = std::string(raw);  // a bare word: a string
+  } catch (const Json::exception&) {
+    value = std::string(raw);  // a bare word (or a number no double holds): a string
   }
   Json* node = &config;
   size_t start = 0;

@@ -16,17 +16,15 @@ namespace {
 void parse_model(ConfigReader r, ModelSection& m) {
   m.type = r.get_choice("type", "gpt", {"gpt"});
   GptConfig& g = m.gpt;
-  g.n_layer = r.get_int("n_layer", g.n_layer, 1);
-  g.n_head = r.get_int("n_head", g.n_head, 1);
-  g.d_model = r.get_int("d_model", g.d_model, 1);
-  g.vocab_size = r.get_int("vocab_size", g.vocab_size, 1);
-  g.seq_len = r.get_int("seq_len", g.seq_len, 1);
-  const double dropout = r.get_float("dropout", g.dropout);
-  if (!(dropout >= 0.0 && dropout < 1.0)) {
-    r.error("dropout", cat(dropout, " is not a probability in [0, 1)"));
-  } else {
-    g.dropout = static_cast<float>(dropout);
-  }
+  // Bounds far beyond any model trained today, so that every size derived
+  // from them (parameters, activations) fits 64 bits; whether a model fits
+  // this machine is the memory preflight's question (zero/memory_plan.h).
+  g.n_layer = r.get_int("n_layer", g.n_layer, 1, 100000);
+  g.n_head = r.get_int("n_head", g.n_head, 1, 65536);
+  g.d_model = r.get_int("d_model", g.d_model, 1, int64_t{1} << 20);
+  g.vocab_size = r.get_int("vocab_size", g.vocab_size, 1, INT32_MAX);  // token ids are int32
+  g.seq_len = r.get_int("seq_len", g.seq_len, 1, int64_t{1} << 24);
+  g.dropout = static_cast<float>(r.get_float("dropout", g.dropout, NumberRange::unit_open()));
   if (g.d_model % g.n_head != 0) {
     r.error("d_model", cat(g.d_model, " is not divisible by n_head ", g.n_head));
   }
@@ -41,7 +39,7 @@ void parse_data(ConfigReader r, DataSection& d) {
 }
 
 void parse_run(ConfigReader r, RunSection& run, uint64_t& seed) {
-  run.steps = r.get_int("steps", run.steps, 0);
+  run.steps = r.get_int("steps", run.steps, 0, int64_t{1} << 40);
   run.metrics = r.get_string("metrics", run.metrics);
   run.save_dir = r.get_string("save_dir", run.save_dir);
   run.save_every = r.get_int("save_every", run.save_every, 0);
@@ -78,12 +76,30 @@ absl::Status resolve_batch(ConfigReader& r, int world, RunConfig& out) {
       autos.emplace_back(key);
       return std::nullopt;
     }
-    return r.get_int(key, 0);
+    const size_t errors = r.diagnostics().errors.size();
+    const int64_t n = r.get_int(key, 0);
+    if (r.diagnostics().errors.size() > errors) return std::nullopt;  // not an integer: said already
+    return n;
   };
   std::optional<int64_t> tb = read("train_batch_size");
   std::optional<int64_t> mb = read("train_micro_batch_size_per_gpu");
   std::optional<int64_t> gas = read("gradient_accumulation_steps");
+  // Each given value on its own first (DeepSpeed's messages), naming its key.
+  if (tb && *tb <= 0) r.error("train_batch_size", cat("Train batch size: ", *tb, " has to be greater than 0"));
+  if (mb && *mb <= 0)
+    r.error("train_micro_batch_size_per_gpu", cat("Micro batch size per gpu: ", *mb, " has to be greater than 0"));
+  if (gas && *gas <= 0)
+    r.error("gradient_accumulation_steps", cat("Gradient accumulation steps: ", *gas, " has to be greater than 0"));
   if (!r.diagnostics().errors.empty()) return absl::OkStatus();
+  // micro x accumulation x world must be a number, not an overflow.
+  if (mb && gas) {
+    int64_t product = 0;
+    if (__builtin_mul_overflow(*mb, *gas, &product) || __builtin_mul_overflow(product, int64_t{world}, &product)) {
+      r.error("train_micro_batch_size_per_gpu",
+              cat(*mb, " x gradient_accumulation_steps ", *gas, " x ", world, " ranks overflows a 64-bit integer"));
+      return absl::OkStatus();
+    }
+  }
   std::vector<std::string> derived;
   if (tb && mb && gas) {
   } else if (tb && mb) {
@@ -128,8 +144,8 @@ absl::Status resolve_batch(ConfigReader& r, int world, RunConfig& out) {
 
 // Top-level DeepSpeed scalars other than the batch triple.
 void parse_top_level(ConfigReader& root, RunConfig& out) {
-  out.engine.gradient_clipping = static_cast<float>(root.get_float("gradient_clipping", 1.0));
-  if (out.engine.gradient_clipping < 0) root.error("gradient_clipping", "must be >= 0 (0 disables clipping)");
+  // 0 disables clipping.
+  out.engine.gradient_clipping = static_cast<float>(root.get_float("gradient_clipping", 1.0, NumberRange::at_least(0.0)));
   const Json& spp = root.get_raw("steps_per_print");
   if (!spp.is_null()) out.steps_per_print = root.get_int("steps_per_print", 10, 1);
   else root.set_effective("steps_per_print", out.steps_per_print);
@@ -170,7 +186,7 @@ absl::StatusOr<RunConfig> parse_run_config(const Json& config, const ConfigOptio
   ZE_RETURN_IF_ERROR(resolve_batch(root, options.world_size, out));
   parse_top_level(root, out);
   const bool prescale = root.get_bool("prescale_gradients", false);
-  const double predivide = root.get_float("gradient_predivide_factor", 1.0);
+  const double predivide = root.get_float("gradient_predivide_factor", 1.0, NumberRange::above(0.0));
   const bool sum_op = root.get_choice("gradient_allreduce_op", "mean", {"mean", "sum"}) == "sum";
   // DeepSpeed reads these sections with dict lookups: unknown keys there are
   // ignored (but not in their params, which go to constructors as kwargs).
@@ -197,7 +213,6 @@ absl::StatusOr<RunConfig> parse_run_config(const Json& config, const ConfigOptio
       !s.ok()) {
     root.diagnostics().errors.emplace_back(s.message());
   }
-  if (predivide <= 0) root.error("gradient_predivide_factor", "must be > 0");
   if (z.stage >= 2 && z.reduce_scatter && (prescale || predivide != 1.0)) {
     root.error(prescale ? "prescale_gradients" : "gradient_predivide_factor",
                "must be false / 1.0 with ZeRO stage 2 or 3 and reduce_scatter (as in DeepSpeed)");

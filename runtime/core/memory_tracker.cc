@@ -108,6 +108,22 @@ int64_t process_peak_rss_bytes() {
   return kib < 0 ? -1 : kib * 1024;
 }
 
+int64_t host_memory_available_bytes() {
+  FILE* f = std::fopen("/proc/meminfo", "r");
+  if (f == nullptr) return -1;
+  char line[256];
+  int64_t kib = -1;
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    long v = 0;
+    if (std::sscanf(line, "MemAvailable: %ld kB", &v) == 1) {
+      kib = v;
+      break;
+    }
+  }
+  std::fclose(f);
+  return kib < 0 ? -1 : kib * 1024;
+}
+
 std::string format_bytes(int64_t bytes) {
   const double b = static_cast<double>(bytes);
   const double ab = b < 0 ? -b : b;

@@ -72,6 +72,9 @@ class MemoryTracker {
 int64_t process_rss_bytes();
 // Peak resident set size of this process (VmHWM of /proc/self/status).
 int64_t process_peak_rss_bytes();
+// Memory the machine can still give without swapping (MemAvailable of
+// /proc/meminfo), in bytes; -1 when unknown.
+int64_t host_memory_available_bytes();
 
 // "1.23 GiB"-style formatting shared by logs and tools.
 std::string format_bytes(int64_t bytes);

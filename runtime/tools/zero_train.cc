@@ -7,6 +7,7 @@
 // Exit status: 0 on success, 2 for bad usage or a bad config, 1 for any
 // other failure (data, memory, disk, no GPU). Every error names what it is
 // about.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -17,7 +18,9 @@
 #include "runtime/comm/communicator.h"
 #include "runtime/config/run_config.h"
 #include "runtime/tools/compute_setup.h"
+#include "runtime/tools/path_preflight.h"
 #include "runtime/tools/train_loop.h"
+#include "zero/memory_plan.h"
 
 namespace {
 
@@ -129,6 +132,16 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (const absl::Status s = zero::check_backend_supports(*config); !s.ok()) return fail(2, s);
+  if (const absl::Status s = zero::check_run_paths(*config, rank); !s.ok()) return fail(2, s);
+  // Before anything is allocated: does this rank's plan fit the memory it
+  // shares with the other ranks on its machine?
+  const char* local_size = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  const int ranks_on_node = local_size != nullptr ? std::max(1, std::atoi(local_size)) : 1;
+  if (const absl::Status s =
+          zero::check_memory_fits(*config, world, rank, ranks_on_node, zero::host_memory_available_bytes());
+      !s.ok()) {
+    return fail(absl::IsInvalidArgument(s) ? 2 : 1, s);
+  }
   // The other ranks may be inside a collective this rank will never join
   // (NCCL's start-up, a training step): on several ranks a failure leaves
   // without finalising MPI, so the launcher ends the job instead of everyone

@@ -72,7 +72,7 @@ TEST(ConfigTest, AllErrorsAreReportedTogether) {
       error_of(R"({"train_micro_batch_size_per_gpu": 4, "model": {"n_layer": "two", "seq_len": 0}})");
   EXPECT_NE(msg.find("2 errors"), std::string::npos) << msg;
   EXPECT_NE(msg.find("model.n_layer: expected an integer, got \"two\""), std::string::npos) << msg;
-  EXPECT_NE(msg.find("model.seq_len: 0 is out of range (must be >= 1)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("model.seq_len: 0 is out of range (must be between 1 and 16777216)"), std::string::npos) << msg;
 }
 
 TEST(ConfigTest, DropoutIsAProbabilityBelowOne) {
@@ -200,6 +200,50 @@ TEST(ConfigTest, UnsupportedFeatureIsRefusedByName) {
   EXPECT_NE(error_of(R"({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"zero_quantized_weights": true}})")
                 .find("zero_optimization.zero_quantized_weights: true is not supported"),
             std::string::npos);
+}
+
+// Numbers have ranges, named with the key: torch.optim's for the optimizer,
+// probabilities and ratios in [0, 1], integers that fit 64 bits, model
+// dimensions far beyond today's models (so derived sizes fit 64 bits).
+TEST(ConfigTest, NumbersOutsideTheirRangesAreRefusedByKey) {
+  for (const auto& [extra, want] : std::vector<std::pair<std::string, std::string>>{
+           {R"("optimizer": {"type": "AdamW", "params": {"lr": -0.1}})",
+            "optimizer.params.lr: -0.1 is out of range (must be >= 0)"},
+           {R"("optimizer": {"type": "AdamW", "params": {"eps": -1e-8}})", "optimizer.params.eps: -1e-08 is out of range"},
+           {R"("optimizer": {"type": "AdamW", "params": {"weight_decay": -1}})",
+            "optimizer.params.weight_decay: -1 is out of range"},
+           {R"("optimizer": {"type": "AdamW", "params": {"betas": [1.5, 0.999]}})",
+            "optimizer.params.betas: [1.5,0.999] is out of range (each must be [0, 1))"},
+           {R"("optimizer": {"type": "AdamW", "params": {"betas": [0.9, -0.5]}})", "optimizer.params.betas"},
+           {R"("scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": -1}})",
+            "scheduler.params.warmup_max_lr: -1 is out of range (must be >= 0)"},
+           {R"("scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 10, "cos_min_ratio": 7}})",
+            "scheduler.params.cos_min_ratio: 7 is out of range (must be [0, 1])"},
+           {R"("gradient_clipping": -2)", "gradient_clipping: -2 is out of range (must be >= 0)"},
+           {R"("fp16": {"enabled": true, "initial_scale_power": 100000})",
+            "fp16.initial_scale_power: 100000 is out of range (must be between 0 and 64)"},
+           {R"("model": {"d_model": 4000000000000000000, "n_head": 1})",
+            "model.d_model: 4000000000000000000 is out of range (must be between 1 and 1048576)"},
+           {R"("model": {"vocab_size": 3000000000})", "model.vocab_size: 3000000000 is out of range"},
+           {R"("data": {"seed": 9223372036854775808})",
+            "data.seed: 9223372036854775808 is out of range (must be >= 0 and below 2^63)"},
+           {R"("train_batch_size": 9223372036854775808)",
+            "train_batch_size: 9223372036854775808 is out of range (must be a 64-bit integer)"},
+           {R"("gradient_accumulation_steps": 0)",
+            "gradient_accumulation_steps: Gradient accumulation steps: 0 has to be greater than 0"}}) {
+    const std::string msg = error_of(R"({"train_micro_batch_size_per_gpu": 4, )" + extra + "}");
+    EXPECT_NE(msg.find(want), std::string::npos) << extra << "\n" << msg;
+    EXPECT_EQ(msg.find("-9223372036854775808"), std::string::npos) << msg;
+  }
+  // A micro-batch of 0 or -4 is reported as itself, not as train_batch_size.
+  for (const char* mb : {"0", "-4"}) {
+    const std::string msg = error_of(std::string(R"({"train_micro_batch_size_per_gpu": )") + mb + "}");
+    EXPECT_NE(msg.find(std::string("train_micro_batch_size_per_gpu: Micro batch size per gpu: ") + mb +
+                       " has to be greater than 0"),
+              std::string::npos)
+        << msg;
+    EXPECT_EQ(msg.find("train_batch_size:"), std::string::npos) << msg;
+  }
 }
 
 // DeepSpeed's 16-bit master weights: the keys set the optimizer's precision,

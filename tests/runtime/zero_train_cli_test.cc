@@ -69,6 +69,52 @@ TEST(ZeroTrainCliTest, CorruptDataFileIsExplained) {
   EXPECT_NE(r.output.find("corrupt.bin: bad magic"), std::string::npos) << r.output;
 }
 
+// Paths are checked before anything is built: each bad one is a usage error
+// (exit 2) naming its key and the path.
+TEST(ZeroTrainCliTest, BadPathsAreUsageErrorsNamingTheirKeys) {
+  const std::string config = write("run.json", kTinyRun);
+  const std::string a_file = write("a-file", "x");
+  const std::string missing = tmp("missing");
+  for (const auto& [args, want] : std::vector<std::pair<std::string, std::string>>{
+           {"--resume " + missing, "run.resume (--resume): " + missing + " does not exist"},
+           {"--init-from " + missing, "run.init_from (--init-from): " + missing + " does not exist"},
+           {"--metrics " + missing + "/m.jsonl", "run.metrics (--metrics): cannot create " + missing + "/m.jsonl"},
+           {"--save-dir " + a_file, "run.save_dir (--save-dir): " + a_file + " exists and is not a directory"},
+           {"--set zero_optimization.stage=1 --set zero_optimization.offload_optimizer.device=nvme "
+            "--set zero_optimization.offload_optimizer.nvme_path=" + missing,
+            "zero_optimization.offload_optimizer.nvme_path: " + missing + " does not exist"},
+           {"--set zero_optimization.stage=3 --set zero_optimization.offload_param.device=nvme "
+            "--set zero_optimization.offload_param.nvme_path=" + a_file,
+            "zero_optimization.offload_param.nvme_path: " + a_file + " exists and is not a directory"}}) {
+    Result r = run("--config " + config + " " + args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find(want), std::string::npos) << r.output;
+  }
+}
+
+// What cannot fit is refused before anything is allocated: sizes that
+// overflow by the key (exit 2), a plan larger than the machine with its
+// numbers (exit 1); bounds name their keys.
+TEST(ZeroTrainCliTest, WhatCannotFitIsRefusedBeforeAllocating) {
+  const std::string config = write("run.json", kTinyRun);
+  Result r = run("--config " + config + " --set train_micro_batch_size_per_gpu=1e15");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("train_micro_batch_size_per_gpu: 1000000000000000 sequences of 16 tokens"),
+            std::string::npos)
+      << r.output;
+  // 39B parameters: 16 bytes each is far beyond any machine this runs on.
+  r = run("--config " + config + " --set model.n_layer=48 --set model.d_model=8192 --set model.n_head=64");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("this rank needs"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("of host memory at its peak by the plan (parameters"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("it cannot fit"), std::string::npos) << r.output;
+  r = run("--config " + config + " --set model.n_layer=1000000000");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("model.n_layer: 1000000000 is out of range (must be between 1 and 100000)"),
+            std::string::npos)
+      << r.output;
+}
+
 TEST(ZeroTrainCliTest, PrintConfigShowsDefaults) {
   Result r = run("--config " + write("run.json", kTinyRun) + " --print-config");
   ASSERT_EQ(r.exit_code, 0) << r.output;

@@ -1,0 +1,100 @@
+// The run's paths, checked at start; see path_preflight.h.
+#include "runtime/tools/path_preflight.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "runtime/base/strings.h"
+
+namespace zero {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+bool writable(const fs::path& p) { return ::access(p.c_str(), W_OK) == 0; }
+
+// The nearest existing directory at or above `p` (what creating p needs).
+fs::path existing_parent(fs::path p) {
+  std::error_code ec;
+  p = fs::absolute(p, ec);
+  while (!p.empty() && !fs::exists(p, ec)) p = p.parent_path();
+  return p;
+}
+
+absl::Status check_writable_dir(std::string_view key, const std::string& dir, bool may_create) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(dir, ec);
+  if (fs::exists(st)) {
+    if (!fs::is_directory(st)) return absl::InvalidArgumentError(cat(key, ": ", dir, " exists and is not a directory"));
+    if (!writable(dir)) return absl::InvalidArgumentError(cat(key, ": ", dir, " is not writable by this user"));
+    return absl::OkStatus();
+  }
+  if (!may_create) {
+    return absl::InvalidArgumentError(cat(key, ": ", dir, " does not exist; create it or point ", key, " elsewhere"));
+  }
+  const fs::path parent = existing_parent(dir);
+  if (parent.empty() || !fs::is_directory(parent, ec) || !writable(parent)) {
+    return absl::InvalidArgumentError(cat(key, ": ", dir, " does not exist and cannot be created (",
+                                          parent.empty() ? std::string("no existing parent") : parent.string(),
+                                          " is not a writable directory)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status check_run_paths(const RunConfig& config, int rank) {
+  const RunSection& run = config.run;
+  std::error_code ec;
+  if (!run.resume.empty() && run.resume != "auto" && !fs::is_directory(run.resume, ec)) {
+    return absl::InvalidArgumentError(cat("run.resume (--resume): ", run.resume,
+                                          fs::exists(run.resume, ec) ? " is not a directory" : " does not exist",
+                                          "; give a checkpoint directory, or \"auto\" with --save-dir"));
+  }
+  if (!run.init_from.empty()) {
+    if (!fs::is_regular_file(run.init_from, ec)) {
+      return absl::InvalidArgumentError(cat("run.init_from (--init-from): ", run.init_from,
+                                            fs::exists(run.init_from, ec) ? " is not a file" : " does not exist",
+                                            "; give a safetensors file"));
+    }
+    if (::access(run.init_from.c_str(), R_OK) != 0) {
+      return absl::InvalidArgumentError(cat("run.init_from (--init-from): ", run.init_from, " is not readable"));
+    }
+  }
+  if (!run.metrics.empty()) {
+    std::string path = run.metrics;
+    if (const size_t at = path.find("{rank}"); at != std::string::npos) path.replace(at, 6, cat(rank));
+    const fs::file_status st = fs::status(path, ec);
+    if (fs::exists(st) && (fs::is_directory(st) || !writable(path))) {
+      return absl::InvalidArgumentError(cat("run.metrics (--metrics): ", path,
+                                            fs::is_directory(st) ? " is a directory" : " is not writable"));
+    }
+    const fs::path dir = fs::absolute(path, ec).parent_path();
+    if (!fs::exists(st) && (!fs::is_directory(dir, ec) || !writable(dir))) {
+      return absl::InvalidArgumentError(cat("run.metrics (--metrics): cannot create ", path, " (",
+                                            dir.string(), fs::is_directory(dir, ec) ? " is not writable" : " does not exist",
+                                            ")"));
+    }
+  }
+  if (!run.save_dir.empty()) {
+    if (absl::Status s = check_writable_dir("run.save_dir (--save-dir)", run.save_dir, /*may_create=*/true); !s.ok()) {
+      return s;
+    }
+  }
+  const ZeroConfig& z = config.engine.zero;
+  for (const auto& [key, offload] : {std::pair<std::string_view, const OffloadConfig*>{
+                                         "zero_optimization.offload_optimizer.nvme_path", &z.offload_optimizer},
+                                     {"zero_optimization.offload_param.nvme_path", &z.offload_param}}) {
+    if (offload->device != OffloadDevice::kNvme) continue;
+    if (offload->nvme_path.empty()) {
+      return absl::InvalidArgumentError(cat(key, " is not set: with device \"nvme\" it names the directory (on an NVMe "
+                                            "drive) that holds the swap files"));
+    }
+    if (absl::Status s = check_writable_dir(key, offload->nvme_path, /*may_create=*/false); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace zero

@@ -1,0 +1,17 @@
+// The run's paths, checked before anything is built or allocated, so a typo
+// in a path is a usage error (exit 2) found at start, not after the first
+// save or twenty steps in: run.resume names an existing directory (unless
+// "auto"), run.init_from a readable file, run.metrics a file that can be
+// written (per rank when it holds "{rank}"), run.save_dir a writable directory
+// or one that can be created, and every nvme_path of an NVMe offload an
+// existing, writable directory. Each error names the key and the path.
+#pragma once
+
+#include "absl/status/status.h"
+#include "runtime/config/run_config.h"
+
+namespace zero {
+
+absl::Status check_run_paths(const RunConfig& config, int rank);
+
+}  // namespace zero
