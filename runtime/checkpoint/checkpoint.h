@@ -30,7 +30,7 @@ struct SaveOptions {
 // Returns the tag written.
 absl::StatusOr<std::string> save_checkpoint(Engine& engine, const SaveOptions& options);
 
-// Loads <dir>/<tag> (tag empty: the one <dir>/latest names) into a freshly
+// Loads <dir>/<tag> (tag empty: resume_point(dir)'s) into a freshly
 // initialised engine with the same model, at any world size and stage.
 // Errors name the file and the tensor; after an error the engine's state is
 // undefined and the run should stop.
@@ -38,6 +38,17 @@ absl::Status load_checkpoint(Engine& engine, const std::string& dir, const std::
 
 // The tag <dir>/latest names (checked to have a manifest).
 absl::StatusOr<std::string> latest_tag(const std::string& dir);
+// The checkpoint to resume from: the newest complete one (a tag directory
+// with a valid manifest; newest by global step). That is what `latest`
+// names, unless `latest` is missing, empty or stale (a save killed after
+// publishing its directory but before rewriting `latest`), or names a tag
+// that is gone: then the newest complete checkpoint, and `note` says why it
+// is not `latest`'s. NOT_FOUND when dir holds no complete checkpoint.
+struct ResumePoint {
+  std::string tag;
+  std::string note;  // empty when `latest` named it
+};
+absl::StatusOr<ResumePoint> resume_point(const std::string& dir);
 absl::StatusOr<Manifest> read_manifest(const std::string& dir, const std::string& tag);
 // Complete checkpoints in dir (those with a manifest), oldest first by step.
 absl::StatusOr<std::vector<std::string>> list_checkpoints(const std::string& dir);

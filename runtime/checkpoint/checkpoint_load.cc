@@ -35,6 +35,25 @@ absl::StatusOr<std::string> latest_tag(const std::string& dir) {
   return tag;
 }
 
+absl::StatusOr<ResumePoint> resume_point(const std::string& dir) {
+  ZE_ASSIGN_OR_RETURN(std::vector<std::string> complete, list_checkpoints(dir));
+  const absl::StatusOr<std::string> latest = latest_tag(dir);
+  if (complete.empty()) {
+    if (!latest.ok()) return latest.status();
+    return absl::DataLossError(cat(dir, "/latest names \"", *latest, "\", whose manifest cannot be read: ",
+                                   read_manifest(dir, *latest).status().message()));
+  }
+  const std::string& newest = complete.back();
+  if (latest.ok() && *latest == newest) return ResumePoint{newest, ""};
+  if (latest.ok()) {
+    return ResumePoint{newest, cat(dir, "/latest names ", *latest, ", but ", newest,
+                                   " is newer and complete (a save was interrupted before it updated latest); "
+                                   "resuming from ", newest)};
+  }
+  return ResumePoint{newest, cat(latest.status().message(), "; resuming from the newest complete checkpoint, ",
+                                 newest)};
+}
+
 absl::StatusOr<std::vector<std::string>> list_checkpoints(const std::string& dir) {
   ZE_ASSIGN_OR_RETURN(std::vector<std::string> names, list_directory(dir));
   std::vector<std::pair<int64_t, std::string>> found;
@@ -175,7 +194,11 @@ absl::Status load_local(Engine& engine, const Manifest& m, const std::string& ta
 
 absl::Status load_checkpoint(Engine& engine, const std::string& dir, const std::string& tag_in) {
   Communicator& comm = engine.comm();
-  absl::StatusOr<std::string> tag = tag_in.empty() ? latest_tag(dir) : absl::StatusOr<std::string>(tag_in);
+  absl::StatusOr<std::string> tag = tag_in;
+  if (tag_in.empty()) {
+    absl::StatusOr<ResumePoint> point = resume_point(dir);
+    tag = point.ok() ? absl::StatusOr<std::string>(point->tag) : point.status();
+  }
   absl::Status local = tag.status();
   absl::StatusOr<Manifest> m = absl::UnknownError("not read");
   if (local.ok()) {

@@ -90,9 +90,16 @@ absl::StatusOr<std::string> save_checkpoint(Engine& engine, const SaveOptions& o
   // 1. rank 0 prepares the partial directory.
   absl::Status prepared;
   if (rank == 0) {
+    // A .partial of an interrupted save is removed; a complete <tag> of one
+    // (published, `latest` not yet rewritten) stays until this save's copy
+    // is complete, then gives way to it. The checkpoint `latest` names is
+    // never overwritten.
     prepared = make_directories(options.dir);
-    if (prepared.ok() && std::filesystem::exists(final_dir)) {
-      prepared = absl::AlreadyExistsError(cat("checkpoint ", final_dir, " already exists; not overwriting it"));
+    const absl::StatusOr<std::string> latest = latest_tag(options.dir);
+    if (prepared.ok() && latest.ok() && *latest == tag) {
+      prepared = absl::AlreadyExistsError(cat("checkpoint ", final_dir, " already exists and is the one ", options.dir,
+                                              "/latest names; not overwriting it (resume from it with --resume, or "
+                                              "save elsewhere)"));
     }
     if (prepared.ok()) prepared = remove_tree(partial);
     if (prepared.ok()) prepared = make_directories(partial);
@@ -155,6 +162,7 @@ absl::StatusOr<std::string> save_checkpoint(Engine& engine, const SaveOptions& o
     }
     published = write_file_atomic(partial + "/manifest.json", m.to_json().dump(1));
     if (published.ok()) published = fsync_directory(partial);
+    if (published.ok() && std::filesystem::exists(final_dir)) published = remove_tree(final_dir);
     if (published.ok()) published = rename_path(partial, final_dir);
     if (published.ok()) published = fsync_directory(options.dir);
     if (published.ok()) published = write_file_atomic(options.dir + "/latest", tag + "\n");

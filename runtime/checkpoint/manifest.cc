@@ -15,6 +15,18 @@ int64_t Manifest::payload_bytes() const {
   return n;
 }
 
+namespace {
+
+// CRC-32C of the manifest's compact JSON without its "crc32c" field: every
+// field is covered, so an edited global_step is caught like a flipped bit.
+uint32_t manifest_crc(Json j) {
+  j.erase("crc32c");
+  const std::string text = j.dump();
+  return crc32c(text.data(), text.size());
+}
+
+}  // namespace
+
 Json Manifest::to_json() const {
   Json j;
   j["format"] = "zeroengine-checkpoint";
@@ -52,6 +64,7 @@ Json Manifest::to_json() const {
                        {"segments", segs}};
   }
   j["tensors"] = tensors_j;
+  j["crc32c"] = manifest_crc(j);
   return j;
 }
 
@@ -61,8 +74,17 @@ absl::StatusOr<Manifest> Manifest::parse(const Json& j, const std::string& path)
   };
   try {
     if (j.value("format", "") != "zeroengine-checkpoint") return bad("not a ZeroEngine checkpoint manifest");
-    if (j.at("version").get<int>() != kCheckpointVersion) {
-      return bad(cat("format version ", j.at("version").get<int>(), ", this build reads version ", kCheckpointVersion));
+    const int version = j.at("version").get<int>();
+    if (version < 1 || version > kCheckpointVersion) {
+      return bad(cat("format version ", version, ", this build reads versions 1 to ", kCheckpointVersion));
+    }
+    if (version >= 2) {
+      const uint32_t want = j.at("crc32c").get<uint32_t>(), got = manifest_crc(j);
+      if (want != got) {
+        return bad(cat("checksum mismatch (the file says ", want, ", its contents give ", got,
+                       "): the manifest was edited or damaged after it was written; restore it or resume from "
+                       "another checkpoint"));
+      }
     }
     Manifest m;
     m.tag = j.at("tag").get<std::string>();
@@ -134,7 +156,7 @@ static_assert(sizeof(RawHeader) == kShardHeaderBytes);
 std::string encode_shard_header(int rank, int world, const std::string& tag, int64_t payload_bytes) {
   RawHeader h{};
   std::memcpy(h.magic, kShardMagic, 8);
-  h.version = kCheckpointVersion;
+  h.version = kShardVersion;
   h.rank = static_cast<uint32_t>(rank);
   h.world = static_cast<uint32_t>(world);
   h.payload_bytes = payload_bytes;
@@ -152,7 +174,7 @@ absl::Status check_shard_header(const char* header, const std::string& path, int
   const uint32_t stored = h.crc;
   h.crc = 0;
   if (crc32c(&h, sizeof(h)) != stored) return bad("header checksum mismatch (corrupted header)");
-  if (h.version != static_cast<uint32_t>(kCheckpointVersion)) return bad(cat("format version ", h.version));
+  if (h.version != static_cast<uint32_t>(kShardVersion)) return bad(cat("format version ", h.version));
   if (static_cast<int>(h.rank) != rank || static_cast<int>(h.world) != world) {
     return bad(cat("written by rank ", h.rank, " of ", h.world, ", but the manifest expects rank ", rank, " of ", world));
   }

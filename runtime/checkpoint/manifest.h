@@ -29,7 +29,10 @@
 
 namespace zero {
 
-inline constexpr int kCheckpointVersion = 1;
+// Version 2 checksums the manifest itself ("crc32c": CRC-32C of the compact
+// JSON without that field); version 1 manifests (no checksum) still load.
+inline constexpr int kCheckpointVersion = 2;
+inline constexpr int kShardVersion = 1;  // the shard header's own version
 inline constexpr char kShardMagic[8] = {'Z', 'E', 'R', 'O', 'S', 'H', 'R', 'D'};
 inline constexpr int64_t kShardHeaderBytes = 128;
 
@@ -67,6 +70,7 @@ struct Manifest {
 
   static std::string key(const std::string& kind, const std::string& param) { return kind + "/" + param; }
   int64_t payload_bytes() const;
+  // With its "crc32c" field last.
   Json to_json() const;
   // Validates every field; errors name the manifest path and the field.
   static absl::StatusOr<Manifest> parse(const Json& j, const std::string& path);

@@ -45,7 +45,8 @@ absl::Status consolidate_to_safetensors(const std::string& dir, const std::strin
   }
   std::string tag = tag_in;
   if (tag.empty()) {
-    ZE_ASSIGN_OR_RETURN(tag, latest_tag(dir));
+    ZE_ASSIGN_OR_RETURN(const ResumePoint point, resume_point(dir));  // the newest complete checkpoint
+    tag = point.tag;
   }
   ZE_ASSIGN_OR_RETURN(Manifest m, read_manifest(dir, tag));
   const size_t elem = dtype_size(dtype);

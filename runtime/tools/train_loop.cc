@@ -1,6 +1,8 @@
 // zero-train's loop; see train_loop.h.
 #include "runtime/tools/train_loop.h"
 
+#include <filesystem>
+
 #include <omp.h>
 
 #include <chrono>
@@ -122,15 +124,25 @@ absl::Status run_training(const RunConfig& c, Backend& backend, Communicator& co
   if (c.dump_state) out << "effective config:\n" << format_effective_config(c);
 
   // Resume (checkpoint) or initial weights (safetensors).
+  // The newest complete checkpoint, whatever `latest` says; "auto" starts
+  // fresh only where there is none (never silently past one).
   std::string resume_dir = c.run.resume;
-  if (resume_dir == "auto") {
-    resume_dir = latest_tag(c.run.save_dir).ok() ? c.run.save_dir : "";
-    if (resume_dir.empty()) out << "resume: auto, no checkpoint in " << c.run.save_dir << " yet; starting fresh\n";
+  absl::StatusOr<ResumePoint> point = absl::NotFoundError("");
+  if (!resume_dir.empty()) {
+    const bool fresh_dir = resume_dir == "auto" && !std::filesystem::exists(c.run.save_dir);
+    if (resume_dir == "auto") resume_dir = c.run.save_dir;
+    point = fresh_dir ? absl::NotFoundError("") : resume_point(resume_dir);
+    if (!point.ok() && c.run.resume == "auto" && absl::IsNotFound(point.status())) {
+      out << "resume: auto, no checkpoint in " << c.run.save_dir << " yet; starting fresh\n";
+      resume_dir.clear();
+    } else if (!point.ok()) {
+      return annotate(point.status(), "resuming");
+    }
   }
   if (!resume_dir.empty()) {
-    ZE_RETURN_IF_ERROR(annotate(load_checkpoint(*engine, resume_dir), "resuming"));
-    out << "resumed from " << resume_dir << "/" << latest_tag(resume_dir).value_or("?") << " at step "
-        << engine->global_step() << "\n";
+    if (!point->note.empty()) out << "resume: " << point->note << "\n";
+    ZE_RETURN_IF_ERROR(annotate(load_checkpoint(*engine, resume_dir, point->tag), "resuming"));
+    out << "resumed from " << resume_dir << "/" << point->tag << " at step " << engine->global_step() << "\n";
   } else if (!c.run.init_from.empty()) {
     ZE_RETURN_IF_ERROR(annotate(load_safetensors_weights(*engine, c.run.init_from), "initialising"));
     out << "weights initialised from " << c.run.init_from << "\n";

@@ -7,8 +7,14 @@
 //  * consolidate to safetensors, then initialise a fresh engine from the file:
 //    the weights equal the live ones (fp32 exactly; bf16 = rounded master);
 //  * a truncated shard, a corrupted byte, a model that does not match, a
-//    missing manifest: each refused with the file and the tensor named, and
-//    an existing tag is never overwritten.
+//    missing manifest, an edited manifest: each refused with the file (and
+//    the tensor) named, and the checkpoint `latest` names is never
+//    overwritten;
+//  * every state a save can be killed in leaves a directory that resumes
+//    from the newest complete checkpoint and takes the next save: a
+//    .partial of any age, a `latest.tmp`, a complete tag newer than `latest`
+//    (killed between the publishing rename and `latest`), a missing, empty or
+//    dangling `latest`.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -71,10 +77,11 @@ TEST(CheckpointTest, RoundTripIsBitwiseAndSizeIsStateBytes) {
   OptimizerStateStore &sa = a.engine->state().state_store(), &sb = b.engine->state().state_store();
   ASSERT_EQ(sa.names(), (std::vector<std::string>{"master", "exp_avg", "exp_avg_sq"}));
   for (int i = 0; i < 3; ++i) EXPECT_EQ(sa.read(i, 0, sa.numel()).value(), sb.read(i, 0, sb.numel()).value()) << sa.names()[i];
-  // The same tag is never overwritten.
+  // The checkpoint `latest` names is never overwritten.
   absl::StatusOr<std::string> again = save_checkpoint(*a.engine, {dir, "", 0});
   ASSERT_FALSE(again.ok());
-  EXPECT_NE(std::string(again.status().message()).find("already exists; not overwriting it"), std::string::npos);
+  EXPECT_NE(std::string(again.status().message()).find("already exists and is the one"), std::string::npos)
+      << again.status();
 }
 
 TEST(CheckpointTest, ConsolidatedSafetensorsReloadToTheLiveWeights) {
@@ -188,6 +195,76 @@ TEST(CheckpointTest, AnotherModelIsRefusedNamingTheTensor) {
   ASSERT_FALSE(s.ok());
   EXPECT_NE(std::string(s.message()).find("it has no tensor h.2.ln_1.weight"), std::string::npos) << s;
   EXPECT_NE(latest_tag(fresh_dir("empty")).status().message().find("no checkpoint in"), std::string::npos);
+}
+
+// Every on-disk state a save leaves when killed at one of its points, built
+// the way the save builds it: resume takes the newest complete checkpoint
+// (saying why when `latest` does not name it), and the next save succeeds.
+TEST(CheckpointTest, EveryInterruptedSaveResumesFromTheNewestCompleteCheckpoint) {
+  const std::string dir = fresh_dir("ckpt");
+  Trained a;  // step 3
+  ASSERT_TRUE(save_checkpoint(*a.engine, {dir, "", 0}).ok());
+  Trained b(kModel, 4);  // step 4
+  ASSERT_TRUE(save_checkpoint(*b.engine, {dir, "", 0}).ok());
+  auto write = [&](const std::string& name, const std::string& text) { std::ofstream(dir + "/" + name) << text; };
+  auto expect_resume = [&](const std::string& state, const std::string& tag, const std::string& note) {
+    absl::StatusOr<ResumePoint> p = resume_point(dir);
+    ASSERT_TRUE(p.ok()) << state << ": " << p.status();
+    EXPECT_EQ(p->tag, tag) << state;
+    if (note.empty()) EXPECT_EQ(p->note, "") << state;
+    else EXPECT_NE(p->note.find(note), std::string::npos) << state << ": " << p->note;
+    Trained fresh(kModel, 0);
+    ASSERT_TRUE(load_checkpoint(*fresh.engine, dir).ok()) << state;
+    EXPECT_EQ(fresh.engine->global_step(), tag == "global_step4" ? 4 : 3) << state;
+  };
+  expect_resume("complete", "global_step4", "");
+  // Killed while writing shards (a .partial) or `latest` (latest.tmp).
+  fs::create_directories(dir + "/.global_step5.partial");
+  write(".global_step5.partial/rank_00000.shard.tmp", "half");
+  write("latest.tmp", "global_st");
+  expect_resume("partial save and latest.tmp", "global_step4", "");
+  // Killed after publishing global_step4 but before rewriting latest.
+  write("latest", "global_step3\n");
+  expect_resume("stale latest", "global_step4", "latest names global_step3, but global_step4 is newer and complete");
+  // A missing, empty or dangling latest.
+  fs::remove(dir + "/latest");
+  expect_resume("no latest", "global_step4", "resuming from the newest complete checkpoint, global_step4");
+  write("latest", "");
+  expect_resume("empty latest", "global_step4", "resuming from the newest complete checkpoint");
+  write("latest", "global_step9\n");
+  expect_resume("dangling latest", "global_step4", "resuming from the newest complete checkpoint");
+  // The run that resumed from step 3 (latest's) trains step 4 again: its save
+  // replaces the leftover global_step4 and moves latest on.
+  write("latest", "global_step3\n");
+  Trained again(kModel, 4);
+  absl::StatusOr<std::string> saved = save_checkpoint(*again.engine, {dir, "", 0});
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  EXPECT_EQ(latest_tag(dir).value(), "global_step4");
+  EXPECT_TRUE(fs::exists(dir + "/.global_step5.partial")) << "a later save's leftover stays until that save";
+  // Nothing complete: not found, said as such.
+  const std::string empty = fresh_dir("empty");
+  fs::create_directories(empty + "/.global_step1.partial");
+  EXPECT_TRUE(absl::IsNotFound(resume_point(empty).status())) << resume_point(empty).status();
+}
+
+// The manifest checks itself: a field edited after the save (a global step
+// moved on, say) is refused like a damaged shard.
+TEST(CheckpointTest, AnEditedManifestIsRefused) {
+  const std::string dir = fresh_dir("ckpt");
+  Trained a;
+  ASSERT_TRUE(save_checkpoint(*a.engine, {dir, "", 0}).ok());
+  const std::string path = dir + "/global_step3/manifest.json";
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t at = text.find("\"global_step\": 3");
+  ASSERT_NE(at, std::string::npos) << text.substr(0, 400);
+  text.replace(at, 16, "\"global_step\": 13");
+  std::ofstream(path) << text;
+  absl::StatusOr<Manifest> m = read_manifest(dir, "global_step3");
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(std::string(m.status().message()).find("checksum mismatch"), std::string::npos) << m.status();
+  Trained b(kModel, 0);
+  EXPECT_FALSE(load_checkpoint(*b.engine, dir).ok());
 }
 
 }  // namespace
