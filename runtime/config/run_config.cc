@@ -56,6 +56,7 @@ void parse_run(ConfigReader r, RunSection& run, uint64_t& seed) {
   }
   seed = static_cast<uint64_t>(r.get_int("seed", static_cast<int64_t>(seed), 0));
   run.backend = r.get_choice("backend", run.backend, {"cpu", "cuda"});
+  run.nonfinite_steps_allowed = r.get_int("nonfinite_steps_allowed", run.nonfinite_steps_allowed, 0, INT32_MAX);
   r.finish();
 }
 

@@ -37,6 +37,10 @@ struct RunSection {
   std::string resume;     // a checkpoint directory, or "auto" (save_dir's newest if any)
   std::string init_from;  // a safetensors file to initialise the weights from
   std::string backend = "cpu";  // where ops run: "cpu" or "cuda" (one GPU per rank: the node-local rank's)
+  // Consecutive steps with inf/NaN gradients or loss that are skipped before
+  // the run stops with an error (fp32, bf16; fp16's loss scaler has its own
+  // rules). 0: stop at the first, before it updates or saves anything.
+  int64_t nonfinite_steps_allowed = 0;
 };
 
 struct RunConfig {

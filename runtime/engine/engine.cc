@@ -174,12 +174,7 @@ absl::StatusOr<StepResult> Engine::step() {
   ZE_RETURN_IF_ERROR(annotate(scaler_.update(overflow),
                               cat("step ", global_step_ + 1, ": inf/NaN gradients in ", r.overflow_in)));
   r.next_loss_scale = scaler_.scale();
-  if (overflow) {
-    // DeepSpeed: no update and no schedule step, but the step counts.
-    r.skipped = true;
-    r.grad_norm = -1.0;  // DeepSpeed's marker for a non-finite norm
-    ++skipped_steps_;
-  } else {
+  if (!overflow) {
     // The global norm of the loss-scaled gradients: every rank's owned part,
     // summed in double. Then DeepSpeed's combined unscale-and-clip:
     // c = max(1, (norm/scale + 1e-6) / clip); grads *= 1 / (c scale).
@@ -189,6 +184,21 @@ absl::StatusOr<StepResult> Engine::step() {
     }
     const double scale = r.loss_scale;
     r.grad_norm = std::sqrt(square_sum) / scale;
+  }
+  // Without the overflow check a non-finite norm still means inf/NaN
+  // gradients: the update would write them into every weight, so the step is
+  // skipped like an overflow (the caller decides whether the run goes on).
+  if (!overflow && !std::isfinite(r.grad_norm)) {
+    overflow = true;
+    r.overflow_in = cat("the global gradient norm (", r.grad_norm, ")");
+  }
+  if (overflow) {
+    // DeepSpeed: no update and no schedule step, but the step counts.
+    r.skipped = true;
+    r.grad_norm = -1.0;  // DeepSpeed's marker for a non-finite norm
+    ++skipped_steps_;
+  } else {
+    const double scale = r.loss_scale;
     double combined = scale;
     if (config_.gradient_clipping > 0.0f) {
       const double coef = (r.grad_norm + 1e-6) / config_.gradient_clipping;

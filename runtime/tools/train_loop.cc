@@ -6,6 +6,7 @@
 #include <omp.h>
 
 #include <chrono>
+#include <cmath>
 #include <optional>
 #include <sstream>
 
@@ -167,6 +168,9 @@ absl::Status run_training(const RunConfig& c, Backend& backend, Communicator& co
   };
   int64_t last_saved = first_step;
   const double tokens_per_step = static_cast<double>(c.train_batch_size * g.seq_len);
+  // Steps in a row whose gradients or loss were inf/NaN (skipped, never applied).
+  int64_t nonfinite_run = 0;
+  const bool fp16 = c.engine.param_dtype == DType::kF16;
   for (int64_t step = first_step; step < c.run.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     StepResult r;
@@ -180,6 +184,22 @@ absl::Status run_training(const RunConfig& c, Backend& backend, Communicator& co
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     progress.on_step(r, {seconds, tokens_per_step});
+    nonfinite_run = (r.skipped || !std::isfinite(r.loss)) ? nonfinite_run + 1 : 0;
+    if (nonfinite_run > 0 && fp16 && nonfinite_run % 20 == 0) {
+      out << absl::StrFormat("warning: the last %d steps were all skipped: the gradients overflow fp16 at loss scale "
+                             "%g (the scaler halves it on each overflow, down to fp16.min_loss_scale)\n",
+                             nonfinite_run, r.loss_scale);
+    } else if (nonfinite_run > c.run.nonfinite_steps_allowed && !fp16) {
+      return absl::DataLossError(absl::StrFormat(
+          "step %d: the loss is %g and inf/NaN came up in %s: the run has diverged (%d step%s in a row; "
+          "run.nonfinite_steps_allowed is %d). Nothing non-finite was applied or saved%s; lower the learning rate, add "
+          "warmup or gradient_clipping, then resume",
+          r.global_step, r.loss, r.overflow_in.empty() ? std::string("the loss") : r.overflow_in, nonfinite_run,
+          nonfinite_run == 1 ? "" : "s", c.run.nonfinite_steps_allowed,
+          c.run.save_dir.empty() || last_saved == 0 ? std::string()
+                                                    : absl::StrFormat("; the last checkpoint is %s/global_step%d",
+                                                                      c.run.save_dir, last_saved)));
+    }
     if (!c.run.save_dir.empty() && c.run.save_every > 0 && (step + 1) % c.run.save_every == 0) {
       ZE_RETURN_IF_ERROR(save());
       last_saved = step + 1;

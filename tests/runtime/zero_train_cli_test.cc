@@ -6,6 +6,8 @@
 // and a dropout of 1.5 is refused by its key.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <filesystem>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -113,6 +115,43 @@ TEST(ZeroTrainCliTest, WhatCannotFitIsRefusedBeforeAllocating) {
   EXPECT_NE(r.output.find("model.n_layer: 1000000000 is out of range (must be between 1 and 100000)"),
             std::string::npos)
       << r.output;
+}
+
+// A diverging run (SGD at lr 1e6, no clipping) stops at the first step whose gradients or loss
+// are inf/NaN, exit 1, naming the step and the last checkpoint; that
+// checkpoint holds the finite weights before it. run.nonfinite_steps_allowed
+// lets it skip that many first.
+TEST(ZeroTrainCliTest, ADivergedRunStopsBeforeApplyingOrSavingNonFiniteWeights) {
+  const std::string config = write("run.json", kTinyRun);
+  const std::string ckpt = tmp("ckpt");
+  std::filesystem::remove_all(ckpt);
+  const std::string sgd = " --set optimizer.type=SGD --set gradient_clipping=0 --set optimizer.params.lr=";
+  Result r = run("--config " + config + sgd + "1e6 --save-dir " + ckpt + " --save-every 1");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("the run has diverged (1 step in a row; run.nonfinite_steps_allowed is 0). Nothing "
+                          "non-finite was applied or saved; the last checkpoint is " + ckpt + "/global_step"),
+            std::string::npos)
+      << r.output;
+  // Nothing was saved at the diverged step; the newest checkpoint holds the
+  // finite weights before it: resumed, the same step diverges the same way
+  // (its loss is a finite number, computed from finite weights).
+  const size_t at = r.output.find("zero-train: step ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  const std::string step_and_loss = r.output.substr(at + 12, r.output.find(" and inf/NaN", at) - at - 12);
+  const int diverged = std::stoi(step_and_loss.substr(5));
+  EXPECT_FALSE(std::filesystem::exists(ckpt + "/global_step" + std::to_string(diverged)));
+  EXPECT_TRUE(std::filesystem::exists(ckpt + "/global_step" + std::to_string(diverged - 1)));
+  r = run("--config " + config + sgd + "1e6 --resume " + ckpt);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("resumed from " + ckpt + "/global_step" + std::to_string(diverged - 1)), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find(step_and_loss + " and inf/NaN"), std::string::npos) << step_and_loss << "\n" << r.output;
+  // Allowed to skip two: the message counts three in a row (or the run recovers).
+  r = run("--config " + config + sgd + "1e6 --set run.nonfinite_steps_allowed=2");
+  if (r.exit_code != 0) {
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find("(3 steps in a row; run.nonfinite_steps_allowed is 2)"), std::string::npos) << r.output;
+  }
 }
 
 TEST(ZeroTrainCliTest, PrintConfigShowsDefaults) {
