@@ -43,9 +43,17 @@ int main(int argc, char** argv) {
   for (int64_t step = 0; step < steps; ++step) {
     zero::StepResult r;
     for (int64_t micro = 0; micro < config.gradient_accumulation_steps; ++micro) {
-      (*engine)->forward((*data)->micro_batch(step, micro, 0, 1, config.micro_batch_size,
-                                              config.gradient_accumulation_steps));
-      (*engine)->backward();
+      absl::StatusOr<zero::Batch> batch =
+          (*data)->micro_batch(step, micro, 0, 1, config.micro_batch_size, config.gradient_accumulation_steps);
+      if (!batch.ok()) {
+        std::fprintf(stderr, "%s\n", std::string(batch.status().message()).c_str());
+        return 1;
+      }
+      (*engine)->forward(*batch);
+      if (absl::Status s = (*engine)->backward(); !s.ok()) {
+        std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+        return 1;
+      }
       absl::StatusOr<zero::StepResult> stepped = (*engine)->step();
       if (!stepped.ok()) {
         std::fprintf(stderr, "%s\n", std::string(stepped.status().message()).c_str());

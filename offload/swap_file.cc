@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <random>
 
+#include "runtime/base/signals.h"
 #include "runtime/base/status.h"
 #include "runtime/base/strings.h"
 #include "zero/swap_layout.h"
@@ -88,10 +89,12 @@ std::string swap_leftovers_note(const std::string& dir, const std::vector<std::s
 SwapFile::SwapFile(IoEngine& engine, IoFile file, int64_t bytes, MemCategory category)
     : engine_(engine), file_(std::move(file)), bytes_(bytes), category_(category) {
   MemoryTracker::global().add_allocated(Tier::kNvme, category_, bytes_);
+  register_cleanup_file(file_.path());  // a signal unlinks it at once (runtime/base/signals.h)
 }
 
 SwapFile::~SwapFile() {
   const std::string path = file_.path();
+  unregister_cleanup_file(path);
   (void)engine_.close(file_);
   ::unlink(path.c_str());
   MemoryTracker::global().add_allocated(Tier::kNvme, category_, -bytes_);

@@ -14,6 +14,7 @@
 
 #include "runtime/base/check.h"
 #include "runtime/base/strings.h"
+#include "runtime/base/signals.h"
 #include "runtime/comm/comm_thread.h"
 #include "runtime/core/memory_tracker.h"
 
@@ -72,23 +73,6 @@ std::string describe(const char* op, int64_t count, DType t) {
   return cat(op, " of ", format_bytes(count * static_cast<int64_t>(dtype_size(t))), " ", dtype_name(t));
 }
 
-int g_rank = -1;
-
-void on_terminate(int sig) {
-  // Async-signal-safe: write(2) only.
-  char msg[512];
-  const char* op = CommThread::current_operation();
-  const int n = std::snprintf(msg, sizeof(msg),
-                              "ZeroEngine rank %d: terminated by signal %d during %s; if another rank died, "
-                              "the launcher's message names it\n",
-                              g_rank, sig, op[0] ? op : "computation (no collective in flight)");
-  if (n > 0) {
-    ssize_t ignored = write(STDERR_FILENO, msg, static_cast<size_t>(n));
-    (void)ignored;
-  }
-  _exit(128 + sig);
-}
-
 int env_int(const char* name, int def) {
   const char* v = std::getenv(name);
   return v ? std::atoi(v) : def;
@@ -135,9 +119,10 @@ absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::create(double 
   const int cores = omp_get_num_procs();
   omp_set_num_threads(std::max(1, cores / std::max(1, c->local_size_)));
   if (c->world_ > 1) {
-    g_rank = c->rank_;
-    signal(SIGTERM, on_terminate);
-    signal(SIGINT, on_terminate);
+    // What mpirun sends the survivors when a rank dies: they say which
+    // collective they were in (runtime/base/signals.h).
+    install_signal_handlers(c->rank_);
+    set_operation_probe(&CommThread::current_operation);
   }
   return c;
 }

@@ -23,13 +23,14 @@ class DataLoader {
                                                             int64_t seq_len, uint64_t seed);
 
   // Fills inputs and targets (int32 [count, seq_len] each) with samples
-  // [first_sample, first_sample + count).
-  void fill(int64_t first_sample, int64_t count, int32_t* inputs, int32_t* targets) const;
+  // [first_sample, first_sample + count); fails when the source cannot be
+  // read (a file changed under the run), naming it.
+  absl::Status fill(int64_t first_sample, int64_t count, int32_t* inputs, int32_t* targets) const;
 
   // The micro-batch of (step, micro_step, rank) as host tensors owned by the
-  // returned holder (valid until the next call).
-  Batch micro_batch(int64_t step, int64_t micro_step, int rank, int world, int64_t micro_batch_size,
-                    int64_t accumulation_steps);
+  // loader (valid until the next call).
+  absl::StatusOr<Batch> micro_batch(int64_t step, int64_t micro_step, int rank, int world, int64_t micro_batch_size,
+                                    int64_t accumulation_steps);
 
   const TokenSource& source() const { return *source_; }
   int64_t seq_len() const { return seq_len_; }

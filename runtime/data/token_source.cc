@@ -3,7 +3,6 @@
 
 #include <fcntl.h>
 #include <glob.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -56,9 +55,10 @@ class TextBytes final : public TokenSource {
   std::vector<std::string> names;
   int64_t num_sequences() const override { return static_cast<int64_t>(docs.size()); }
   int64_t sequence_length(int64_t s) const override { return static_cast<int64_t>(docs[s].size()); }
-  void read(int64_t s, int64_t offset, int64_t n, int32_t* out) const override {
+  absl::Status read(int64_t s, int64_t offset, int64_t n, int32_t* out) const override {
     const auto* p = reinterpret_cast<const unsigned char*>(docs[s].data()) + offset;
     for (int64_t i = 0; i < n; ++i) out[i] = p[i];
+    return absl::OkStatus();
   }
   int64_t vocab_bound() const override { return 256; }
   std::string describe() const override {
@@ -68,27 +68,50 @@ class TextBytes final : public TokenSource {
   }
 };
 
-// One memory-mapped llm.c shard.
+// One llm.c shard, open for pread.
 struct Shard {
   std::string path;
-  const uint16_t* tokens = nullptr;
+  int fd = -1;
   int64_t ntok = 0;
-  void* map = nullptr;
-  size_t map_bytes = 0;
 };
+
+// Reads bytes [offset, offset + bytes) of a shard; a short read means the
+// file is shorter than it was when it was checked.
+absl::Status pread_all(const Shard& s, void* dst, int64_t bytes, int64_t offset) {
+  auto* p = static_cast<char*>(dst);
+  for (int64_t done = 0; done < bytes;) {
+    const ssize_t r = ::pread(s.fd, p + done, static_cast<size_t>(bytes - done), offset + done);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return absl::DataLossError(cat("data file ", s.path, ": read at byte ", offset + done, " failed: ",
+                                              std::strerror(errno)));
+    if (r == 0) {
+      struct stat st {};
+      ::fstat(s.fd, &st);
+      return absl::DataLossError(cat("data file ", s.path, ": bytes [", offset + done, ", ", offset + bytes,
+                                     ") are past its end: it is now ", st.st_size, " bytes, but was ",
+                                     kLlmcHeaderBytes + 2 * s.ntok, " when the run opened it (truncated or replaced "
+                                     "while training reads it?)"));
+    }
+    done += r;
+  }
+  return absl::OkStatus();
+}
 
 class LlmcShards final : public TokenSource {
  public:
   std::vector<Shard> shards;
   int64_t max_token = 0;
   ~LlmcShards() override {
-    for (Shard& s : shards) munmap(s.map, s.map_bytes);
+    for (Shard& s : shards)
+      if (s.fd >= 0) ::close(s.fd);
   }
   int64_t num_sequences() const override { return static_cast<int64_t>(shards.size()); }
   int64_t sequence_length(int64_t s) const override { return shards[s].ntok; }
-  void read(int64_t s, int64_t offset, int64_t n, int32_t* out) const override {
-    const uint16_t* p = shards[s].tokens + offset;
-    for (int64_t i = 0; i < n; ++i) out[i] = p[i];
+  absl::Status read(int64_t s, int64_t offset, int64_t n, int32_t* out) const override {
+    std::vector<uint16_t> tokens(static_cast<size_t>(n));
+    ZE_RETURN_IF_ERROR(pread_all(shards[s], tokens.data(), 2 * n, kLlmcHeaderBytes + 2 * offset));
+    for (int64_t i = 0; i < n; ++i) out[i] = tokens[static_cast<size_t>(i)];
+    return absl::OkStatus();
   }
   int64_t vocab_bound() const override { return max_token + 1; }
   std::string describe() const override {
@@ -100,25 +123,19 @@ class LlmcShards final : public TokenSource {
 
 absl::Status open_shard(const std::string& path, int64_t vocab_size, Shard& s, int64_t& max_token) {
   s.path = path;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return absl::NotFoundError(cat("data file ", path, ": cannot open: ", std::strerror(errno)));
+  s.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (s.fd < 0) return absl::NotFoundError(cat("data file ", path, ": cannot open: ", std::strerror(errno)));
   struct stat st;
-  if (fstat(fd, &st) != 0) {
-    ::close(fd);
+  if (fstat(s.fd, &st) != 0) {
     return absl::InternalError(cat("data file ", path, ": stat failed: ", std::strerror(errno)));
   }
   const int64_t size = st.st_size;
   if (size < kLlmcHeaderBytes) {
-    ::close(fd);
     return absl::InvalidArgumentError(cat("data file ", path, ": ", size,
                                           " bytes is shorter than the 1024-byte llm.c header; is it an llm.c token shard?"));
   }
-  void* map = mmap(nullptr, static_cast<size_t>(size), PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  if (map == MAP_FAILED) return absl::InternalError(cat("data file ", path, ": mmap failed: ", std::strerror(errno)));
-  s.map = map;
-  s.map_bytes = static_cast<size_t>(size);
-  const auto* header = static_cast<const int32_t*>(map);
+  int32_t header[kLlmcHeaderBytes / 4];
+  ZE_RETURN_IF_ERROR(pread_all(s, header, kLlmcHeaderBytes, 0));
   if (header[0] != kLlmcMagic) {
     std::string hint = header[0] == 20240801 ? " (this is llm.c's llama-3 format with uint32 tokens, which is not supported)"
                                              : " (is this an llm.c token shard, *_train.bin / *_val.bin? set data.format to \"text\" for raw text)";
@@ -134,13 +151,19 @@ absl::Status open_shard(const std::string& path, int64_t vocab_size, Shard& s, i
                                           expected, " bytes, but it is ", size, " bytes (truncated or corrupt?)"));
   }
   s.ntok = ntok;
-  s.tokens = reinterpret_cast<const uint16_t*>(static_cast<const char*>(map) + kLlmcHeaderBytes);
-  for (int64_t i = 0; i < ntok; ++i) {
-    if (s.tokens[i] >= vocab_size) {
-      return absl::InvalidArgumentError(cat("data file ", path, ": token ", s.tokens[i], " at position ", i,
-                                            " is >= model.vocab_size ", vocab_size));
+  // Every token against the vocabulary, a chunk at a time.
+  std::vector<uint16_t> chunk(size_t{1} << 20);
+  for (int64_t first = 0; first < ntok; first += static_cast<int64_t>(chunk.size())) {
+    const int64_t n = std::min<int64_t>(static_cast<int64_t>(chunk.size()), ntok - first);
+    ZE_RETURN_IF_ERROR(pread_all(s, chunk.data(), 2 * n, kLlmcHeaderBytes + 2 * first));
+    for (int64_t i = 0; i < n; ++i) {
+      const uint16_t t = chunk[static_cast<size_t>(i)];
+      if (t >= vocab_size) {
+        return absl::InvalidArgumentError(cat("data file ", path, ": token ", t, " at position ", first + i,
+                                              " is >= model.vocab_size ", vocab_size));
+      }
+      max_token = std::max<int64_t>(max_token, t);
     }
-    max_token = std::max<int64_t>(max_token, s.tokens[i]);
   }
   return absl::OkStatus();
 }

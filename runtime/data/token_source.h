@@ -17,8 +17,10 @@ class TokenSource {
   virtual ~TokenSource() = default;
   virtual int64_t num_sequences() const = 0;
   virtual int64_t sequence_length(int64_t seq) const = 0;
-  // Copies tokens [offset, offset + n) of sequence `seq` as int32.
-  virtual void read(int64_t seq, int64_t offset, int64_t n, int32_t* out) const = 0;
+  // Copies tokens [offset, offset + n) of sequence `seq` as int32. Fails,
+  // naming the file and the byte, when a file changed under the run (a
+  // shard truncated while it is read).
+  virtual absl::Status read(int64_t seq, int64_t offset, int64_t n, int32_t* out) const = 0;
   // Largest token id + 1 the source can produce (256 for bytes; the max seen for llm.c shards).
   virtual int64_t vocab_bound() const = 0;
   // "3 llm.c shards, 1.2M tokens"
@@ -34,7 +36,9 @@ absl::StatusOr<std::unique_ptr<TokenSource>> open_text_bytes(const std::string& 
 
 // llm.c token shards: int32 header[256] = {20240520, 1, ntok, 0...}, then
 // ntok uint16 tokens. Every file is validated field by field (magic,
-// version, exact size); tokens are checked against vocab_size.
+// version, exact size); tokens are checked against vocab_size. Tokens are
+// read with pread (not mapped), so a file truncated during the run is an
+// error naming it, not a SIGBUS.
 absl::StatusOr<std::unique_ptr<TokenSource>> open_llmc_shards(const std::string& path,
                                                               int64_t vocab_size);
 

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_format.h"
 #include "kernels/cpu/simd_kernels.h"
+#include "runtime/base/signals.h"
 #include "runtime/base/status.h"
 #include "runtime/base/strings.h"
 #include "runtime/checkpoint/checkpoint.h"
@@ -41,7 +42,7 @@ absl::StatusOr<std::unique_ptr<DataLoader>> open_data(const RunConfig& c) {
 
 }  // namespace
 
-absl::Status run_training(const RunConfig& c, Backend& backend, Communicator& comm, std::ostream& rank0_out) {
+absl::StatusOr<int> run_training(const RunConfig& c, Backend& backend, Communicator& comm, std::ostream& rank0_out) {
   std::ostringstream discard;
   std::ostream& out = comm.rank() == 0 ? rank0_out : discard;
   const int64_t rss_baseline = process_rss_bytes();
@@ -171,13 +172,33 @@ absl::Status run_training(const RunConfig& c, Backend& backend, Communicator& co
   // Steps in a row whose gradients or loss were inf/NaN (skipped, never applied).
   int64_t nonfinite_run = 0;
   const bool fp16 = c.engine.param_dtype == DType::kF16;
+  // A signal stops the run at a step boundary, the same one on every rank.
+  auto stop_signal = [&]() -> absl::StatusOr<int> {
+    double sig = stop_requested();
+    if (comm.world_size() > 1) {
+      ZE_ASSIGN_OR_RETURN(sig, comm.all_reduce_max(sig));
+    }
+    return static_cast<int>(sig);
+  };
   for (int64_t step = first_step; step < c.run.steps; ++step) {
+    ZE_ASSIGN_OR_RETURN(const int sig, stop_signal());
+    if (sig != 0) {
+      const std::string last = c.run.save_dir.empty() || last_saved == 0
+                                   ? std::string("no checkpoint was saved (--save-dir DIR --save-every N saves them)")
+                                   : absl::StrFormat("the last checkpoint is %s/global_step%d: continue with --resume "
+                                                     "%s (or --resume auto --save-dir %s)",
+                                                     c.run.save_dir, last_saved, c.run.save_dir, c.run.save_dir);
+      out << absl::StrFormat("stopped by signal %d after step %d of %d; %s\n", sig, step, c.run.steps, last);
+      out.flush();
+      return sig;
+    }
     const auto t0 = std::chrono::steady_clock::now();
     StepResult r;
     for (int64_t micro = 0; micro < c.engine.gradient_accumulation_steps; ++micro) {
       // This rank's slice of the global batch (see data_loader.h).
-      const Batch batch = data->micro_batch(step, micro, comm.rank(), comm.world_size(), c.engine.micro_batch_size,
-                                            c.engine.gradient_accumulation_steps);
+      ZE_ASSIGN_OR_RETURN(const Batch batch,
+                          data->micro_batch(step, micro, comm.rank(), comm.world_size(), c.engine.micro_batch_size,
+                                            c.engine.gradient_accumulation_steps));
       engine->forward(batch);
       ZE_RETURN_IF_ERROR(engine->backward());
       ZE_ASSIGN_OR_RETURN(r, engine->step());
@@ -215,7 +236,7 @@ absl::Status run_training(const RunConfig& c, Backend& backend, Communicator& co
         << "); tracked reserved now " << format_bytes(tracked) << " (+" << format_bytes(tracked - tracked_device_baseline)
         << ")\n";
   }
-  return absl::OkStatus();
+  return 0;
 }
 
 }  // namespace zero

@@ -4,7 +4,7 @@
 
 #include <ostream>
 
-#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "runtime/backend/backend.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/config/run_config.h"
@@ -12,6 +12,8 @@
 namespace zero {
 
 // Every rank runs this; only rank 0 writes progress and metrics to `out`.
-absl::Status run_training(const RunConfig& config, Backend& backend, Communicator& comm, std::ostream& out);
+// Returns 0 when the run did its steps, or the signal that stopped it at a
+// step boundary (runtime/base/signals.h: every rank stops at the same step).
+absl::StatusOr<int> run_training(const RunConfig& config, Backend& backend, Communicator& comm, std::ostream& out);
 
 }  // namespace zero

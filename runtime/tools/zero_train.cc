@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/base/signals.h"
 #include "runtime/base/strings.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/config/run_config.h"
@@ -109,6 +110,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   const int rank = (*comm)->rank(), world = (*comm)->world_size();
+  // SIGINT/SIGTERM: stop at the next step boundary, swap files removed at once
+  // (runtime/base/signals.h).
+  zero::install_signal_handlers(rank);
+  zero::enable_graceful_stop();
   auto fail = [&](int code, const absl::Status& s) {
     if (rank == 0 || code == 1) {
       std::fprintf(stderr, "zero-train%s: %s\n", world > 1 ? zero::cat(" (rank ", rank, ")").c_str() : "",
@@ -158,7 +163,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<zero::Communicator> bootstrap = *std::move(comm);
   absl::StatusOr<zero::ComputeSetup> setup = zero::make_compute_setup(*config, bootstrap);
   if (!setup.ok()) return fail_job(setup.status());
-  const absl::Status s = zero::run_training(*config, *setup->backend, *setup->comm, std::cout);
-  if (!s.ok()) return fail_job(s);
-  return 0;
+  const absl::StatusOr<int> stopped = zero::run_training(*config, *setup->backend, *setup->comm, std::cout);
+  if (!stopped.ok()) return fail_job(stopped.status());
+  return *stopped == 0 ? 0 : 128 + *stopped;  // a signal stopped it at a step boundary (130, 143)
 }

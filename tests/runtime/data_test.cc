@@ -43,7 +43,7 @@ TEST(DataTest, LlmcShardRoundTrips) {
   ASSERT_EQ((*src)->num_sequences(), 1);
   ASSERT_EQ((*src)->sequence_length(0), 1000);
   std::vector<int32_t> out(10);
-  (*src)->read(0, 95, 10, out.data());
+  ASSERT_TRUE((*src)->read(0, 95, 10, out.data()).ok());
   for (int i = 0; i < 10; ++i) EXPECT_EQ(out[i], (95 + i) % 97);
   EXPECT_EQ((*src)->vocab_bound(), 97);
 }
@@ -64,6 +64,29 @@ TEST(DataTest, TruncatedShardIsRefusedWithSizes) {
       << msg;
   std::ofstream(tmp("tiny.bin")) << "abc";
   EXPECT_NE(open_error(tmp("tiny.bin")).find("shorter than the 1024-byte llm.c header"), std::string::npos);
+}
+
+// A shard truncated while a run reads it: the read that reaches past the new
+// end fails naming the file, the bytes and both sizes (a mapped file would
+// have ended the process with SIGBUS).
+TEST(DataTest, ShardTruncatedDuringTheRunIsAnErrorNotASignal) {
+  const std::string path = tmp("shrinking.bin");
+  std::vector<uint16_t> tokens(1000);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint16_t>(i % 50);
+  ASSERT_TRUE(write_llmc_shard(path, tokens).ok());
+  auto src = open_llmc_shards(path, 50);
+  ASSERT_TRUE(src.ok()) << src.status();
+  std::vector<int32_t> out(10);
+  ASSERT_TRUE((*src)->read(0, 900, 10, out.data()).ok());
+  EXPECT_EQ(out[0], 900 % 50);
+  std::filesystem::resize_file(path, kLlmcHeaderBytes + 2 * 100);
+  ASSERT_TRUE((*src)->read(0, 50, 10, out.data()).ok()) << "what is still there reads";
+  const absl::Status s = (*src)->read(0, 900, 10, out.data());
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(std::string(s.message()).find("data file " + path + ": bytes [2824, 2844) are past its end: it is now 1224 "
+                                          "bytes, but was 3024 when the run opened it"),
+            std::string::npos)
+      << s;
 }
 
 TEST(DataTest, WrongVersionAndOutOfVocabTokens) {
@@ -91,7 +114,7 @@ TEST(DataTest, TextFilesAreBytes) {
   ASSERT_TRUE(src.ok()) << src.status();
   ASSERT_EQ((*src)->num_sequences(), 2);
   std::vector<int32_t> out(2);
-  (*src)->read(1, 0, 2, out.data());
+  ASSERT_TRUE((*src)->read(1, 0, 2, out.data()).ok());
   EXPECT_EQ(out[0], 255);
   EXPECT_EQ(out[1], 1);
 }
@@ -109,7 +132,7 @@ std::unique_ptr<DataLoader> loader(int64_t seq_len, uint64_t seed) {
 
 TEST(DataTest, TargetsAreInputsShiftedByOne) {
   auto l = loader(16, 7);
-  Batch b = l->micro_batch(3, 0, 0, 1, 4, 1);
+  Batch b = l->micro_batch(3, 0, 0, 1, 4, 1).value();
   for (int64_t r = 0; r < 4; ++r)
     for (int64_t t = 0; t + 1 < 16; ++t) EXPECT_EQ(b.targets.i32()[r * 16 + t], b.inputs.i32()[r * 16 + t + 1]);
 }
@@ -119,10 +142,10 @@ TEST(DataTest, RanksSliceTheGlobalBatch) {
   const int world = 4, micro = 2, gas = 3;
   for (int64_t step : {0, 5}) {
     for (int64_t j = 0; j < gas; ++j) {
-      Batch whole = l->micro_batch(step, j, 0, 1, world * micro, gas);
+      Batch whole = l->micro_batch(step, j, 0, 1, world * micro, gas).value();
       std::vector<int32_t> expected(whole.inputs.i32(), whole.inputs.i32() + whole.inputs.numel());
       for (int r = 0; r < world; ++r) {
-        Batch part = l->micro_batch(step, j, r, world, micro, gas);
+        Batch part = l->micro_batch(step, j, r, world, micro, gas).value();
         for (int64_t i = 0; i < part.inputs.numel(); ++i) {
           ASSERT_EQ(part.inputs.i32()[i], expected[r * micro * 16 + i]) << "step " << step << " rank " << r;
         }
@@ -133,11 +156,11 @@ TEST(DataTest, RanksSliceTheGlobalBatch) {
 
 TEST(DataTest, SamplingDependsOnSeedAndStepOnly) {
   auto a = loader(16, 7), b = loader(16, 7), c = loader(16, 8);
-  Batch xb = a->micro_batch(9, 0, 0, 1, 4, 1);
+  Batch xb = a->micro_batch(9, 0, 0, 1, 4, 1).value();
   const std::vector<int32_t> x(xb.inputs.i32(), xb.inputs.i32() + xb.inputs.numel());
-  Batch y = b->micro_batch(9, 0, 0, 1, 4, 1);
+  Batch y = b->micro_batch(9, 0, 0, 1, 4, 1).value();
   EXPECT_TRUE(std::equal(x.begin(), x.end(), y.inputs.i32()));
-  Batch z = c->micro_batch(9, 0, 0, 1, 4, 1);
+  Batch z = c->micro_batch(9, 0, 0, 1, 4, 1).value();
   EXPECT_FALSE(std::equal(x.begin(), x.end(), z.inputs.i32()));
 }
 

@@ -1,0 +1,151 @@
+// Ctrl-C and `kill` as a user sends them to a running zero-train (one rank,
+// optimizer state on NVMe, checkpoints every 5 steps), once the run is a few
+// steps in:
+//  * SIGINT: the run stops at the end of its step, says after which step and
+//    where to resume, exits 130, and leaves no swap file;
+//  * SIGTERM: the same with exit 143; the checkpoint it names resumes;
+//  * two SIGINTs: the second ends it at once (exit 130), swap files removed
+//    all the same.
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/testing/run_command.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string dir_for(const std::string& name) {
+  const ::testing::TestInfo* t = ::testing::UnitTest::GetInstance()->current_test_info();
+  const std::string d = ::testing::TempDir() + "/" + t->name() + "." + name;
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+int count_lines(const std::string& path) {
+  std::ifstream f(path);
+  int n = 0;
+  for (std::string line; std::getline(f, line);) ++n;
+  return n;
+}
+
+std::string read_all(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+struct Background {
+  std::string swap, ckpt, metrics, log;
+  pid_t pid = -1;
+};
+
+// zero-train with its optimizer state on NVMe, started in the background.
+Background start(const std::string& name) {
+  Background r;
+  r.swap = dir_for(name + ".swap");
+  r.ckpt = dir_for(name + ".ckpt") + "/ckpt";
+  r.metrics = dir_for(name + ".metrics") + "/m.jsonl";
+  r.log = dir_for(name + ".log") + "/out.txt";
+  const std::vector<std::string> args = {
+      ZE_TRAIN_BIN, "--config", std::string(ZE_SOURCE_DIR) + "/configs/small-gpt.json", "--config",
+      std::string(ZE_SOURCE_DIR) + "/configs/ds/zero3-nvme-optimizer.json", "--set",
+      "zero_optimization.offload_optimizer.nvme_path=" + r.swap, "--steps", "100000", "--metrics", r.metrics,
+      "--save-dir", r.ckpt, "--save-every", "5"};
+  r.pid = fork();
+  if (r.pid == 0) {
+    const int fd = open(r.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, STDOUT_FILENO);
+    dup2(fd, STDERR_FILENO);
+    std::vector<char*> argv;
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return r;
+}
+
+// Waits until the run has done `steps` steps (its metrics lines), at most 60 s.
+bool wait_steps(const Background& r, int steps) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (count_lines(r.metrics) < steps) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
+// Its exit status (-signal if a signal killed it), at most 60 s.
+int wait_exit(const Background& r) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  int status = 0;
+  while (waitpid(r.pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(r.pid, SIGKILL);
+      waitpid(r.pid, &status, 0);
+      return -1000;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+}
+
+bool empty_dir(const std::string& d) { return fs::is_empty(d); }
+
+TEST(ZeroTrainSignalTest, SigintStopsAtTheStepBoundaryAndRemovesTheSwapFile) {
+  Background r = start("int");
+  ASSERT_TRUE(wait_steps(r, 7)) << read_all(r.log);
+  EXPECT_FALSE(empty_dir(r.swap)) << "the swap file exists while the run does";
+  kill(r.pid, SIGINT);
+  EXPECT_EQ(wait_exit(r), 130) << read_all(r.log);
+  const std::string out = read_all(r.log);
+  EXPECT_NE(out.find("signal 2 during"), std::string::npos) << out;
+  EXPECT_NE(out.find("stopping at the end of this step"), std::string::npos) << out;
+  EXPECT_NE(out.find("stopped by signal 2 after step "), std::string::npos) << out;
+  EXPECT_NE(out.find("the last checkpoint is " + r.ckpt + "/global_step"), std::string::npos) << out;
+  EXPECT_TRUE(empty_dir(r.swap)) << "swap files are removed";
+}
+
+TEST(ZeroTrainSignalTest, SigtermStopsWith143AndTheNamedCheckpointResumes) {
+  Background r = start("term");
+  ASSERT_TRUE(wait_steps(r, 7)) << read_all(r.log);
+  kill(r.pid, SIGTERM);
+  EXPECT_EQ(wait_exit(r), 143) << read_all(r.log);
+  const std::string out = read_all(r.log);
+  EXPECT_NE(out.find("stopped by signal 15 after step "), std::string::npos) << out;
+  EXPECT_TRUE(empty_dir(r.swap));
+  // The checkpoint it named resumes, and the resumed run finishes.
+  const auto resumed = zero::testing::run_command(
+      std::string(ZE_TRAIN_BIN) + " --config " + ZE_SOURCE_DIR + "/configs/small-gpt.json --config " + ZE_SOURCE_DIR +
+      "/configs/ds/zero3-nvme-optimizer.json --set zero_optimization.offload_optimizer.nvme_path=" + r.swap +
+      " --resume " + r.ckpt + " --steps 12");
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from " + r.ckpt + "/global_step"), std::string::npos) << resumed.output;
+  EXPECT_TRUE(empty_dir(r.swap));
+}
+
+TEST(ZeroTrainSignalTest, ASecondSignalStopsAtOnceAndStillRemovesTheSwapFile) {
+  Background r = start("twice");
+  ASSERT_TRUE(wait_steps(r, 7)) << read_all(r.log);
+  kill(r.pid, SIGINT);
+  kill(r.pid, SIGINT);  // may land before or after the step boundary: either way it ends now
+  EXPECT_EQ(wait_exit(r), 130) << read_all(r.log);
+  EXPECT_TRUE(empty_dir(r.swap)) << read_all(r.log);
+}
+
+}  // namespace
