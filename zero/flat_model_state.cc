@@ -122,6 +122,18 @@ void FlatModelState::launch(size_t b) {
     }
     buf = Tensor();
     for (Parameter* q : bucket.params) q->grad = Tensor();
+  } else if (stage() == 1 && options_.zero.reduce_scatter && comm_.world_size() > 1) {
+    // Stage 1 needs only its own partition reduced: a reduce-scatter (half
+    // an all-reduce's traffic; with the parameters' all-gather after the
+    // step, a step moves what stage 0's all-reduce does, as in DeepSpeed).
+    const std::vector<int64_t> counts = partition_counts(bucket.begin, bucket.end, part_, comm_.world_size());
+    const int64_t mine = counts[comm_.rank()];
+    const char* send = static_cast<const char*>(grads_.data()) +
+                       bucket.begin * static_cast<int64_t>(dtype_size(options_.grad_dtype));
+    f.partition_offset = std::max(bucket.begin, part_begin());
+    f.recv = backend_.empty({std::max<int64_t>(mine, 1)}, options_.grad_dtype, MemCategory::kCommBuffers);
+    f.recv = f.recv.slice(0, {mine});
+    f.handle = comm_.reduce_scatter_async(send, f.recv.data(), counts, options_.grad_dtype);
   } else {
     f.flat_begin = bucket.begin;
     f.flat_end = bucket.end;
@@ -141,6 +153,12 @@ absl::Status FlatModelState::finish(InFlight& f) {
   const float post = options_.post_reduce_scale;
   if (stage() == 2) {
     if (f.recv.numel() > 0) add_reduced(backend_, grads_.slice(f.partition_offset, {f.recv.numel()}), f.recv, post);
+  } else if (f.recv.defined()) {  // stage 1's reduce-scatter: the reduced part replaces the local one
+    if (f.recv.numel() > 0) {
+      const Tensor dst = grads_.slice(f.partition_offset, {f.recv.numel()});
+      backend_.copy(dst, f.recv);
+      if (post != 1.0f) backend_.ops().scale(dst, post);
+    }
   } else if (post != 1.0f) {
     backend_.ops().scale(grads_.slice(f.flat_begin, {f.flat_end - f.flat_begin}), post);
   }

@@ -42,10 +42,10 @@ class FlatModelState final : public ModelState {
  private:
   struct InFlight {
     CommHandle handle;
-    int64_t flat_begin = 0, flat_end = 0;  // stages 0/1: the all-reduced range of grads_
+    int64_t flat_begin = 0, flat_end = 0;  // stages 0/1: the reduced range of grads_
     Tensor bucket;                         // stage 2: the bucket buffer being reduced
-    Tensor recv;                           // stage 2: this rank's reduced part
-    int64_t partition_offset = 0;          // stage 2: where recv adds into grads_
+    Tensor recv;                           // stages 1 (reduce-scatter), 2: this rank's reduced part
+    int64_t partition_offset = 0;          // stage 2: where recv adds into grads_ (stage 1: where it goes)
   };
 
   void launch(size_t bucket);

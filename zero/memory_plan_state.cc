@@ -184,6 +184,10 @@ class FlatStateSim final : public StateSim {
         f.recv = sim_.alloc(MemCategory::kCommBuffers, std::max<int64_t>(mine, 1) * gsize_);
       buf = nullptr;
       for (Parameter* q : bucket.params) grad_defined_.erase(q);
+    } else if (stage_ == 1 && e_.zero.reduce_scatter && world_ > 1) {
+      // Stage 1's reduce-scatter receives this rank's part of the bucket.
+      const int64_t mine = partition_counts(bucket.begin, bucket.end, part_, world_)[rank_];
+      f.recv = sim_.alloc(MemCategory::kCommBuffers, std::max<int64_t>(mine, 1) * gsize_);
     }
     in_flight_.push_back(std::move(f));
     finish_beyond(e_.zero.overlap_comm ? kBucketsInFlight : 0);

@@ -86,5 +86,39 @@ TEST(ZeroMemoryTest, ModelStateBytesFollowTheZeroFormulas) {
   }
 }
 
+// Bytes each rank sends per optimizer step (the communicator's count, as
+// --metrics reports it), against the ZeRO paper's 2 Psi (W-1)/W of stage 0's
+// all-reduce: stages 1 and 2 move the same (a reduce-scatter of the gradients
+// to their owners, then an all-gather of the updated parameters), stage 0 is
+// that all-reduce. Every stage's count within 1 % of 2 N (W-1)/W elements.
+TEST(ZeroMemoryTest, StagesZeroToTwoSendWhatAnAllReduceSends) {
+  const int w = world().world_size();
+  if (w == 1) GTEST_SKIP() << "one rank sends nothing";
+  std::vector<int32_t> ids(16), targets(16);
+  for (int i = 0; i < 16; ++i) ids[i] = i % 37, targets[i] = (i + 1) % 37;
+  const Batch batch{Tensor::wrap(ids.data(), {2, 8}, DType::kI32), Tensor::wrap(targets.data(), {2, 8}, DType::kI32)};
+  const int64_t psi = 3130, n = (psi + 2 * w - 1) / (2 * w) * (2 * w);
+  const double all_reduce_bytes = 2.0 * static_cast<double>(n) * (w - 1) / w * 2;  // bf16
+  for (int stage = 0; stage <= 2; ++stage) {
+    CpuBackend backend;
+    EngineConfig ec;
+    ec.param_dtype = DType::kBF16;
+    ec.micro_batch_size = 2;
+    ec.pre_divide = w;
+    ec.zero.stage = stage;
+    ec.zero.reduce_bucket_size = 400;
+    auto engine = initialize(std::make_unique<Gpt>(kModel), ec, backend, &world());
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    (*engine)->forward(batch);
+    EXPECT_TRUE((*engine)->backward().ok());
+    absl::StatusOr<StepResult> r = (*engine)->step();
+    ASSERT_TRUE(r.ok()) << r.status();
+    const double over = static_cast<double>(r->comm_bytes) / all_reduce_bytes;
+    if (world().rank() == 0) std::printf("W=%d stage %d: %lld bytes sent per step, %.3f x the all-reduce's\n", w, stage,
+                                         static_cast<long long>(r->comm_bytes), over);
+    EXPECT_NEAR(over, 1.0, 0.01) << "stage " << stage;
+  }
+}
+
 }  // namespace
 }  // namespace zero
