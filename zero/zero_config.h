@@ -32,6 +32,7 @@ struct ZeroConfig {
   int stage = 0;
   bool contiguous_gradients = true;
   bool overlap_comm = false;  // DeepSpeed: None -> True at stage 3, else False
+  bool overlap_comm_given = false;  // the config set it (else DeepSpeed's default, which zero-train may revise)
   bool reduce_scatter = true;
   int64_t reduce_bucket_size = 500000000;
   bool use_multi_rank_bucket_allreduce = true;

@@ -56,9 +56,8 @@ void parse_zero_section(ConfigReader& root, ZeroConfig& z) {
   }
   // DeepSpeed: unset -> True at stage 3, False below.
   const Json& overlap = r.get_raw("overlap_comm");
-  z.overlap_comm = overlap.is_null() || (overlap.is_string() && overlap.get<std::string>() == "auto")
-                       ? z.stage == 3
-                       : r.get_bool("overlap_comm", z.stage == 3);
+  z.overlap_comm_given = !(overlap.is_null() || (overlap.is_string() && overlap.get<std::string>() == "auto"));
+  z.overlap_comm = z.overlap_comm_given ? r.get_bool("overlap_comm", z.stage == 3) : z.stage == 3;
   r.set_effective("overlap_comm", z.overlap_comm);
   z.load_from_fp32_weights = r.get_bool("load_from_fp32_weights", true);
   z.round_robin_gradients = r.get_bool("round_robin_gradients", false);
