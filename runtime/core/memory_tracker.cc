@@ -1,6 +1,8 @@
 // Memory accounting; see memory_tracker.h.
 #include "runtime/core/memory_tracker.h"
 
+#include <cstring>
+
 #include <unistd.h>
 
 #include <cstdio>
@@ -92,14 +94,19 @@ int64_t process_rss_bytes() {
   return static_cast<int64_t>(resident_pages) * sysconf(_SC_PAGESIZE);
 }
 
-int64_t process_peak_rss_bytes() {
-  FILE* f = std::fopen("/proc/self/status", "r");
+namespace {
+
+// The "<key>: <n> kB" line of a /proc file, in bytes; -1 when absent.
+int64_t proc_kib_field(const char* path, const char* key) {
+  FILE* f = std::fopen(path, "r");
   if (f == nullptr) return -1;
   char line[256];
+  const size_t key_len = std::strlen(key);
   int64_t kib = -1;
   while (std::fgets(line, sizeof(line), f) != nullptr) {
     long v = 0;
-    if (std::sscanf(line, "VmHWM: %ld kB", &v) == 1) {
+    if (std::strncmp(line, key, key_len) == 0 && line[key_len] == ':' &&
+        std::sscanf(line + key_len + 1, " %ld kB", &v) == 1) {
       kib = v;
       break;
     }
@@ -108,21 +115,11 @@ int64_t process_peak_rss_bytes() {
   return kib < 0 ? -1 : kib * 1024;
 }
 
-int64_t host_memory_available_bytes() {
-  FILE* f = std::fopen("/proc/meminfo", "r");
-  if (f == nullptr) return -1;
-  char line[256];
-  int64_t kib = -1;
-  while (std::fgets(line, sizeof(line), f) != nullptr) {
-    long v = 0;
-    if (std::sscanf(line, "MemAvailable: %ld kB", &v) == 1) {
-      kib = v;
-      break;
-    }
-  }
-  std::fclose(f);
-  return kib < 0 ? -1 : kib * 1024;
-}
+}  // namespace
+
+int64_t process_peak_rss_bytes() { return proc_kib_field("/proc/self/status", "VmHWM"); }
+
+int64_t host_memory_available_bytes() { return proc_kib_field("/proc/meminfo", "MemAvailable"); }
 
 std::string format_bytes(int64_t bytes) {
   const double b = static_cast<double>(bytes);
