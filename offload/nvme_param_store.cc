@@ -66,15 +66,14 @@ absl::Status NvmeParamStore::open_file(Backend& backend) {
   ZE_ASSIGN_OR_RETURN(engine_, IoEngine::create(io));
   ZE_ASSIGN_OR_RETURN(write_pool_, AlignedBufferPool::create(backend, static_cast<size_t>(kParamWriteBuffers),
                                                              static_cast<size_t>(layout_.record_bytes())));
-  ZE_ASSIGN_OR_RETURN(std::unique_ptr<AlignedBufferPool> read_pool,
-                      AlignedBufferPool::create(backend, static_cast<size_t>(options_.read_buffers),
-                                                static_cast<size_t>(read_buffer_bytes)));
+  ZE_ASSIGN_OR_RETURN(read_pool_, AlignedBufferPool::create(backend, static_cast<size_t>(options_.read_buffers),
+                                                             static_cast<size_t>(read_buffer_bytes)));
   std::vector<absl::Span<uint8_t>> spans = write_pool_->spans();
-  for (absl::Span<uint8_t> b : read_pool->spans()) spans.push_back(b);
+  for (absl::Span<uint8_t> b : read_pool_->spans()) spans.push_back(b);
   engine_->register_buffers(spans);
   ZE_ASSIGN_OR_RETURN(file_, SwapFile::open(*engine_, spec, *write_pool_));
   reads_ = std::make_unique<ParamReads>(*engine_, file_->file(), layout_, on_disk_, options_.param_dtype,
-                                        options_.max_param_read, std::move(read_pool));
+                                        options_.max_param_read, *read_pool_);
   return absl::OkStatus();
 }
 
@@ -84,6 +83,7 @@ NvmeParamStore::~NvmeParamStore() {
   // The engine goes before the pools: the kernel holds registered pages until then.
   engine_.reset();
   write_pool_.reset();
+  read_pool_.reset();
 }
 
 absl::Status NvmeParamStore::for_each(RangeFn fn, bool write_back) {

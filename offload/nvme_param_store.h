@@ -89,6 +89,7 @@ class NvmeParamStore final : public OptimizerStateStore {
   std::vector<std::string> leftovers_;
   std::unique_ptr<IoEngine> engine_;
   std::unique_ptr<AlignedBufferPool> write_pool_;
+  std::unique_ptr<AlignedBufferPool> read_pool_;
   std::unique_ptr<SwapFile> file_;
   std::vector<bool> on_disk_;  // record g was written by this run
   std::unique_ptr<ParamReads> reads_;

@@ -77,19 +77,18 @@ absl::Status NvmeStateStore::open_file(Backend& backend) {
   ZE_ASSIGN_OR_RETURN(engine_, IoEngine::create(io));
   ZE_ASSIGN_OR_RETURN(pool_, AlignedBufferPool::create(backend, static_cast<size_t>(options_.buffer_count),
                                                        static_cast<size_t>(layout_.record_bytes())));
-  std::unique_ptr<AlignedBufferPool> read_pool;
   std::vector<absl::Span<uint8_t>> spans = pool_->spans();
   if (holds_parameters()) {
-    ZE_ASSIGN_OR_RETURN(read_pool,
+    ZE_ASSIGN_OR_RETURN(read_pool_,
                         AlignedBufferPool::create(backend, static_cast<size_t>(std::max<int64_t>(1, options_.param_read_buffers)),
                                                   static_cast<size_t>(read_buffer_bytes)));
-    for (absl::Span<uint8_t> b : read_pool->spans()) spans.push_back(b);
+    for (absl::Span<uint8_t> b : read_pool_->spans()) spans.push_back(b);
   }
   engine_->register_buffers(spans);
   ZE_ASSIGN_OR_RETURN(file_, SwapFile::open(*engine_, spec, *pool_));
   if (holds_parameters()) {
     param_reads_ = std::make_unique<ParamReads>(*engine_, file_->file(), layout_, on_disk_, options_.param_dtype,
-                                                options_.max_param_read, std::move(read_pool));
+                                                options_.max_param_read, *read_pool_);
   }
   return absl::OkStatus();
 }
@@ -101,6 +100,7 @@ NvmeStateStore::~NvmeStateStore() {
   // The engine goes before the pools: the kernel holds registered pages until then.
   engine_.reset();
   pool_.reset();
+  read_pool_.reset();
 }
 
 Tensor NvmeStateStore::array_in(const IoBuffer& buffer, int index, int64_t n) const {

@@ -97,6 +97,7 @@ class NvmeStateStore final : public OptimizerStateStore {
   std::vector<std::string> leftovers_;
   std::unique_ptr<IoEngine> engine_;
   std::unique_ptr<AlignedBufferPool> pool_;
+  std::unique_ptr<AlignedBufferPool> read_pool_;  // offload_param "nvme": parameter reads
   std::unique_ptr<SwapFile> file_;
   std::vector<bool> on_disk_;  // record g was written by this run
   std::unique_ptr<ParamReads> param_reads_;  // offload_param "nvme": the shard is in the records

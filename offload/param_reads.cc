@@ -10,29 +10,29 @@
 namespace zero {
 
 ParamReads::ParamReads(IoEngine& engine, const IoFile& file, const SwapLayout& layout, const std::vector<bool>& on_disk,
-                       DType dtype, int64_t max_read, std::unique_ptr<AlignedBufferPool> pool)
+                       DType dtype, int64_t max_read, AlignedBufferPool& pool)
     : engine_(engine),
       file_(file),
       layout_(layout),
       on_disk_(on_disk),
       dtype_(dtype),
       max_read_(std::max<int64_t>(1, max_read)),
-      pool_(std::move(pool)) {
+      pool_(pool) {
   ZE_CHECK(layout_.param_elem == static_cast<int64_t>(dtype_size(dtype_))) << layout_.param_elem;
 }
 
 ParamReads::~ParamReads() {
   for (auto& [ticket, r] : reads_) {
     r.io = IoTransfer();  // waits
-    pool_->release(r.buffer);
+    pool_.release(r.buffer);
   }
 }
 
 absl::StatusOr<std::optional<int64_t>> ParamReads::start(int64_t offset, int64_t count) {
   ZE_CHECK(offset >= 0 && count > 0 && offset + count <= layout_.numel && count <= max_read_)
       << offset << " + " << count << " of " << layout_.numel << ", largest read " << max_read_;
-  if (pool_->free_count() == 0) return std::optional<int64_t>();
-  ZE_ASSIGN_OR_RETURN(IoBuffer b, pool_->acquire());
+  if (pool_.free_count() == 0) return std::optional<int64_t>();
+  ZE_ASSIGN_OR_RETURN(IoBuffer b, pool_.acquire());
   Read r;
   r.buffer = b;
   r.count = count;
@@ -76,7 +76,7 @@ absl::Status ParamReads::finish(int64_t ticket, const Tensor& dst) {
       out += n * elem;
     }
   }
-  pool_->release(r.buffer);
+  pool_.release(r.buffer);
   return s;
 }
 

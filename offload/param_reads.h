@@ -29,10 +29,11 @@ namespace zero {
 
 class ParamReads {
  public:
-  // `pool`: the read buffers (registered with `engine` by the caller). The
-  // engine, file, layout and on_disk flags outlive this object.
+  // `pool`: the read buffers, registered with `engine` by the owner, which
+  // destroys this object first, then the engine, then the pool. The file,
+  // layout and on_disk flags outlive this object too.
   ParamReads(IoEngine& engine, const IoFile& file, const SwapLayout& layout, const std::vector<bool>& on_disk,
-             DType dtype, int64_t max_read, std::unique_ptr<AlignedBufferPool> pool);
+             DType dtype, int64_t max_read, AlignedBufferPool& pool);
   ~ParamReads();  // waits for reads still in flight
 
   // A ticket for finish(), or nullopt when every read buffer is taken.
@@ -41,8 +42,8 @@ class ParamReads {
   absl::Status finish(int64_t ticket, const Tensor& dst);
 
   int64_t max_read() const { return max_read_; }
-  size_t buffer_count() const { return pool_->buffer_count(); }
-  int64_t buffer_size_bytes() const { return static_cast<int64_t>(pool_->buffer_bytes()); }
+  size_t buffer_count() const { return pool_.buffer_count(); }
+  int64_t buffer_size_bytes() const { return static_cast<int64_t>(pool_.buffer_bytes()); }
 
  private:
   struct Read {
@@ -57,7 +58,7 @@ class ParamReads {
   const std::vector<bool>& on_disk_;
   DType dtype_;
   int64_t max_read_;
-  std::unique_ptr<AlignedBufferPool> pool_;
+  AlignedBufferPool& pool_;
   std::unordered_map<int64_t, Read> reads_;
   int64_t next_ticket_ = 0;
 };

@@ -171,7 +171,8 @@ absl::Status check_memory_fits(const RunConfig& config, int world, int rank, int
                                           "lower train_micro_batch_size_per_gpu"));
   }
   const int64_t share = host_available_bytes >= 0 ? host_available_bytes / std::max(1, ranks_on_node) : -1;
-  if (share >= 0 && logits > share) {
+  const bool on_host = config.run.backend != "cuda";  // on a GPU the logits are device memory
+  if (share >= 0 && on_host && logits > share) {
     return absl::ResourceExhaustedError(cat(
         "train_micro_batch_size_per_gpu: ", micro, " sequences of ", g.seq_len, " tokens need ", format_bytes(logits),
         " for one micro-batch's logits alone (vocabulary ", g.vocab_size, "); this rank has ", format_bytes(share),
@@ -181,7 +182,7 @@ absl::Status check_memory_fits(const RunConfig& config, int world, int rank, int
   PlanInput in = plan_input(config, world, rank);
   in.compute_tier = config.run.backend == "cuda" ? Tier::kDevice : Tier::kHost;
   absl::StatusOr<MemoryPlan> plan = plan_memory(in);
-  if (!plan.ok()) return absl::OkStatus();  // the engine reports what the planner cannot plan  // the engine reports what the planner cannot plan
+  if (!plan.ok()) return absl::OkStatus();  // the engine reports what the planner cannot plan
   const int64_t need = plan->total(Tier::kHost);
   if (need <= share) return absl::OkStatus();
   std::string parts;

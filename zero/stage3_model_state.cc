@@ -22,8 +22,9 @@ absl::Status Stage3ModelState::init() {
   Stage3Partitions plan = plan_stage3_partitions(params_, world, options_.zero);
   parts_ = std::move(plan.parts);
   shard_elems_ = plan.shard_elems;
-  // offload_param "nvme": the parameter shard lives in the optimizer's swap
-  // records, and a gather reads one parameter's chunk at a time.
+  // offload_param "nvme": the parameter shard lives in the NVMe store (in the
+  // optimizer's swap records, or in a swap file of its own beside resident
+  // optimizer state), and a gather reads one parameter's chunk at a time.
   const bool params_on_nvme = options_.zero.offload_param.device == OffloadDevice::kNvme;
   const int64_t max_chunk = plan.max_chunk;
   const Tier tier = backend_.compute_tier();

@@ -11,11 +11,13 @@
 //  * With graceful stop (enable_graceful_stop(); zero-train): the first
 //    signal only asks the training loop to stop at its next step boundary
 //    (stop_requested()), printing that it will; the loop then says what was
-//    saved last and how to resume, and exits 128 + signal. A second signal,
-//    or no exit within ZE_STOP_GRACE_S seconds (default 30: a peer that died
-//    leaves collectives that never finish), exits at once as above.
-// Everything done inside the handler is async-signal-safe (unlink, write,
-// sem_post, _exit).
+//    saved last and how to resume, and exits 128 + signal. A second signal
+//    exits at once as above; so does a collective that stays in flight for
+//    ZE_STOP_GRACE_S seconds (default 30) after the request (a peer that died
+//    leaves collectives that never finish). A long step or save is waited for.
+// Inside the handler only async-signal-safe calls are made (unlink, write,
+// sem_post, _exit); messages are built by hand, and the operation probe
+// reads fixed buffers. SA_RESTART keeps a graceful run's blocking calls going.
 #pragma once
 
 #include <string>

@@ -45,6 +45,11 @@ absl::StatusOr<ResumePoint> resume_point(const std::string& dir) {
   }
   const std::string& newest = complete.back();
   if (latest.ok() && *latest == newest) return ResumePoint{newest, ""};
+  if (latest.ok() && std::find(complete.begin(), complete.end(), *latest) == complete.end()) {
+    return ResumePoint{newest, cat(dir, "/latest names ", *latest, ", whose manifest cannot be read (",
+                                   read_manifest(dir, *latest).status().message(),
+                                   "); resuming from the newest complete checkpoint, ", newest)};
+  }
   if (latest.ok()) {
     return ResumePoint{newest, cat(dir, "/latest names ", *latest, ", but ", newest,
                                    " is newer and complete (a save was interrupted before it updated latest); "

@@ -90,16 +90,26 @@ absl::StatusOr<std::string> save_checkpoint(Engine& engine, const SaveOptions& o
   // 1. rank 0 prepares the partial directory.
   absl::Status prepared;
   if (rank == 0) {
-    // A .partial of an interrupted save is removed; a complete <tag> of one
-    // (published, `latest` not yet rewritten) stays until this save's copy
-    // is complete, then gives way to it. The checkpoint `latest` names is
-    // never overwritten.
+    // A .partial of an interrupted save is removed. An existing <tag> is
+    // replaced only when it is a leftover of an interrupted save: complete,
+    // and newer than the checkpoint `latest` names (published, `latest` not
+    // yet rewritten; it stays until this save's copy is complete). Any other
+    // existing tag — the one `latest` names, or another run's — is never
+    // overwritten.
     prepared = make_directories(options.dir);
-    const absl::StatusOr<std::string> latest = latest_tag(options.dir);
-    if (prepared.ok() && latest.ok() && *latest == tag) {
-      prepared = absl::AlreadyExistsError(cat("checkpoint ", final_dir, " already exists and is the one ", options.dir,
-                                              "/latest names; not overwriting it (resume from it with --resume, or "
-                                              "save elsewhere)"));
+    if (prepared.ok() && std::filesystem::exists(final_dir)) {
+      const absl::StatusOr<std::string> latest = latest_tag(options.dir);
+      const absl::StatusOr<Manifest> theirs = read_manifest(options.dir, tag);
+      const absl::StatusOr<Manifest> latests =
+          latest.ok() ? read_manifest(options.dir, *latest) : absl::StatusOr<Manifest>(latest.status());
+      const bool leftover = theirs.ok() && latests.ok() && *latest != tag &&
+                            theirs->progress.global_step > latests->progress.global_step;
+      if (!leftover) {
+        prepared = absl::AlreadyExistsError(cat(
+            "checkpoint ", final_dir, " already exists",
+            latest.ok() && *latest == tag ? cat(" and is the one ", options.dir, "/latest names") : std::string(),
+            "; not overwriting it (continue that run with --resume auto, or save elsewhere)"));
+      }
     }
     if (prepared.ok()) prepared = remove_tree(partial);
     if (prepared.ok()) prepared = make_directories(partial);

@@ -181,8 +181,8 @@ void parse_precision_sections(ConfigReader& root, EngineConfig& out) {
   const bool fp16_master = fp16.get_bool("fp16_master_weights_and_grads", false);
   fp16.finish();
   if (fp16_master && bf16_master) {
-    root.error("fp16", "fp16_master_weights_and_gradients and bf16_master_weights_and_gradients are mutually exclusive "
-                       "(as in DeepSpeed)");
+    root.error("fp16", "fp16.fp16_master_weights_and_grads and bf16.bf16_master_weights_and_grads are mutually "
+                       "exclusive (as in DeepSpeed)");
   }
   out.optimizer_precision.master = bf16_master ? DType::kBF16 : fp16_master ? DType::kF16 : DType::kF32;
   out.optimizer_precision.states = bf16_states ? DType::kBF16 : DType::kF32;

@@ -89,8 +89,7 @@ absl::Status pread_all(const Shard& s, void* dst, int64_t bytes, int64_t offset)
       ::fstat(s.fd, &st);
       return absl::DataLossError(cat("data file ", s.path, ": bytes [", offset + done, ", ", offset + bytes,
                                      ") are past its end: it is now ", st.st_size, " bytes, but was ",
-                                     kLlmcHeaderBytes + 2 * s.ntok, " when the run opened it (truncated or replaced "
-                                     "while training reads it?)"));
+                                     kLlmcHeaderBytes + 2 * s.ntok, " when the run opened it (truncated while training reads it?)"));
     }
     done += r;
   }
@@ -124,6 +123,10 @@ class LlmcShards final : public TokenSource {
 absl::Status open_shard(const std::string& path, int64_t vocab_size, Shard& s, int64_t& max_token) {
   s.path = path;
   s.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (s.fd < 0 && (errno == EMFILE || errno == ENFILE)) {
+    return absl::ResourceExhaustedError(cat("data file ", path, ": cannot open: ", std::strerror(errno),
+                                            " (every shard stays open for the run; raise the limit with ulimit -n)"));
+  }
   if (s.fd < 0) return absl::NotFoundError(cat("data file ", path, ": cannot open: ", std::strerror(errno)));
   struct stat st;
   if (fstat(s.fd, &st) != 0) {

@@ -125,7 +125,9 @@ class Engine {
   // Single-process convenience for tests and tools.
   std::vector<float> master_values(const Parameter& p);
   // The gradient of one parameter as fp32, between backward() and step(),
-  // where this rank holds full gradients (stages 0 and 1).
+  // where this rank holds full reduced gradients: stage 0 (and stage 1 on
+  // one rank or with reduce_scatter false; with the reduce-scatter only this
+  // rank's partition of the flat buffer is reduced).
   std::vector<float> grad_values(const Parameter& p);
 
  private:

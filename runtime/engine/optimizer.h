@@ -80,8 +80,9 @@ class Optimizer {
     std::optional<std::pair<float, float>> betas;
   };
 
-  // Names of the fp32 state arrays, each as long as the master buffer and
-  // zero at the start (checkpoint tensor kinds: "exp_avg", ...).
+  // Names of the state arrays (fp32, or bf16 with bf16_optimizer_states), each
+  // as long as the master buffer and zero at the start (checkpoint tensor
+  // kinds: "exp_avg", ...).
   virtual std::vector<std::string> state_names() const = 0;
 
   // One update of master (the precision's dtype) from grad (model or fp32

@@ -161,12 +161,25 @@ absl::StatusOr<int> run_training(const RunConfig& c, Backend& backend, Communica
     if (rank_at != std::string::npos) path.replace(rank_at, 6, std::to_string(comm.rank()));
     ZE_RETURN_IF_ERROR(progress.open_metrics(path, /*append=*/first_step > 0));
   }
+  // The checkpoint this run's weights were last in: the one resumed, then each save.
+  std::string last_checkpoint = resume_dir.empty() ? "" : cat(resume_dir, "/", point->tag);
   auto save = [&]() -> absl::Status {
     SaveOptions so{c.run.save_dir, "", static_cast<int>(c.run.keep)};
     ZE_ASSIGN_OR_RETURN(std::string tag, save_checkpoint(*engine, so));
     out << "saved checkpoint " << c.run.save_dir << "/" << tag << "\n";
+    last_checkpoint = cat(c.run.save_dir, "/", tag);
     return absl::OkStatus();
   };
+  // A save whose tag another run left in save_dir fails rather than overwrite
+  // it: say so now, not at that save.
+  if (!c.run.save_dir.empty() && resume_dir != c.run.save_dir && std::filesystem::exists(c.run.save_dir)) {
+    const absl::StatusOr<std::vector<std::string>> theirs = list_checkpoints(c.run.save_dir);
+    if (theirs.ok() && !theirs->empty()) {
+      out << "warning: " << c.run.save_dir << " holds " << theirs->size() << " checkpoint(s) this run does not resume "
+          << "(newest " << theirs->back() << "); a save whose tag is already there will fail rather than overwrite "
+          << "it (--resume auto continues that run)\n";
+    }
+  }
   int64_t last_saved = first_step;
   const double tokens_per_step = static_cast<double>(c.train_batch_size * g.seq_len);
   // Steps in a row whose gradients or loss were inf/NaN (skipped, never applied).
@@ -183,11 +196,11 @@ absl::StatusOr<int> run_training(const RunConfig& c, Backend& backend, Communica
   for (int64_t step = first_step; step < c.run.steps; ++step) {
     ZE_ASSIGN_OR_RETURN(const int sig, stop_signal());
     if (sig != 0) {
-      const std::string last = c.run.save_dir.empty() || last_saved == 0
-                                   ? std::string("no checkpoint was saved (--save-dir DIR --save-every N saves them)")
-                                   : absl::StrFormat("the last checkpoint is %s/global_step%d: continue with --resume "
-                                                     "%s (or --resume auto --save-dir %s)",
-                                                     c.run.save_dir, last_saved, c.run.save_dir, c.run.save_dir);
+      const std::string last =
+          last_checkpoint.empty()
+              ? std::string("no checkpoint was saved (--save-dir DIR --save-every N saves them)")
+              : absl::StrFormat("the last checkpoint is %s: continue with --resume %s", last_checkpoint,
+                                last_checkpoint.substr(0, last_checkpoint.rfind('/')));
       out << absl::StrFormat("stopped by signal %d after step %d of %d; %s\n", sig, step, c.run.steps, last);
       out.flush();
       return sig;
@@ -217,9 +230,7 @@ absl::StatusOr<int> run_training(const RunConfig& c, Backend& backend, Communica
           "warmup or gradient_clipping, then resume",
           r.global_step, r.loss, r.overflow_in.empty() ? std::string("the loss") : r.overflow_in, nonfinite_run,
           nonfinite_run == 1 ? "" : "s", c.run.nonfinite_steps_allowed,
-          c.run.save_dir.empty() || last_saved == 0 ? std::string()
-                                                    : absl::StrFormat("; the last checkpoint is %s/global_step%d",
-                                                                      c.run.save_dir, last_saved)));
+          last_checkpoint.empty() ? std::string() : cat("; the last checkpoint is ", last_checkpoint)));
     }
     if (!c.run.save_dir.empty() && c.run.save_every > 0 && (step + 1) % c.run.save_every == 0) {
       ZE_RETURN_IF_ERROR(save());

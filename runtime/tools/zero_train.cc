@@ -143,8 +143,7 @@ int main(int argc, char** argv) {
   if (const absl::Status s = zero::check_run_paths(*config, rank); !s.ok()) return fail(2, s);
   // Before anything is allocated: does this rank's plan fit the memory it
   // shares with the other ranks on its machine?
-  const char* local_size = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  const int ranks_on_node = local_size != nullptr ? std::max(1, std::atoi(local_size)) : 1;
+  const int ranks_on_node = std::max(1, (*comm)->local_size());
   if (const absl::Status s =
           zero::check_memory_fits(*config, world, rank, ranks_on_node, zero::host_memory_available_bytes());
       !s.ok()) {

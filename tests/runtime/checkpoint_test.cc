@@ -236,10 +236,20 @@ TEST(CheckpointTest, EveryInterruptedSaveResumesFromTheNewestCompleteCheckpoint)
   // The run that resumed from step 3 (latest's) trains step 4 again: its save
   // replaces the leftover global_step4 and moves latest on.
   write("latest", "global_step3\n");
+  write("global_step4/leftover-marker", "from the interrupted save");
   Trained again(kModel, 4);
   absl::StatusOr<std::string> saved = save_checkpoint(*again.engine, {dir, "", 0});
   ASSERT_TRUE(saved.ok()) << saved.status();
   EXPECT_EQ(latest_tag(dir).value(), "global_step4");
+  EXPECT_FALSE(fs::exists(dir + "/global_step4/leftover-marker")) << "the leftover was replaced, not kept";
+  // The checkpoint latest names, or another run's, is never overwritten.
+  absl::StatusOr<std::string> twice = save_checkpoint(*again.engine, {dir, "", 0});
+  EXPECT_FALSE(twice.ok());
+  write("latest", "global_step9\n");  // another run's latest
+  twice = save_checkpoint(*again.engine, {dir, "", 0});
+  ASSERT_FALSE(twice.ok());
+  EXPECT_NE(std::string(twice.status().message()).find("already exists; not overwriting it"), std::string::npos)
+      << twice.status();
   EXPECT_TRUE(fs::exists(dir + "/.global_step5.partial")) << "a later save's leftover stays until that save";
   // Nothing complete: not found, said as such.
   const std::string empty = fresh_dir("empty");

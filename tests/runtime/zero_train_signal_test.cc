@@ -55,7 +55,7 @@ struct Background {
 };
 
 // zero-train with its optimizer state on NVMe, started in the background.
-Background start(const std::string& name) {
+Background start(const std::string& name, const std::vector<std::string>& extra = {}) {
   Background r;
   r.swap = dir_for(name + ".swap");
   r.ckpt = dir_for(name + ".ckpt") + "/ckpt";
@@ -66,13 +66,15 @@ Background start(const std::string& name) {
       std::string(ZE_SOURCE_DIR) + "/configs/ds/zero3-nvme-optimizer.json", "--set",
       "zero_optimization.offload_optimizer.nvme_path=" + r.swap, "--steps", "100000", "--metrics", r.metrics,
       "--save-dir", r.ckpt, "--save-every", "5"};
+  std::vector<std::string> all = args;
+  all.insert(all.end(), extra.begin(), extra.end());
   r.pid = fork();
   if (r.pid == 0) {
     const int fd = open(r.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(fd, STDOUT_FILENO);
     dup2(fd, STDERR_FILENO);
     std::vector<char*> argv;
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    for (const std::string& a : all) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
     execv(argv[0], argv.data());
     _exit(127);
@@ -129,23 +131,40 @@ TEST(ZeroTrainSignalTest, SigtermStopsWith143AndTheNamedCheckpointResumes) {
   const std::string out = read_all(r.log);
   EXPECT_NE(out.find("stopped by signal 15 after step "), std::string::npos) << out;
   EXPECT_TRUE(empty_dir(r.swap));
-  // The checkpoint it named resumes, and the resumed run finishes.
+  // The checkpoint it named resumes, and the resumed run trains on to 5 steps
+  // past where the first one stopped.
+  const size_t at = out.find("stopped by signal 15 after step ");
+  ASSERT_NE(at, std::string::npos) << out;
+  const int stopped = std::stoi(out.substr(at + 32));
   const auto resumed = zero::testing::run_command(
       std::string(ZE_TRAIN_BIN) + " --config " + ZE_SOURCE_DIR + "/configs/small-gpt.json --config " + ZE_SOURCE_DIR +
       "/configs/ds/zero3-nvme-optimizer.json --set zero_optimization.offload_optimizer.nvme_path=" + r.swap +
-      " --resume " + r.ckpt + " --steps 12");
+      " --resume " + r.ckpt + " --steps " + std::to_string(stopped + 5));
   EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("resumed from " + r.ckpt + "/global_step"), std::string::npos) << resumed.output;
+  EXPECT_NE(resumed.output.find("done: "), std::string::npos) << resumed.output;
+  EXPECT_NE(resumed.output.find("step " + std::to_string(stopped + 5) + "/"), std::string::npos)
+      << "it trained on\n" << resumed.output;
   EXPECT_TRUE(empty_dir(r.swap));
 }
 
 TEST(ZeroTrainSignalTest, ASecondSignalStopsAtOnceAndStillRemovesTheSwapFile) {
-  Background r = start("twice");
-  ASSERT_TRUE(wait_steps(r, 7)) << read_all(r.log);
+  // Long steps (a large micro-batch), so the second signal lands inside one.
+  Background r = start("twice", {"--set", "train_micro_batch_size_per_gpu=256"});
+  ASSERT_TRUE(wait_steps(r, 2)) << read_all(r.log);
   kill(r.pid, SIGINT);
-  kill(r.pid, SIGINT);  // may land before or after the step boundary: either way it ends now
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (read_all(r.log).find("stopping at the end of this step") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  kill(r.pid, SIGINT);  // the first was handled (two pending SIGINTs would merge into one)
   EXPECT_EQ(wait_exit(r), 130) << read_all(r.log);
-  EXPECT_TRUE(empty_dir(r.swap)) << read_all(r.log);
+  const std::string out = read_all(r.log);
+  EXPECT_NE(out.find("ZeroEngine rank 0: terminated by signal 2 during "), std::string::npos)
+      << "the second signal itself ended the run\n" << out;
+  EXPECT_EQ(out.find("stopped by signal"), std::string::npos) << "it did not wait for the step boundary\n" << out;
+  EXPECT_TRUE(empty_dir(r.swap)) << out;
 }
 
 }  // namespace
