@@ -17,7 +17,9 @@
 // interleaved in random order (Google Benchmark's random interleaving). IoEngine moves the file as one transfer
 // of 64 MiB requests over one registered 64 MiB buffer, cut into 1 MiB pieces
 // with queue_depth in flight. fio runs with ioengine=io_uring, direct=1 and
-// its defaults otherwise; its bandwidth is its own figure (bw_bytes).
+// the same io_uring features the engine uses (--fixedbufs: registered
+// buffers; --registerfiles: registered files), its defaults otherwise; its
+// bandwidth is its own figure (bw_bytes).
 #include <benchmark/benchmark.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -104,7 +106,8 @@ double run_fio(bool write, int qd, std::string* error) {
   const std::string cmd = "fio --name=zeroengine_io_bench --filename='" + g_config.path + "' --rw=" +
                           (write ? "write" : "read") + " --bs=" + std::to_string(kBlockBytes) +
                           " --iodepth=" + std::to_string(qd) +
-                          " --ioengine=io_uring --direct=1 --size=" + std::to_string(g_config.size_bytes) +
+                          " --ioengine=io_uring --fixedbufs --registerfiles --direct=1 --size=" +
+                          std::to_string(g_config.size_bytes) +
                           " --output-format=json 2>&1";
   FILE* pipe = ::popen(cmd.c_str(), "r");
   if (pipe == nullptr) {
