@@ -41,7 +41,6 @@ class ParamReads {
   // Waits for the read and copies it into dst (host memory, the parameter dtype).
   absl::Status finish(int64_t ticket, const Tensor& dst);
 
-  int64_t max_read() const { return max_read_; }
   size_t buffer_count() const { return pool_.buffer_count(); }
   int64_t buffer_size_bytes() const { return static_cast<int64_t>(pool_.buffer_bytes()); }
 

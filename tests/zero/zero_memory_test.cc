@@ -34,6 +34,28 @@ Bytes tracked() {
           s.at(Tier::kHost, MemCategory::kOptimizerState).current};
 }
 
+// A micro-batch of 2 sequences of 8 tokens (the vectors live as long as it).
+struct Tokens {
+  std::vector<int32_t> ids, targets;
+  Tokens() : ids(16), targets(16) {
+    for (int i = 0; i < 16; ++i) ids[i] = i % 37, targets[i] = (i + 1) % 37;
+  }
+  Batch batch() {
+    return {Tensor::wrap(ids.data(), {2, 8}, DType::kI32), Tensor::wrap(targets.data(), {2, 8}, DType::kI32)};
+  }
+};
+
+// bf16 parameters and gradients, fp32 master and Adam, 400-element buckets.
+EngineConfig config(int stage, int w) {
+  EngineConfig ec;
+  ec.param_dtype = DType::kBF16;
+  ec.micro_batch_size = 2;
+  ec.pre_divide = w;
+  ec.zero.stage = stage;
+  ec.zero.reduce_bucket_size = 400;
+  return ec;
+}
+
 Bytes expected(int stage, int64_t psi, int64_t s3, int w) {
   const int64_t n = (psi + 2 * w - 1) / (2 * w) * (2 * w);
   switch (stage) {
@@ -53,19 +75,13 @@ TEST(ZeroMemoryTest, ModelStateBytesFollowTheZeroFormulas) {
     s3 += (p->numel() + w - 1) / w;
   }
   ASSERT_EQ(psi, 3130);  // odd enough that W = 2, 3, 4 all pad
-  std::vector<int32_t> ids(16), targets(16);
-  for (int i = 0; i < 16; ++i) ids[i] = i % 37, targets[i] = (i + 1) % 37;
-  const Batch batch{Tensor::wrap(ids.data(), {2, 8}, DType::kI32), Tensor::wrap(targets.data(), {2, 8}, DType::kI32)};
+  Tokens tokens;
+  const Batch batch = tokens.batch();
   for (int stage = 0; stage <= 3; ++stage) {
     const Bytes base = tracked();
     CpuBackend backend;
-    EngineConfig ec;
-    ec.param_dtype = DType::kBF16;
-    ec.micro_batch_size = 2;
-    ec.pre_divide = w;
-    ec.zero.stage = stage;
+    EngineConfig ec = config(stage, w);
     ec.zero.param_persistence_threshold = 0;  // no persistent full copies at stage 3
-    ec.zero.reduce_bucket_size = 400;
     auto engine = initialize(std::make_unique<Gpt>(kModel), ec, backend, &world());
     EXPECT_TRUE(engine.ok()) << engine.status();
     const Bytes want = expected(stage, psi, s3, w);
@@ -94,20 +110,13 @@ TEST(ZeroMemoryTest, ModelStateBytesFollowTheZeroFormulas) {
 TEST(ZeroMemoryTest, StagesZeroToTwoSendWhatAnAllReduceSends) {
   const int w = world().world_size();
   if (w == 1) GTEST_SKIP() << "one rank sends nothing";
-  std::vector<int32_t> ids(16), targets(16);
-  for (int i = 0; i < 16; ++i) ids[i] = i % 37, targets[i] = (i + 1) % 37;
-  const Batch batch{Tensor::wrap(ids.data(), {2, 8}, DType::kI32), Tensor::wrap(targets.data(), {2, 8}, DType::kI32)};
+  Tokens tokens;
+  const Batch batch = tokens.batch();
   const int64_t psi = 3130, n = (psi + 2 * w - 1) / (2 * w) * (2 * w);
   const double all_reduce_bytes = 2.0 * static_cast<double>(n) * (w - 1) / w * 2;  // bf16
   for (int stage = 0; stage <= 2; ++stage) {
     CpuBackend backend;
-    EngineConfig ec;
-    ec.param_dtype = DType::kBF16;
-    ec.micro_batch_size = 2;
-    ec.pre_divide = w;
-    ec.zero.stage = stage;
-    ec.zero.reduce_bucket_size = 400;
-    auto engine = initialize(std::make_unique<Gpt>(kModel), ec, backend, &world());
+    auto engine = initialize(std::make_unique<Gpt>(kModel), config(stage, w), backend, &world());
     ASSERT_TRUE(engine.ok()) << engine.status();
     (*engine)->forward(batch);
     EXPECT_TRUE((*engine)->backward().ok());
