@@ -8,7 +8,7 @@
 // one step of an identical engine without checkpointing, so the ratio of the
 // two is measured under the same machine conditions. Counters:
 //   act_peak_MiB       peak tracked activation bytes of a step (measured)
-//   act_planned_MiB    the memory planner's prediction (zero/memory_plan.h)
+//   act_planned_MiB    the memory planner's prediction (runtime/engine/memory_plan.h)
 //   act_vs_none        activation peak over the peak without checkpointing
 //   step_s             seconds per step with K segments
 //   ratio_to_none      step time over the step time without checkpointing
@@ -26,7 +26,7 @@
 #include "runtime/backend/cpu_backend.h"
 #include "runtime/engine/engine.h"
 #include "runtime/graph/gpt.h"
-#include "zero/memory_plan.h"
+#include "runtime/engine/memory_plan.h"
 
 namespace zero {
 namespace {

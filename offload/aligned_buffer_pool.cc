@@ -27,7 +27,7 @@ absl::StatusOr<std::unique_ptr<AlignedBufferPool>> AlignedBufferPool::create(Bac
     }
     ZE_CHECK_EQ(reinterpret_cast<uintptr_t>((*s)->data()) % kIoAlignment, 0u);
     // Touching every page now also means registration later pins resident memory.
-    std::memset((*s)->data(), 0, rounded);
+    if (!backend.dry_run()) std::memset((*s)->data(), 0, rounded);
     storages.push_back(*std::move(s));
   }
   return std::unique_ptr<AlignedBufferPool>(new AlignedBufferPool(std::move(storages), rounded));

@@ -31,6 +31,7 @@ namespace {
 constexpr int kMaxNoProgressAttempts = 8;
 constexpr int64_t kMaxBlockSize = int64_t{1} << 30;  // an SQE length is 32-bit; registered buffers are <= 1 GiB
 constexpr int64_t kMaxQueueDepth = 4096;
+constexpr int kDryRunFirstFd = 1 << 30;  // above any descriptor a process can hold
 
 absl::Status system_status(int ret_or_minus_errno, IoCall call, std::string_view path,
                            std::string_view detail = {}) {
@@ -165,6 +166,10 @@ absl::StatusOr<std::unique_ptr<IoEngine>> IoEngine::create(const IoEngineOptions
   }
   if (o.max_registered_files < 0) return absl::InvalidArgumentError("max_registered_files must be >= 0");
   std::unique_ptr<IoEngine> engine(new IoEngine(o, static_cast<int>(o.queue_depth)));
+  if (o.dry_run) {
+    engine->mode_.files_fallback = "a dry run";
+    return engine;
+  }
   ZE_RETURN_IF_ERROR(engine->init_ring());
   engine->init_file_table();
   return engine;
@@ -222,6 +227,10 @@ const IoEngineMode& IoEngine::register_buffers(absl::Span<const absl::Span<uint8
   mode_.registered_buffer_bytes = 0;
   mode_.buffers_fallback.clear();
   if (buffers.empty()) return mode_;
+  if (options_.dry_run) {
+    mode_.buffers_fallback = "a dry run";
+    return mode_;
+  }
   if (!options_.register_buffers) {
     mode_.buffers_fallback = "buffer registration is off";
     return mode_;
@@ -263,6 +272,14 @@ int IoEngine::registered_buffer_index(const void* data, size_t bytes) const {
 // ---------------------------------------------------------------- files
 
 absl::StatusOr<IoFile> IoEngine::open(const std::string& path, IoFileMode mode) {
+  if (options_.dry_run) {  // a descriptor no process has: nothing is opened
+    IoFile file;
+    file.engine_ = this;
+    file.fd_ = kDryRunFirstFd + open_files_++;
+    file.mode_ = mode;
+    file.path_ = path;
+    return file;
+  }
   int flags = O_DIRECT | O_CLOEXEC;
   switch (mode) {
     case IoFileMode::kRead: flags |= O_RDONLY; break;
@@ -326,7 +343,7 @@ absl::Status IoEngine::close(IoFile& file) {
     ZE_CHECK_OK(system_status(ret, IoCall::kRegisterFiles, file.path_));
     file_slot_used_[file.slot_] = false;
   }
-  const int ret = ::close(file.fd_);
+  const int ret = options_.dry_run ? 0 : ::close(file.fd_);
   const int err = errno;
   file.fd_ = -1;
   file.slot_ = -1;
@@ -340,7 +357,7 @@ void IoEngine::close_quietly(IoFile& file) { close(file).IgnoreError(); }
 
 absl::Status IoEngine::preallocate(const IoFile& file, int64_t bytes) {
   ZE_CHECK(file.is_open()) << "preallocate() on a closed IoFile";
-  if (bytes <= 0) return absl::OkStatus();
+  if (bytes <= 0 || options_.dry_run) return absl::OkStatus();
   if (::fallocate(file.fd_, 0, 0, bytes) == 0) return absl::OkStatus();
   const int err = errno;
   if (err == EOPNOTSUPP) return absl::OkStatus();
@@ -384,7 +401,7 @@ IoTransfer IoEngine::submit(absl::Span<const IoRequest> requests) {
                                   static_cast<uint8_t*>(r.buffer), r.bytes, r.file_offset, f.path_});
     total += static_cast<int64_t>(r.bytes);
   }
-  if (!t->status.ok()) t->requests.clear();
+  if (!t->status.ok() || options_.dry_run) t->requests.clear();
   for (const Request& q : t->requests) ++pending_by_fd_[q.fd];
   transfers_.emplace(t->id, std::move(owned));
   if (t->issued_all()) {

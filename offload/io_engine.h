@@ -83,6 +83,10 @@ struct IoEngineOptions {
   // multiple of 4096), so the short-transfer resubmission path runs on a disk
   // that never returns short. 0: off.
   int64_t max_credited_bytes_for_testing = 0;
+  // A dry run (the memory planner; runtime/backend/dry_run_backend.h): no
+  // ring, no file is created, opened or written; transfers are checked as
+  // usual and complete at once without touching their buffers.
+  bool dry_run = false;
 
   // DeepSpeed's "aio" section. intra_op_parallelism P multiplies the requests
   // in flight (DeepSpeed runs P workers of queue_depth each; one ring carries

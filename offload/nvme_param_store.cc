@@ -60,9 +60,13 @@ absl::Status NvmeParamStore::open_file(Backend& backend) {
   spec.header = cat("numel=", numel(), "\nrecord=", layout_.group, "\nparameters=", dtype_name(options_.param_dtype),
                     "\nrecord_bytes=", layout_.record_bytes(), "\n");
   spec.category = MemCategory::kParameters;
-  ZE_ASSIGN_OR_RETURN(leftovers_, swap_file_preflight(spec));
+  // A dry run plans for any machine: this one's directory and disk are not its business.
+  if (!backend.dry_run()) {
+    ZE_ASSIGN_OR_RETURN(leftovers_, swap_file_preflight(spec));
+  }
 
   ZE_ASSIGN_OR_RETURN(IoEngineOptions io, IoEngineOptions::from_aio(options_.aio));
+  io.dry_run = backend.dry_run();
   ZE_ASSIGN_OR_RETURN(engine_, IoEngine::create(io));
   ZE_ASSIGN_OR_RETURN(write_pool_, AlignedBufferPool::create(backend, static_cast<size_t>(kParamWriteBuffers),
                                                              static_cast<size_t>(layout_.record_bytes())));
@@ -71,7 +75,7 @@ absl::Status NvmeParamStore::open_file(Backend& backend) {
   std::vector<absl::Span<uint8_t>> spans = write_pool_->spans();
   for (absl::Span<uint8_t> b : read_pool_->spans()) spans.push_back(b);
   engine_->register_buffers(spans);
-  ZE_ASSIGN_OR_RETURN(file_, SwapFile::open(*engine_, spec, *write_pool_));
+  ZE_ASSIGN_OR_RETURN(file_, SwapFile::open(*engine_, spec, *write_pool_, backend.process_tracker()));
   reads_ = std::make_unique<ParamReads>(*engine_, file_->file(), layout_, on_disk_, options_.param_dtype,
                                         options_.max_param_read, *read_pool_);
   return absl::OkStatus();

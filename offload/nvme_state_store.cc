@@ -71,9 +71,13 @@ absl::Status NvmeStateStore::open_file(Backend& backend) {
                     holds_parameters() ? cat("\nparameters=", dtype_name(options_.param_dtype)) : "",
                     "\nrecord_bytes=", layout_.record_bytes(), "\n");
   spec.category = MemCategory::kOptimizerState;
-  ZE_ASSIGN_OR_RETURN(leftovers_, swap_file_preflight(spec));
+  // A dry run plans for any machine: this one's directory and disk are not its business.
+  if (!backend.dry_run()) {
+    ZE_ASSIGN_OR_RETURN(leftovers_, swap_file_preflight(spec));
+  }
 
   ZE_ASSIGN_OR_RETURN(IoEngineOptions io, IoEngineOptions::from_aio(options_.aio));
+  io.dry_run = backend.dry_run();
   ZE_ASSIGN_OR_RETURN(engine_, IoEngine::create(io));
   ZE_ASSIGN_OR_RETURN(pool_, AlignedBufferPool::create(backend, static_cast<size_t>(options_.buffer_count),
                                                        static_cast<size_t>(layout_.record_bytes())));
@@ -85,7 +89,7 @@ absl::Status NvmeStateStore::open_file(Backend& backend) {
     for (absl::Span<uint8_t> b : read_pool_->spans()) spans.push_back(b);
   }
   engine_->register_buffers(spans);
-  ZE_ASSIGN_OR_RETURN(file_, SwapFile::open(*engine_, spec, *pool_));
+  ZE_ASSIGN_OR_RETURN(file_, SwapFile::open(*engine_, spec, *pool_, backend.process_tracker()));
   if (holds_parameters()) {
     param_reads_ = std::make_unique<ParamReads>(*engine_, file_->file(), layout_, on_disk_, options_.param_dtype,
                                                 options_.max_param_read, *read_pool_);
@@ -151,7 +155,7 @@ absl::Status NvmeStateStore::for_each(RangeFn fn, bool write_back) {
     Slot s{b, next, IoTransfer()};
     if (on_disk_[static_cast<size_t>(next)]) {
       s.io = engine_->submit_read(file_->file(), b.data, record, layout_.record_offset(next));
-    } else {
+    } else if (!dry_run()) {
       std::memset(b.data, 0, record);  // never written by this run: zeros, whatever the disk holds
     }
     reads.push_back(std::move(s));
@@ -214,7 +218,7 @@ absl::Status NvmeStateStore::load_cached(int64_t g) {
       pool_->release(b);
       return s;
     }
-  } else {
+  } else if (!dry_run()) {
     std::memset(b.data, 0, record);
   }
   cache_ = {b, g, false};
@@ -242,7 +246,7 @@ absl::StatusOr<std::vector<float>> NvmeStateStore::read(int index, int64_t offse
     ZE_RETURN_IF_ERROR(load_cached(g));
     const int64_t in_group = e - layout_.group_begin(g), n = std::min(count - done, layout_.group_numel(g) - in_group);
     const Tensor a = array_in(cache_.buffer, index, layout_.group_numel(g));
-    for (int64_t i = 0; i < n; ++i)
+    for (int64_t i = 0; i < n && !dry_run(); ++i)
       out[static_cast<size_t>(done + i)] = load_as_float(a.data(), a.dtype(), static_cast<size_t>(in_group + i));
     done += n;
   }
@@ -257,7 +261,7 @@ absl::Status NvmeStateStore::write(int index, int64_t offset, absl::Span<const f
     ZE_RETURN_IF_ERROR(load_cached(g));
     const int64_t in_group = e - layout_.group_begin(g), n = std::min(count - done, layout_.group_numel(g) - in_group);
     const Tensor a = array_in(cache_.buffer, index, layout_.group_numel(g));
-    for (int64_t i = 0; i < n; ++i)
+    for (int64_t i = 0; i < n && !dry_run(); ++i)
       store_from_float(a.data(), a.dtype(), static_cast<size_t>(in_group + i), values[static_cast<size_t>(done + i)]);
     cache_.dirty = true;
     done += n;

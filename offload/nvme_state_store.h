@@ -84,6 +84,7 @@ class NvmeStateStore final : public OptimizerStateStore {
   const std::vector<std::string>& leftovers() const { return leftovers_; }
 
  private:
+  bool dry_run() const { return engine_->options().dry_run; }
   NvmeStateStore(std::vector<std::string> names, int64_t numel, const NvmeStateStoreOptions& options);
   absl::Status open_file(Backend& backend);
   // Array `index` of a record held in `buffer`, as an fp32 tensor of n elements.

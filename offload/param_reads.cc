@@ -49,7 +49,7 @@ absl::StatusOr<std::optional<int64_t>> ParamReads::start(int64_t offset, int64_t
     r.pieces.emplace_back(at + (first - lo), end - e);
     if (on_disk_[static_cast<size_t>(g)]) {
       requests.push_back({IoOp::kRead, &file_, b.data + at, static_cast<size_t>(hi - lo), lo});
-    } else {
+    } else if (!engine_.options().dry_run) {
       std::memset(b.data + at, 0, static_cast<size_t>(hi - lo));  // never written by this run: zeros
     }
     at += hi - lo;
@@ -67,7 +67,7 @@ absl::Status ParamReads::finish(int64_t ticket, const Tensor& dst) {
   Read r = std::move(it->second);
   reads_.erase(it);
   absl::Status s = r.io.wait();
-  if (s.ok()) {
+  if (s.ok() && !engine_.options().dry_run) {
     ZE_CHECK(dst.tier() == Tier::kHost && dst.dtype() == dtype_ && dst.numel() == r.count) << dst.debug_string();
     auto* out = static_cast<uint8_t*>(dst.data());
     const int64_t elem = layout_.param_elem;

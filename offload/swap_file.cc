@@ -86,27 +86,29 @@ std::string swap_leftovers_note(const std::string& dir, const std::vector<std::s
              "): a crashed run's leftovers are never read; remove them if no run is using them");
 }
 
-SwapFile::SwapFile(IoEngine& engine, IoFile file, int64_t bytes, MemCategory category)
-    : engine_(engine), file_(std::move(file)), bytes_(bytes), category_(category) {
-  MemoryTracker::global().add_allocated(Tier::kNvme, category_, bytes_);
-  register_cleanup_file(file_.path());  // a signal unlinks it at once (runtime/base/signals.h)
+SwapFile::SwapFile(IoEngine& engine, IoFile file, int64_t bytes, MemCategory category, MemoryTracker& process)
+    : engine_(engine), process_(process), file_(std::move(file)), bytes_(bytes), category_(category) {
+  process_.add_allocated(Tier::kNvme, category_, bytes_);
+  if (!dry_run()) register_cleanup_file(file_.path());  // a signal unlinks it at once (runtime/base/signals.h)
 }
 
 SwapFile::~SwapFile() {
   const std::string path = file_.path();
-  unregister_cleanup_file(path);
   (void)engine_.close(file_);
-  ::unlink(path.c_str());
-  MemoryTracker::global().add_allocated(Tier::kNvme, category_, -bytes_);
+  if (!dry_run()) {
+    unregister_cleanup_file(path);
+    ::unlink(path.c_str());
+  }
+  process_.add_allocated(Tier::kNvme, category_, -bytes_);
 }
 
 absl::StatusOr<std::unique_ptr<SwapFile>> SwapFile::open(IoEngine& engine, const SwapFileSpec& spec,
-                                                         AlignedBufferPool& pool) {
+                                                         AlignedBufferPool& pool, MemoryTracker& process) {
   ZE_CHECK_GE(pool.buffer_bytes(), static_cast<size_t>(kSwapHeaderBytes));
   const std::string path = cat(spec.dir, "/zeroengine-", spec.run_id, "-rank", spec.rank, ".", spec.kind, ".swp");
   ZE_ASSIGN_OR_RETURN(IoFile file, engine.open(path, IoFileMode::kReadWrite));
   absl::Status s = engine.preallocate(file, spec.file_bytes);
-  if (s.ok()) {
+  if (s.ok() && !engine.options().dry_run) {
     // The header: what this file is, for whoever finds it.
     absl::StatusOr<IoBuffer> b = pool.acquire();
     if (!b.ok()) {
@@ -129,7 +131,7 @@ absl::StatusOr<std::unique_ptr<SwapFile>> SwapFile::open(IoEngine& engine, const
     ::unlink(path.c_str());
     return s;
   }
-  return std::unique_ptr<SwapFile>(new SwapFile(engine, std::move(file), spec.file_bytes, spec.category));
+  return std::unique_ptr<SwapFile>(new SwapFile(engine, std::move(file), spec.file_bytes, spec.category, process));
 }
 
 }  // namespace zero

@@ -58,9 +58,11 @@ std::string swap_leftovers_note(const std::string& dir, const std::vector<std::s
 class SwapFile {
  public:
   // Step 2. The header is written through a buffer of `pool` (the store's,
-  // at least 4 KiB each), returned before this returns.
+  // at least 4 KiB each), returned before this returns. The file's bytes
+  // count in `process` (the backend's process_tracker()) as NVMe-tier
+  // spec.category. With a dry-run engine nothing is created or written.
   static absl::StatusOr<std::unique_ptr<SwapFile>> open(IoEngine& engine, const SwapFileSpec& spec,
-                                                        AlignedBufferPool& pool);
+                                                        AlignedBufferPool& pool, MemoryTracker& process);
   ~SwapFile();  // closes and removes the file; the engine must still exist
   SwapFile(const SwapFile&) = delete;
   SwapFile& operator=(const SwapFile&) = delete;
@@ -69,8 +71,10 @@ class SwapFile {
   const std::string& path() const { return file_.path(); }
 
  private:
-  SwapFile(IoEngine& engine, IoFile file, int64_t bytes, MemCategory category);
+  SwapFile(IoEngine& engine, IoFile file, int64_t bytes, MemCategory category, MemoryTracker& process);
+  bool dry_run() const { return engine_.options().dry_run; }
   IoEngine& engine_;
+  MemoryTracker& process_;
   IoFile file_;
   int64_t bytes_;
   MemCategory category_;

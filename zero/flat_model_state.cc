@@ -39,12 +39,13 @@ absl::Status FlatModelState::init() {
   // Full parameters on every rank; the master partition from the same values.
   const int64_t lo = part_begin(), hi = lo + part_;
   for (const FlatSegment& seg : layout_.segments()) {
-    const std::vector<float> v = initial_values(*seg.param, options_.seed, 0, seg.param->numel());
+    const InitialValues init(backend_, *seg.param, options_.seed, 0, seg.param->numel(), seg.param->numel());
+    const absl::Span<const float> v = init.values();
     upload_fp32(backend_, v, layout_.param_view(params_, seg));
     if (master_is_params_) continue;
     const int64_t a = std::max(lo, seg.offset), b = std::min(hi, seg.offset + seg.param->numel());
     if (a >= b) continue;
-    ZE_RETURN_IF_ERROR(store_->write(0, a - lo, absl::MakeConstSpan(v).subspan(a - seg.offset, b - a)));
+    ZE_RETURN_IF_ERROR(store_->write(0, a - lo, v.subspan(a - seg.offset, b - a)));
   }
   ZE_RETURN_IF_ERROR(store_->flush());
   for (const FlatSegment& seg : layout_.segments()) {

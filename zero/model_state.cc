@@ -3,7 +3,6 @@
 
 #include <algorithm>
 
-#include "runtime/backend/cpu_backend.h"
 #include "runtime/base/status.h"
 #include "runtime/base/strings.h"
 #include "zero/flat_model_state.h"
@@ -15,7 +14,8 @@ namespace zero {
 absl::StatusOr<std::unique_ptr<ModelState>> ModelState::create(Module& model, const ModelStateOptions& options,
                                                                Backend& backend, Communicator& comm) {
   const int stage = options.zero.stage;
-  if (stage < 0 || stage > 3) return absl::InvalidArgumentError(cat("ZeRO stage ", stage, " does not exist (0-3)"));
+  if (stage < 0 || stage > 3)
+    return absl::InvalidArgumentError(cat("zero_optimization.stage: ", stage, " does not exist (0-3)"));
   ZE_RETURN_IF_ERROR(check_offload(
       options.zero, host_offload_for(options.zero, backend.compute_tier(), options.force_offload_path)));
   ZE_RETURN_IF_ERROR(
@@ -34,7 +34,7 @@ absl::Status ModelState::init_optimizer_state(int64_t numel, Tensor master, int6
   // One path for "cpu" and "nvme" on a device: the store (resident or NVMe)
   // and the optimizer on a host backend of their own, the host step between
   // them and the compute backend; only the store differs.
-  if (host_offload_.optimizer) host_backend_ = std::make_unique<CpuBackend>();
+  if (host_offload_.optimizer) host_backend_ = backend_.make_host_backend();
   Backend& state_backend = host_backend_ != nullptr ? *host_backend_ : backend_;
   ZE_CHECK(host_backend_ == nullptr || !master.defined());
   ZE_ASSIGN_OR_RETURN(optimizer_, make_optimizer(options_.optimizer, state_backend, options_.optimizer_precision));

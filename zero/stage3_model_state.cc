@@ -49,9 +49,8 @@ absl::Status Stage3ModelState::init() {
   for (Parameter* p : params_) {
     const ParamPartition& part = parts_.at(p);
     const int64_t lo = std::min(p->numel(), rank * part.chunk), hi = std::min(p->numel(), lo + part.chunk);
-    std::vector<float> v = initial_values(*p, options_.seed, lo, hi);
-    v.resize(static_cast<size_t>(part.chunk), 0.0f);
-    ZE_RETURN_IF_ERROR(store_->write(0, part.shard_offset, v));
+    const InitialValues init(backend_, *p, options_.seed, lo, hi, part.chunk);
+    ZE_RETURN_IF_ERROR(store_->write(0, part.shard_offset, init.values()));
   }
   ZE_RETURN_IF_ERROR(store_->flush());
   ZE_RETURN_IF_ERROR(cast_master_into(param_shard_));

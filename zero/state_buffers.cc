@@ -20,10 +20,17 @@ void upload_fp32(Backend& backend, absl::Span<const float> host, const Tensor& d
   backend.ops().cast(staging, dst.view({dst.numel()}));
 }
 
-std::vector<float> initial_values(const Parameter& p, uint64_t seed, int64_t begin, int64_t end) {
-  std::vector<float> v(static_cast<size_t>(end - begin));
-  init_parameter_values(p, seed, begin, end, v.data());
-  return v;
+InitialValues::InitialValues(const Backend& backend, const Parameter& p, uint64_t seed, int64_t begin, int64_t end,
+                             int64_t length) {
+  ZE_CHECK(begin <= end && end - begin <= length);
+  if (backend.dry_run()) {
+    // Where a dry run's memory would be: past the canonical user addresses.
+    values_ = absl::Span<const float>(reinterpret_cast<const float*>(uintptr_t{1} << 47), static_cast<size_t>(length));
+    return;
+  }
+  held_.assign(static_cast<size_t>(length), 0.0f);
+  init_parameter_values(p, seed, begin, end, held_.data());
+  values_ = held_;
 }
 
 std::vector<float> download_fp32(Backend& backend, const Tensor& src) {

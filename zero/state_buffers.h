@@ -18,8 +18,20 @@ namespace zero {
 // through a tracked staging buffer when dst is not host memory.
 void upload_fp32(Backend& backend, absl::Span<const float> host, const Tensor& dst);
 
-// Elements [begin, end) of p's initial values.
-std::vector<float> initial_values(const Parameter& p, uint64_t seed, int64_t begin, int64_t end);
+// Elements [begin, end) of p's initial values, then zeros up to `length`
+// elements (>= end - begin; a shard's padding). On a dry-run backend nothing
+// is computed or held: values() has the length and no memory behind it, and
+// its consumers (uploads and store writes on the same dry run) never read it.
+class InitialValues {
+ public:
+  InitialValues(const Backend& backend, const Parameter& p, uint64_t seed, int64_t begin, int64_t end,
+                int64_t length);
+  absl::Span<const float> values() const { return values_; }
+
+ private:
+  std::vector<float> held_;
+  absl::Span<const float> values_;
+};
 
 // src (any float dtype, any tier) read back to host as fp32.
 std::vector<float> download_fp32(Backend& backend, const Tensor& src);

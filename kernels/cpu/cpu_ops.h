@@ -55,7 +55,6 @@ class CpuOps final : public Ops {
   int64_t count_nonfinite(const Tensor& x) override;
 
   const SimdKernels& simd() const { return simd_; }
-  const std::string& last_matmul_impl() const { return matmul_.last_impl(); }
 
  private:
   const SimdKernels& simd_;

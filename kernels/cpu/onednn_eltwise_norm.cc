@@ -46,11 +46,11 @@ OneDnnLayerNorm::Entry& OneDnnLayerNorm::lookup(int64_t rows, int64_t cols, floa
   e.fwd_pd = dnnl::layer_normalization_forward::primitive_desc(
       dnnl::layer_normalization_forward::desc(dnnl::prop_kind::forward_training, md, eps, flags),
       attr, engine);
-  e.fwd = dnnl::layer_normalization_forward(e.fwd_pd);
+  if (!dry_run_) e.fwd = dnnl::layer_normalization_forward(e.fwd_pd);
   e.bwd_pd = dnnl::layer_normalization_backward::primitive_desc(
       dnnl::layer_normalization_backward::desc(dnnl::prop_kind::backward, md, md, eps, flags), attr,
       engine, e.fwd_pd);
-  e.bwd = dnnl::layer_normalization_backward(e.bwd_pd);
+  if (!dry_run_) e.bwd = dnnl::layer_normalization_backward(e.bwd_pd);
   return cache_.emplace(key, std::move(e)).first->second;
 }
 
@@ -65,6 +65,7 @@ void OneDnnLayerNorm::forward(const Tensor& x, const Tensor& gamma, const Tensor
                            e.fwd_pd.scratchpad_desc().get_size()};
   void* buf[2];
   workspace_.carve(sizes, buf);
+  if (dry_run_) return;
   void* g = gamma.data();
   void* b = beta.data();
   if (cast_params) {
@@ -97,6 +98,7 @@ void OneDnnLayerNorm::backward(const Tensor& dy, const Tensor& x, const Tensor& 
                            e.bwd_pd.scratchpad_desc().get_size()};
   void* buf[4];
   workspace_.carve(sizes, buf);
+  if (dry_run_) return;
   void* g = gamma.data();
   if (buf[0] != nullptr) simd_kernels().cast(gamma.data(), gamma.dtype(), g = buf[0], DType::kF32, cols);
   // With use_shift, oneDNN's backward also expects the shift argument, though
@@ -127,11 +129,11 @@ OneDnnGelu::Entry& OneDnnGelu::lookup(int64_t n) {
       dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training,
                                   dnnl::algorithm::eltwise_gelu_tanh, md, 0.f, 0.f),
       attr, engine);
-  e.fwd = dnnl::eltwise_forward(e.fwd_pd);
+  if (!dry_run_) e.fwd = dnnl::eltwise_forward(e.fwd_pd);
   e.bwd_pd = dnnl::eltwise_backward::primitive_desc(
       dnnl::eltwise_backward::desc(dnnl::algorithm::eltwise_gelu_tanh, md, md, 0.f, 0.f), attr,
       engine, e.fwd_pd);
-  e.bwd = dnnl::eltwise_backward(e.bwd_pd);
+  if (!dry_run_) e.bwd = dnnl::eltwise_backward(e.bwd_pd);
   return cache_.emplace(n, std::move(e)).first->second;
 }
 
@@ -139,6 +141,7 @@ void OneDnnGelu::forward(const Tensor& x, const Tensor& y) {
   ZE_CHECK(x.numel() == y.numel() && x.dtype() == DType::kF32 && y.dtype() == DType::kF32);
   Entry& e = lookup(x.numel());
   void* scratch = workspace_.reserve(e.fwd_pd.scratchpad_desc().get_size());
+  if (dry_run_) return;
   execute(e.fwd,
           {{DNNL_ARG_SRC, mem(e.fwd_pd.src_desc(), x.data())},
            {DNNL_ARG_DST, mem(e.fwd_pd.dst_desc(), y.data())}},
@@ -149,6 +152,7 @@ void OneDnnGelu::backward(const Tensor& x, const Tensor& dy, const Tensor& dx) {
   ZE_CHECK(x.numel() == dy.numel() && x.numel() == dx.numel());
   Entry& e = lookup(x.numel());
   void* scratch = workspace_.reserve(e.bwd_pd.scratchpad_desc().get_size());
+  if (dry_run_) return;
   execute(e.bwd,
           {{DNNL_ARG_SRC, mem(e.bwd_pd.src_desc(), x.data())},
            {DNNL_ARG_DIFF_DST, mem(e.bwd_pd.diff_dst_desc(), dy.data())},

@@ -15,7 +15,9 @@ namespace zero::cpu {
 
 class OneDnnLayerNorm {
  public:
-  explicit OneDnnLayerNorm(WorkspaceArena& workspace) : workspace_(workspace) {}
+  // dry_run: as OneDnnMatmul's (shapes checked, workspace carved, nothing run).
+  explicit OneDnnLayerNorm(WorkspaceArena& workspace, bool dry_run = false)
+      : workspace_(workspace), dry_run_(dry_run) {}
   void forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, const Tensor& y,
                const Tensor& mean, const Tensor& var);
   void backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
@@ -32,12 +34,14 @@ class OneDnnLayerNorm {
   Entry& lookup(int64_t rows, int64_t cols, float eps);
 
   WorkspaceArena& workspace_;
+  bool dry_run_;
   absl::flat_hash_map<std::tuple<int64_t, int64_t, float>, Entry> cache_;
 };
 
 class OneDnnGelu {
  public:
-  explicit OneDnnGelu(WorkspaceArena& workspace) : workspace_(workspace) {}
+  explicit OneDnnGelu(WorkspaceArena& workspace, bool dry_run = false)
+      : workspace_(workspace), dry_run_(dry_run) {}
   void forward(const Tensor& x, const Tensor& y);
   void backward(const Tensor& x, const Tensor& dy, const Tensor& dx);
 
@@ -51,6 +55,7 @@ class OneDnnGelu {
   Entry& lookup(int64_t n);
 
   WorkspaceArena& workspace_;
+  bool dry_run_;
   absl::flat_hash_map<int64_t, Entry> cache_;
 };
 

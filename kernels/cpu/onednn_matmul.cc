@@ -52,8 +52,7 @@ OneDnnMatmul::Entry& OneDnnMatmul::lookup(const Key& key) {
                            : dnnl::matmul::desc(e.a_md, e.b_md, e.c_md);
   dnnl::matmul::primitive_desc pd(desc, attr, ctx.engine);
   e.scratch_md = pd.scratchpad_desc();
-  e.impl = pd.impl_info_str();
-  e.primitive = dnnl::matmul(pd);
+  if (!dry_run_) e.primitive = dnnl::matmul(pd);
   return cache_.emplace(key, std::move(e)).first->second;
 }
 
@@ -70,7 +69,6 @@ void OneDnnMatmul::run(const Tensor& a, const Tensor& b, const Tensor& c, const 
   Key key{batch, m, n, k, spec.trans_a, spec.trans_b, spec.accumulate && direct_out,
           bias.defined(), gemm, out, spec.alpha};
   Entry& e = lookup(key);
-  last_impl_ = e.impl;
 
   const SimdKernels& simd = simd_kernels();
   const size_t gemm_size = dtype_size(gemm);
@@ -83,6 +81,7 @@ void OneDnnMatmul::run(const Tensor& a, const Tensor& b, const Tensor& c, const 
   };
   void* buf[5];
   workspace_.carve(sizes, buf);
+  if (dry_run_) return;
   void* a_ptr = a.data();
   void* b_ptr = b.data();
   void* bias_ptr = bias.defined() ? bias.data() : nullptr;

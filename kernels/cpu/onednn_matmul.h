@@ -7,8 +7,6 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
-#include <string>
-
 #include "absl/container/flat_hash_map.h"
 #include "kernels/cpu/simd_kernels.h"
 #include "kernels/workspace_arena.h"
@@ -18,13 +16,14 @@ namespace zero::cpu {
 
 class OneDnnMatmul {
  public:
-  explicit OneDnnMatmul(WorkspaceArena& workspace) : workspace_(workspace) {}
+  // dry_run: run() checks shapes and carves the workspace it would use
+  // (oneDNN's scratchpad included), then returns without touching memory;
+  // primitives are described, not built (the memory planner's ops).
+  explicit OneDnnMatmul(WorkspaceArena& workspace, bool dry_run = false)
+      : workspace_(workspace), dry_run_(dry_run) {}
 
   void run(const Tensor& a, const Tensor& b, const Tensor& c, const MatmulSpec& spec,
            const Tensor& bias);
-
-  // oneDNN's name for the implementation the last run used ("brg:avx512_core").
-  const std::string& last_impl() const { return last_impl_; }
 
  private:
   struct Key {
@@ -42,14 +41,13 @@ class OneDnnMatmul {
   struct Entry {
     dnnl::matmul primitive;
     dnnl::memory::desc a_md, b_md, c_md, bias_md, scratch_md;
-    std::string impl;
   };
 
   Entry& lookup(const Key& key);
 
   WorkspaceArena& workspace_;
+  bool dry_run_;
   absl::flat_hash_map<Key, Entry> cache_;
-  std::string last_impl_;
 };
 
 }  // namespace zero::cpu

@@ -16,13 +16,13 @@ absl::StatusOr<std::shared_ptr<Storage>> Backend::allocate(size_t bytes, Tier ti
   }
   void* p = raw->allocate(bytes, alignment);
   if (p == nullptr) {
-    const MemorySnapshot s = MemoryTracker::global().snapshot();
+    const MemorySnapshot s = process_tracker().snapshot();
     return absl::ResourceExhaustedError(cat(
         "out of ", tier_name(tier), " memory allocating ", format_bytes(static_cast<int64_t>(bytes)),
         " for ", mem_category_name(category), " (", format_bytes(s.allocated[static_cast<int>(tier)].current),
         " already allocated on this rank)"));
   }
-  return std::make_shared<Storage>(p, bytes, tier, category, raw, &tracker_);
+  return std::make_shared<Storage>(p, bytes, tier, category, raw, &tracker_, &process_tracker());
 }
 
 Tensor Backend::empty(const Shape& shape, DType dtype, MemCategory category) {

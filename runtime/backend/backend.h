@@ -51,6 +51,19 @@ class Backend {
   virtual Tier compute_tier() const = 0;
   virtual Ops& ops() = 0;
 
+  // A dry run (runtime/backend/dry_run_backend.h): allocations are tracked
+  // but hold no memory, ops and copies do nothing. Code that touches memory
+  // other than through ops() and copies (initial values, swap-buffer fills,
+  // element-wise store writes) skips the touch when this is true.
+  virtual bool dry_run() const { return false; }
+  // The process-wide figures this backend's allocations count in:
+  // MemoryTracker::global(), or a dry run's own tracker.
+  virtual MemoryTracker& process_tracker() { return MemoryTracker::global(); }
+  // A backend of the same kind computing in host memory, for what the engine
+  // keeps on the host beside a compute backend (ZeRO-Offload's optimizer,
+  // cpu_checkpointing's segment inputs): a CpuBackend, or a dry run's host.
+  virtual std::unique_ptr<Backend> make_host_backend() = 0;
+
   // ---- memory: every tracked byte of the engine and the model comes from here.
   // Fails with RESOURCE_EXHAUSTED naming the size, category and tier.
   absl::StatusOr<std::shared_ptr<Storage>> allocate(size_t bytes, Tier tier, MemCategory category,

@@ -29,6 +29,7 @@ class CpuBackend final : public Backend {
   Tier compute_tier() const override { return Tier::kHost; }
   Ops& ops() override { return *ops_; }
   cpu::CpuOps& cpu_ops() { return *ops_; }
+  std::unique_ptr<Backend> make_host_backend() override { return std::make_unique<CpuBackend>(); }
 
   StreamId create_stream() override;
   EventPtr record_event(StreamId stream) override;

@@ -4,6 +4,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "absl/strings/str_format.h"
+#include "runtime/backend/cpu_backend.h"
 #include "runtime/base/strings.h"
 
 namespace zero {
@@ -310,5 +311,7 @@ void CudaBackend::copy_async(void* dst, const void* src, size_t bytes, StreamId 
   enter();
   ZE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cuda_stream(stream)));
 }
+
+std::unique_ptr<Backend> CudaBackend::make_host_backend() { return std::make_unique<CpuBackend>(); }
 
 }  // namespace zero

@@ -113,6 +113,9 @@ class CudaBackend final : public Backend {
   // The device-tier allocator's live cudaMalloc blocks (see
   // CudaCachingAllocator::driver_blocks).
   size_t device_driver_blocks() const { return device_memory_->driver_blocks(); }
+  // Host-side state beside the GPU (ZeRO-Offload, cpu_checkpointing) lives
+  // on a CPU backend.
+  std::unique_ptr<Backend> make_host_backend() override;
   Ops& ops() override;
   cuda::CudaOps& cuda_ops() { return *ops_; }
   int device() const { return device_; }

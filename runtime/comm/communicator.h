@@ -40,6 +40,9 @@ class CommWork {
 };
 using CommHandle = std::shared_ptr<CommWork>;
 
+// A handle whose collective has already completed, OK.
+CommHandle completed_work();
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -98,6 +101,23 @@ class Communicator {
   int64_t bytes_communicated() const { return bytes_; }
 
  protected:
+  // Each implementation counts what it is asked to move, by the formulas above.
+  void count_all_reduce(int64_t count, DType dtype) {
+    bytes_ += 2 * (world_size() - 1) * count * static_cast<int64_t>(dtype_size(dtype)) / world_size();
+  }
+  void count_reduce_scatter(const std::vector<int64_t>& recv_counts, DType dtype) {
+    int64_t total = 0;
+    for (int64_t c : recv_counts) total += c;
+    bytes_ += (world_size() - 1) * total * static_cast<int64_t>(dtype_size(dtype)) / world_size();
+  }
+  void count_all_gather(int64_t block, DType dtype) {
+    bytes_ += (world_size() - 1) * block * static_cast<int64_t>(dtype_size(dtype));
+  }
+  void count_broadcast(int64_t count, DType dtype, int root) {
+    bytes_ += rank() == root ? count * static_cast<int64_t>(dtype_size(dtype)) : 0;
+  }
+
+ private:
   int64_t bytes_ = 0;
 };
 

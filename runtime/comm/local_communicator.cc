@@ -34,10 +34,12 @@ class LocalCommunicator final : public Communicator {
   absl::Status all_reduce_doubles(double*, int64_t, ReduceOp) override { return absl::OkStatus(); }
 
  private:
-  static CommHandle done() { return std::make_shared<DoneWork>(); }
+  static CommHandle done() { return completed_work(); }
 };
 
 }  // namespace
+
+CommHandle completed_work() { return std::make_shared<DoneWork>(); }
 
 std::unique_ptr<Communicator> make_local_communicator() { return std::make_unique<LocalCommunicator>(); }
 

@@ -140,7 +140,7 @@ MpiCommunicator::~MpiCommunicator() {
 }
 
 CommHandle MpiCommunicator::all_reduce_async(void* buf, int64_t count, DType dtype, ReduceOp op) {
-  bytes_ += 2 * (world_ - 1) * count * static_cast<int64_t>(dtype_size(dtype)) / std::max(1, world_);
+  count_all_reduce(count, dtype);
   return thread_->enqueue(describe("all_reduce", count, dtype), [=] {
     return mpi_status(MPI_Allreduce(MPI_IN_PLACE, buf, checked_count(count), mpi_type(dtype), mpi_op(dtype, op),
                                     MPI_COMM_WORLD),
@@ -151,9 +151,9 @@ CommHandle MpiCommunicator::all_reduce_async(void* buf, int64_t count, DType dty
 CommHandle MpiCommunicator::reduce_scatter_async(const void* send, void* recv, std::vector<int64_t> recv_counts,
                                                  DType dtype) {
   ZE_CHECK_EQ(static_cast<int>(recv_counts.size()), world_);
+  count_reduce_scatter(recv_counts, dtype);
   int64_t total = 0;
   for (int64_t c : recv_counts) total += c;
-  bytes_ += (world_ - 1) * total * static_cast<int64_t>(dtype_size(dtype)) / std::max(1, world_);
   return thread_->enqueue(describe("reduce_scatter", total, dtype), [=, counts = std::move(recv_counts)] {
     std::vector<int> c(counts.size());
     for (size_t i = 0; i < counts.size(); ++i) c[i] = checked_count(counts[i]);
@@ -165,7 +165,7 @@ CommHandle MpiCommunicator::reduce_scatter_async(const void* send, void* recv, s
 
 CommHandle MpiCommunicator::all_gather_async(void* buf, int64_t block, int64_t stride, DType dtype) {
   ZE_CHECK_GE(stride, block);
-  bytes_ += (world_ - 1) * block * static_cast<int64_t>(dtype_size(dtype));
+  count_all_gather(block, dtype);
   return thread_->enqueue(describe("all_gather", block * world_, dtype), [=] {
     // One block of `block` elements whose extent is `stride` elements, so
     // rank r's block lands at buf + r * stride (no staging copy).
@@ -182,7 +182,7 @@ CommHandle MpiCommunicator::all_gather_async(void* buf, int64_t block, int64_t s
 }
 
 CommHandle MpiCommunicator::broadcast_async(void* buf, int64_t count, DType dtype, int root) {
-  bytes_ += rank_ == root ? count * static_cast<int64_t>(dtype_size(dtype)) : 0;
+  count_broadcast(count, dtype, root);
   return thread_->enqueue(describe("broadcast", count, dtype), [=] {
     return mpi_status(MPI_Bcast(buf, checked_count(count), mpi_type(dtype), root, MPI_COMM_WORLD), "MPI_Bcast");
   });

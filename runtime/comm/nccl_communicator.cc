@@ -111,7 +111,7 @@ CommHandle NcclCommunicator::run(const char* what, Launch launch) {
 }
 
 CommHandle NcclCommunicator::all_reduce_async(void* buf, int64_t count, DType dtype, ReduceOp op) {
-  bytes_ += 2 * (world_size() - 1) * count * static_cast<int64_t>(dtype_size(dtype)) / world_size();
+  count_all_reduce(count, dtype);
   return run("ncclAllReduce", [&] {
     ZE_NCCL_CHECK(ncclAllReduce(buf, buf, static_cast<size_t>(count), nccl_type(dtype),
                                 op == ReduceOp::kSum ? ncclSum : ncclMax, comm_, stream_));
@@ -120,9 +120,7 @@ CommHandle NcclCommunicator::all_reduce_async(void* buf, int64_t count, DType dt
 
 CommHandle NcclCommunicator::reduce_scatter_async(const void* send, void* recv, std::vector<int64_t> counts,
                                                   DType dtype) {
-  int64_t total = 0;
-  for (int64_t c : counts) total += c;
-  bytes_ += (world_size() - 1) * total * static_cast<int64_t>(dtype_size(dtype)) / world_size();
+  count_reduce_scatter(counts, dtype);
   const bool even = std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c == counts[0]; });
   return run("reduce_scatter", [&] {
     if (even) {
@@ -145,7 +143,7 @@ CommHandle NcclCommunicator::reduce_scatter_async(const void* send, void* recv, 
 }
 
 CommHandle NcclCommunicator::all_gather_async(void* buf, int64_t block, int64_t stride, DType dtype) {
-  bytes_ += (world_size() - 1) * block * static_cast<int64_t>(dtype_size(dtype));
+  count_all_gather(block, dtype);
   return run("all_gather", [&] {
     if (stride == block) {
       ZE_NCCL_CHECK(ncclAllGather(at(buf, rank() * block, dtype), buf, static_cast<size_t>(block), nccl_type(dtype),
@@ -163,7 +161,7 @@ CommHandle NcclCommunicator::all_gather_async(void* buf, int64_t block, int64_t 
 }
 
 CommHandle NcclCommunicator::broadcast_async(void* buf, int64_t count, DType dtype, int root) {
-  bytes_ += rank() == root ? count * static_cast<int64_t>(dtype_size(dtype)) : 0;
+  count_broadcast(count, dtype, root);
   return run("ncclBroadcast", [&] {
     ZE_NCCL_CHECK(ncclBroadcast(buf, buf, static_cast<size_t>(count), nccl_type(dtype), root, comm_, stream_));
   });

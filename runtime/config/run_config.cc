@@ -18,7 +18,7 @@ void parse_model(ConfigReader r, ModelSection& m) {
   GptConfig& g = m.gpt;
   // Bounds far beyond any model trained today, so that every size derived
   // from them (parameters, activations) fits 64 bits; whether a model fits
-  // this machine is the memory preflight's question (zero/memory_plan.h).
+  // this machine is the memory preflight's question (runtime/config/memory_preflight.h).
   g.n_layer = r.get_int("n_layer", g.n_layer, 1, 100000);
   g.n_head = r.get_int("n_head", g.n_head, 1, 65536);
   g.d_model = r.get_int("d_model", g.d_model, 1, int64_t{1} << 20);

@@ -19,14 +19,20 @@ int64_t shape_numel(const Shape& shape) {
 std::string shape_string(const Shape& shape) { return cat("[", absl::StrJoin(shape, ", "), "]"); }
 
 Storage::Storage(void* ptr, size_t bytes, Tier tier, MemCategory category, RawAllocator* owner,
-                 MemoryTracker* also)
-    : ptr_(ptr), bytes_(bytes), tier_(tier), category_(category), owner_(owner), also_(also) {
-  MemoryTracker::global().add_allocated(tier_, category_, static_cast<int64_t>(bytes_));
+                 MemoryTracker* also, MemoryTracker* process)
+    : ptr_(ptr),
+      bytes_(bytes),
+      tier_(tier),
+      category_(category),
+      owner_(owner),
+      also_(also),
+      process_(process != nullptr ? process : &MemoryTracker::global()) {
+  process_->add_allocated(tier_, category_, static_cast<int64_t>(bytes_));
   if (also_ != nullptr) also_->add_allocated(tier_, category_, static_cast<int64_t>(bytes_));
 }
 
 Storage::~Storage() {
-  MemoryTracker::global().add_allocated(tier_, category_, -static_cast<int64_t>(bytes_));
+  process_->add_allocated(tier_, category_, -static_cast<int64_t>(bytes_));
   if (also_ != nullptr) also_->add_allocated(tier_, category_, -static_cast<int64_t>(bytes_));
   if (owner_ != nullptr) owner_->deallocate(ptr_, bytes_);
 }

@@ -26,13 +26,14 @@ int64_t shape_numel(const Shape& shape);
 std::string shape_string(const Shape& shape);  // "[4, 64, 768]"
 
 // One tracked allocation. Frees itself (and its accounting) on destruction.
-// Counted in MemoryTracker::global() and, when given, in `also` (the
-// per-backend figures of Backend::memory(); it must outlive the storage, as
-// the owner allocator must).
+// Counted in `process` (the process-wide figures: MemoryTracker::global()
+// when null, a dry run's own tracker in a plan) and, when given, in `also`
+// (the per-backend figures of Backend::memory()); both must outlive the
+// storage, as the owner allocator must.
 class Storage {
  public:
   Storage(void* ptr, size_t bytes, Tier tier, MemCategory category, RawAllocator* owner,
-          MemoryTracker* also = nullptr);
+          MemoryTracker* also = nullptr, MemoryTracker* process = nullptr);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -49,6 +50,7 @@ class Storage {
   MemCategory category_;
   RawAllocator* owner_;  // nullptr: memory not owned (never happens for tracked storage)
   MemoryTracker* also_;
+  MemoryTracker* process_;
 };
 
 class Tensor {

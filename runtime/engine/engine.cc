@@ -4,7 +4,6 @@
 #include <chrono>
 #include <cmath>
 
-#include "runtime/backend/cpu_backend.h"
 #include "runtime/base/status.h"
 #include "runtime/base/strings.h"
 #include "zero/state_buffers.h"
@@ -82,7 +81,7 @@ absl::Status Engine::init() {
   // GPU (the "device" without them, host memory with exactly them).
   if (checkpoint_inputs_to_host(config_, backend_.compute_tier())) {
     if (backend_.compute_tier() == Tier::kHost) {
-      owned_checkpoint_host_ = std::make_unique<CpuBackend>();
+      owned_checkpoint_host_ = backend_.make_host_backend();
       checkpoint_host_ = owned_checkpoint_host_.get();
     } else {
       checkpoint_host_ = &backend_;

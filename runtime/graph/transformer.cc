@@ -52,7 +52,7 @@ Tensor CausalSelfAttention::backward(Context& ctx, const Tensor& dout) {
   const Shape bh3{b * n_head_, t, head_dim_};
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim_));
 
-  // [B, T, C]; the planner (zero/memory_plan_graph.cc) mirrors these temporaries' lifetimes.
+  // [B, T, C]
   Tensor dy = ctx.backward(*c_proj_, resid_dropout_ != nullptr ? ctx.backward(*resid_dropout_, dout) : dout);
   Tensor dyh = ctx.activation({b, n_head_, t, head_dim_});
   ctx.ops().transpose12(dy.view({b, t, n_head_, head_dim_}), dyh);

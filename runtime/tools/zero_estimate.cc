@@ -1,5 +1,5 @@
 // zero-estimate: per-rank memory of a run before running it, from the memory
-// planner (zero/memory_plan.h) that the tests hold to the engine's measured
+// planner (runtime/engine/memory_plan.h) that the tests hold to the engine's measured
 // peaks; or, for a bare parameter count, the ZeRO paper's model-state bytes
 // per stage beside ZeroEngine's own (padding, aliasing) and DeepSpeed's
 // estimators.
@@ -19,7 +19,8 @@
 #include "absl/strings/str_format.h"
 #include "runtime/base/strings.h"
 #include "runtime/config/run_config.h"
-#include "zero/memory_plan.h"
+#include "runtime/config/memory_preflight.h"
+#include "zero/model_state_bytes.h"
 
 namespace {
 

@@ -24,7 +24,7 @@
 #include "runtime/tools/compute_setup.h"
 #include "runtime/tools/path_preflight.h"
 #include "runtime/tools/train_loop.h"
-#include "zero/memory_plan.h"
+#include "runtime/config/memory_preflight.h"
 
 namespace {
 

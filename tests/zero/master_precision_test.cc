@@ -23,7 +23,7 @@
 #include "runtime/graph/gpt.h"
 #include "tests/zero/mpi_test_main.h"
 #include "tests/zero/offload_test_util.h"
-#include "zero/memory_plan.h"
+#include "zero/model_state_bytes.h"
 #include "zero/swap_layout.h"
 
 namespace zero {

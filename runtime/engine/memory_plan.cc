@@ -1,0 +1,118 @@
+// The memory planner: the engine's dry run; see memory_plan.h.
+#include "runtime/engine/memory_plan.h"
+
+#include <memory>
+
+#include "absl/strings/str_format.h"
+#include "runtime/backend/dry_run_backend.h"
+#include "runtime/base/status.h"
+#include "runtime/base/strings.h"
+#include "runtime/comm/dry_run_communicator.h"
+#include "runtime/engine/engine.h"
+#include "zero/host_step.h"
+
+namespace zero {
+
+namespace {
+
+std::array<std::array<int64_t, kNumMemCategories>, kNumTiers> currents(const MemorySnapshot& s) {
+  std::array<std::array<int64_t, kNumMemCategories>, kNumTiers> out{};
+  for (int t = 0; t < kNumTiers; ++t)
+    for (int c = 0; c < kNumMemCategories; ++c) out[t][c] = s.by_category[t][c].current;
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<MemoryPlan> plan_memory(const PlanInput& in) {
+  const GptConfig& g = in.model;
+  const int64_t seq = in.seq_len > 0 ? in.seq_len : g.seq_len;
+  if (in.world < 1) return absl::InvalidArgumentError(cat("world size ", in.world, " must be at least 1"));
+  if (in.rank < 0 || in.rank >= in.world)
+    return absl::InvalidArgumentError(cat("rank ", in.rank, " is not in 0..", in.world - 1));
+  if (g.n_layer < 1 || g.n_head < 1 || g.d_model < 1 || g.vocab_size < 1 || g.d_model % g.n_head != 0)
+    return absl::InvalidArgumentError(cat("model: n_layer ", g.n_layer, ", n_head ", g.n_head, ", d_model ",
+                                          g.d_model, ", vocab_size ", g.vocab_size,
+                                          " is not a GPT (d_model divisible by n_head)"));
+  if (seq < 1 || seq > g.seq_len)
+    return absl::InvalidArgumentError(cat("sequence length ", seq, " must be between 1 and model.seq_len ", g.seq_len));
+  if (in.micro_batch < 1)
+    return absl::InvalidArgumentError(cat("train_micro_batch_size_per_gpu: ", in.micro_batch, " must be > 0"));
+
+  DryRunBackend backend(in.compute_tier);
+  const std::unique_ptr<Communicator> comm = make_dry_run_communicator(in.rank, in.world);
+  EngineConfig e = in.engine;
+  e.micro_batch_size = in.micro_batch;
+  ZE_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
+                      Engine::create(std::make_unique<Gpt>(g), e, backend, comm.get()));
+  MemoryTracker& tracker = backend.process_tracker();
+
+  MemoryPlan plan;
+  plan.world = in.world;
+  plan.rank = in.rank;
+  plan.compute_tier = in.compute_tier;
+  plan.num_parameters = engine->num_parameters();
+  plan.partition_numel = engine->state().state_store().numel();
+  plan.checkpoint_segments = static_cast<int64_t>(engine->num_checkpoint_segments());
+  plan.after_init = currents(tracker.snapshot());
+
+  // The batch is the loader's host memory (untracked, as in a run): token 0
+  // everywhere, every target counted.
+  const std::vector<int32_t> tokens(static_cast<size_t>(in.micro_batch * seq), 0);
+  const Batch batch{Tensor::wrap(const_cast<int32_t*>(tokens.data()), {in.micro_batch, seq}, DType::kI32),
+                    Tensor::wrap(const_cast<int32_t*>(tokens.data()), {in.micro_batch, seq}, DType::kI32)};
+  for (int step = 0; step < std::max(1, in.optimizer_steps); ++step) {
+    for (int64_t micro = 0; micro < e.gradient_accumulation_steps; ++micro) {
+      engine->forward(batch);
+      ZE_RETURN_IF_ERROR(engine->backward());
+      ZE_ASSIGN_OR_RETURN(const StepResult r, engine->step());
+      if (r.boundary) plan.comm_bytes_per_step = r.comm_bytes;
+    }
+  }
+
+  const MemorySnapshot s = tracker.snapshot();
+  for (int t = 0; t < kNumTiers; ++t) {
+    for (int c = 0; c < kNumMemCategories; ++c) plan.peak[t][c] = s.by_category[t][c].peak;
+    plan.total_peak[t] = s.allocated[t].peak;
+  }
+  if (in.compute_tier != Tier::kHost && plan.at(in.compute_tier, MemCategory::kWorkspace) > 0)
+    plan.notes.push_back("workspace: the CPU ops' requests at these shapes; the CUDA ops' differ (not checked on a GPU)");
+  if (plan.checkpoint_segments > 0 && checkpoint_inputs_to_host(e, in.compute_tier)) {
+    plan.notes.push_back("cpu_checkpointing: segment inputs in host memory (host activations), copied back to "
+                         "the compute tier one segment ahead of their recompute");
+  }
+  if (e.zero.stage == 3)
+    plan.notes.push_back("stage 3: peaks of a run of 2+ steps (from the second step on, the coordinator prefetches)");
+  const HostOffload offload = engine->state().host_offload();
+  if (offload.optimizer) {
+    plan.notes.push_back(cat("ZeRO-Offload: optimizer state in host memory, the step on the CPU; host comm_buffers "
+                             "hold its pinned staging (2 chunks of ",
+                             host_step_chunk_elems(plan.partition_numel, e.zero.sub_group_size), " elements)",
+                             offload.parameters ? "; the stage-3 parameter shard in host memory" : ""));
+  }
+  return plan;
+}
+
+std::string format_memory_plan(const MemoryPlan& plan, const std::string& title) {
+  std::vector<int> tiers;
+  for (int t = 0; t < kNumTiers; ++t)
+    if (t == static_cast<int>(plan.compute_tier) || plan.total_peak[t] > 0) tiers.push_back(t);
+  auto cell = [](int64_t b) {
+    return b == 0 ? std::string("0") : absl::StrFormat("%d (%s)", b, format_bytes(b));
+  };
+  auto row = [&](std::string_view label, auto&& value_of) {
+    std::string line = absl::StrFormat("%-16s", label);
+    for (int t : tiers) line += absl::StrFormat("  %-28s", value_of(t));
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    return line + "\n";
+  };
+  std::string out = title + "\n";
+  out += row("category", [](int t) { return std::string(tier_name(static_cast<Tier>(t))); });
+  for (int c = 0; c < kNumMemCategories; ++c)
+    out += row(mem_category_name(static_cast<MemCategory>(c)), [&](int t) { return cell(plan.peak[t][c]); });
+  out += row("total (peak)", [&](int t) { return cell(plan.total_peak[t]); });
+  for (const std::string& n : plan.notes) out += "note: " + n + "\n";
+  return out;
+}
+
+}  // namespace zero
