@@ -63,7 +63,7 @@ class Stepper {
     const Batch batch{Tensor::wrap(ids_.data(), {kMicroBatch, kModel.seq_len}, DType::kI32),
                       Tensor::wrap(targets_.data(), {kMicroBatch, kModel.seq_len}, DType::kI32)};
     const auto t0 = std::chrono::steady_clock::now();
-    engine_->forward(batch);
+    engine_->forward(batch).value();
     (void)engine_->backward();
     absl::StatusOr<StepResult> r = engine_->step();
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

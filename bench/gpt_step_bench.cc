@@ -104,7 +104,7 @@ void BM_GptStep(benchmark::State& state, DType dtype) {
   for (int64_t i = 0; i < kTokens; ++i) ids[i] = static_cast<int32_t>((i * 7919) % 50257), targets[i] = ids[(i + 1) % kTokens];
   const Batch batch{Tensor::wrap(ids.data(), {4, 64}, DType::kI32), Tensor::wrap(targets.data(), {4, 64}, DType::kI32)};
   auto step = [&] {
-    (*engine)->forward(batch);
+    (*engine)->forward(batch).value();
     (*engine)->backward();
     (void)(*engine)->step();
   };

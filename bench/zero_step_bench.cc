@@ -56,7 +56,7 @@ void BM_ZeroStep(benchmark::State& state, int stage, bool overlap, bool regather
                     Tensor::wrap(targets.data(), {kMicro, 64}, DType::kI32)};
   StepResult last;
   auto step = [&] {
-    (*engine)->forward(batch);
+    (*engine)->forward(batch).value();
     (void)(*engine)->backward();
     last = (*engine)->step().value_or(StepResult());
   };

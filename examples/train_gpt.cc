@@ -49,8 +49,9 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "%s\n", std::string(batch.status().message()).c_str());
         return 1;
       }
-      (*engine)->forward(*batch);
-      if (absl::Status s = (*engine)->backward(); !s.ok()) {
+      absl::Status s = (*engine)->forward(*batch).status();
+      if (s.ok()) s = (*engine)->backward();
+      if (!s.ok()) {
         std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
         return 1;
       }

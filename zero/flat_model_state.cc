@@ -69,8 +69,8 @@ void FlatModelState::begin_backward(bool boundary) {
   launched_.assign(buckets_.size(), false);
 }
 
-void FlatModelState::pre_backward(Module& m) {
-  if (stage() != 2) return;
+absl::Status FlatModelState::pre_backward(Module& m) {
+  if (stage() != 2) return absl::OkStatus();
   // Stage 2 keeps no full gradient buffer: a bucket's buffer exists from the
   // first use of one of its parameters until its reduce-scatter completes.
   for (Parameter* p : m.direct_parameters()) {
@@ -86,14 +86,17 @@ void FlatModelState::pre_backward(Module& m) {
       q->grad = buf.slice(layout_.segments()[q->index()].offset - bucket.begin, q->shape());
     }
   }
+  return absl::OkStatus();
 }
 
-void FlatModelState::post_backward(Module& m) {
+absl::Status FlatModelState::post_backward(Module& m) {
+  // A reduction's failure surfaces at end_backward, after the reductions in flight.
   for (Parameter* p : m.direct_parameters()) {
     if (--uses_left_[p] != 0) continue;  // a tied parameter is complete after its last use
     const size_t b = bucket_of_.at(p);
     if (--params_pending_[b] == 0 && reduces_now()) launch(b);
   }
+  return absl::OkStatus();
 }
 
 void FlatModelState::launch(size_t b) {

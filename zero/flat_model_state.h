@@ -22,8 +22,8 @@ class FlatModelState final : public ModelState {
   FlatModelState(Module& model, const ModelStateOptions& options, Backend& backend, Communicator& comm);
   absl::Status init();
 
-  void pre_backward(Module& m) override;
-  void post_backward(Module& m) override;
+  absl::Status pre_backward(Module& m) override;
+  absl::Status post_backward(Module& m) override;
   void begin_backward(bool boundary) override;
   absl::Status end_backward() override;
 

@@ -102,18 +102,14 @@ absl::Status ParamCoordinator::finish_read(Parameter& p) {
 }
 
 absl::StatusOr<bool> ParamCoordinator::start_gather(Parameter& p, bool may_skip) {
-  const ParamPartition& part = parts_.at(&p);
   if (auto it = slots_.find(&p); it != slots_.end() && it->second.full.defined()) return true;  // available or in flight
   std::optional<int64_t> ticket;
   if (swapped_ != nullptr) {
     ZE_ASSIGN_OR_RETURN(ticket, issue_read(p, may_skip));
     if (!ticket.has_value()) return false;
   }
-  const int world = comm_.world_size();
   Slot& slot = slots_[&p];
-  slot.full = backend_.empty({world * part.chunk}, dtype_,
-                             part.persistent ? MemCategory::kParameters : MemCategory::kCommBuffers);
-  if (!part.persistent) live_elems_ += world * part.chunk;
+  slot.full = allocate_full(p);
   if (ticket.has_value()) {
     slot.read = ticket;
     reading_.push_back(&p);
@@ -124,14 +120,23 @@ absl::StatusOr<bool> ParamCoordinator::start_gather(Parameter& p, bool may_skip)
 }
 
 absl::Status ParamCoordinator::wait_gather(Parameter& p) {
-  Slot& slot = slots_.at(&p);
-  if (slot.read.has_value()) ZE_RETURN_IF_ERROR(finish_read(p));
+  Slot& slot = slots_[&p];
+  if (!slot.full.defined()) slot.full = allocate_full(p);  // its gather could not start: the error came then
+  absl::Status s;
+  if (slot.read.has_value()) s = finish_read(p);
   if (slot.handle) {
-    ZE_RETURN_IF_ERROR(slot.handle->wait());
+    s.Update(slot.handle->wait());
     slot.handle.reset();
   }
   p.data = slot.full.slice(0, p.shape());
-  return absl::OkStatus();
+  return s;
+}
+
+Tensor ParamCoordinator::allocate_full(const Parameter& p) {
+  const ParamPartition& part = parts_.at(&p);
+  if (!part.persistent) live_elems_ += comm_.world_size() * part.chunk;
+  return backend_.empty({comm_.world_size() * part.chunk}, dtype_,
+                        part.persistent ? MemCategory::kParameters : MemCategory::kCommBuffers);
 }
 
 void ParamCoordinator::drop(Parameter& p) {
@@ -156,10 +161,14 @@ absl::Status ParamCoordinator::fetch(Module& m, bool backward) {
                  m.name().c_str(), backward ? "backward" : "forward");
     warned_ = true;
   }
-  for (Parameter* p : m.direct_parameters()) ZE_RETURN_IF_ERROR(start_gather(*p).status());
-  prefetch();
-  for (Parameter* p : m.direct_parameters()) ZE_RETURN_IF_ERROR(wait_gather(*p));
-  return absl::OkStatus();
+  // Every parameter of m ends up defined, a failed gather's too (its values
+  // undefined), so the pass runs to its end and the first error reaches the
+  // engine as itself (runtime/graph/context.h's hook contract).
+  absl::Status status;
+  for (Parameter* p : m.direct_parameters()) status.Update(start_gather(*p).status());
+  if (status.ok()) prefetch();
+  for (Parameter* p : m.direct_parameters()) status.Update(wait_gather(*p));
+  return status;
 }
 
 void ParamCoordinator::prefetch() {

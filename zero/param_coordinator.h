@@ -78,8 +78,6 @@ class ParamCoordinator {
     if (!parts_.at(&p).persistent) drop(p);
   }
 
-  int64_t live_elements() const { return live_elems_; }
-  bool trace_complete() const { return trace_.complete(); }
   int64_t prefetches() const { return prefetches_; }
   int64_t gathers() const { return gathers_; }
   int64_t host_copies() const { return host_copies_; }  // chunks copied up from a host shard or read staging
@@ -100,7 +98,11 @@ class ParamCoordinator {
   absl::Status finish_read(Parameter& p);
   // Copies this rank's chunk of p into the slot and starts the all-gather.
   absl::Status begin_all_gather(Parameter& p, Slot& slot);
+  // Waits for p's gather and points p.data at it; p.data is defined even
+  // when the gather failed (then with the gather's error).
   absl::Status wait_gather(Parameter& p);
+  // A gathered buffer for p: [world * chunk] of the model dtype, counted live.
+  Tensor allocate_full(const Parameter& p);
   void drop(Parameter& p);
   void prefetch();
 

@@ -70,13 +70,13 @@ absl::Status Stage3ModelState::init() {
   return absl::OkStatus();
 }
 
-void Stage3ModelState::pre_forward(Module& m) { note(coordinator_->fetch(m, false)); }
-void Stage3ModelState::post_forward(Module& m) { note(coordinator_->release(m, false)); }
+absl::Status Stage3ModelState::pre_forward(Module& m) { return coordinator_->fetch(m, false); }
+absl::Status Stage3ModelState::post_forward(Module& m) { return coordinator_->release(m, false); }
 
 void Stage3ModelState::begin_backward(bool) { uses_left_ = uses_; }
 
-void Stage3ModelState::pre_backward(Module& m) {
-  note(coordinator_->fetch(m, true));
+absl::Status Stage3ModelState::pre_backward(Module& m) {
+  absl::Status fetched = coordinator_->fetch(m, true);
   for (Parameter* p : m.direct_parameters()) {
     if (p->grad.defined()) continue;  // a tied parameter's second use adds to the same buffer
     const ParamPartition& part = parts_.at(p);
@@ -84,13 +84,16 @@ void Stage3ModelState::pre_backward(Module& m) {
     p->grad = full.slice(0, p->shape());
     full_grads_[p] = full;
   }
+  return fetched;
 }
 
-void Stage3ModelState::post_backward(Module& m) {
+absl::Status Stage3ModelState::post_backward(Module& m) {
+  // A reduction's failure is kept for end_backward (the reductions still in
+  // flight finish first); the release's is this hook's.
   for (Parameter* p : m.direct_parameters()) {
     if (--uses_left_[p] == 0) reduce(*p);
   }
-  note(coordinator_->release(m, true));
+  return coordinator_->release(m, true);
 }
 
 void Stage3ModelState::reduce(Parameter& p) {

@@ -21,10 +21,10 @@ class Stage3ModelState final : public ModelState {
   Stage3ModelState(Module& model, const ModelStateOptions& options, Backend& backend, Communicator& comm);
   absl::Status init();
 
-  void pre_forward(Module& m) override;
-  void post_forward(Module& m) override;
-  void pre_backward(Module& m) override;
-  void post_backward(Module& m) override;
+  absl::Status pre_forward(Module& m) override;
+  absl::Status post_forward(Module& m) override;
+  absl::Status pre_backward(Module& m) override;
+  absl::Status post_backward(Module& m) override;
   void begin_forward() override { coordinator_->begin_iteration(); }
   void begin_backward(bool boundary) override;
   absl::Status end_backward() override;

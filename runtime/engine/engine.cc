@@ -98,7 +98,7 @@ Tensor Engine::to_compute(const Tensor& t) {
   return out;
 }
 
-float Engine::forward(const Batch& batch) {
+absl::StatusOr<float> Engine::forward(const Batch& batch) {
   const auto t0 = std::chrono::steady_clock::now();
   if (micro_step_ % config_.gradient_accumulation_steps == 0) comm_bytes_at_step_start_ = comm_->bytes_communicated();
   ctx_.clear();  // a forward without backward (or after an error) leaves nothing behind
@@ -111,6 +111,10 @@ float Engine::forward(const Batch& batch) {
   ctx_.set_dropout_key(config_.seed,
                        first_global_sample(micro_step_, comm_->world_size(), comm_->rank(), rows_per_rank));
   Tensor logits = ctx_.forward(*model_, to_compute(batch.inputs));
+  if (absl::Status s = ctx_.take_status(); !s.ok()) {
+    ctx_.clear();
+    return annotate(s, cat("forward of micro-step ", micro_step_));
+  }
   const int64_t vocab = logits.dim(-1), rows = logits.numel() / vocab;
   ZE_CHECK_EQ(batch.targets.numel(), rows);
   const int64_t valid = count_valid_targets(batch.targets);
@@ -142,9 +146,12 @@ absl::Status Engine::backward() {
   ctx_.backward(*model_, dlogits);
   ZE_CHECK_EQ(ctx_.live_frames(), 0u);
   timing_.recompute_s += ctx_.take_recompute_seconds();
-  absl::Status s = state_->end_backward();
+  // The hooks' first error (a gather), else the reductions' (end_backward
+  // waits for every one in flight either way).
+  absl::Status s = ctx_.take_status();
+  s.Update(state_->end_backward());
   timing_.backward_s += seconds_since(t0);
-  return s;
+  return annotate(s, cat("backward of micro-step ", micro_step_));
 }
 
 absl::StatusOr<StepResult> Engine::step() {
@@ -231,11 +238,15 @@ absl::StatusOr<StepResult> Engine::step() {
   return r;
 }
 
-float Engine::evaluate(const Batch& batch) {
+absl::StatusOr<float> Engine::evaluate(const Batch& batch) {
   ctx_.clear();
   ctx_.set_grad_enabled(false);
   Tensor logits = ctx_.forward(*model_, to_compute(batch.inputs));
   ctx_.set_grad_enabled(true);
+  if (absl::Status s = ctx_.take_status(); !s.ok()) {
+    ctx_.clear();
+    return annotate(s, "evaluation forward");
+  }
   const int64_t vocab = logits.dim(-1), rows = logits.numel() / vocab;
   Tensor losses = ctx_.activation({rows});
   backend_.ops().cross_entropy(logits.view({rows, vocab}), to_compute(batch.targets), 0.0f, losses);

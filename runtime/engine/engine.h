@@ -77,8 +77,11 @@ class Engine {
 
   // Runs the model and the fused softmax cross-entropy; returns this rank's
   // mean loss over the micro-batch's targets. Keeps what backward() needs.
-  float forward(const Batch& batch);
+  // Fails with the failing operation's own error (a stage-3 gather's
+  // collective, a parameter read from NVMe), prefixed by the micro-step.
+  absl::StatusOr<float> forward(const Batch& batch);
   // Backward pass of the last forward: gradients accumulate and are reduced.
+  // Fails as forward does, or with a gradient reduction's error.
   absl::Status backward();
   // Counts the micro-step; at the accumulation boundary checks for overflow,
   // clips, updates, advances the LR schedule and zeroes the gradients. Fails
@@ -87,7 +90,7 @@ class Engine {
   absl::StatusOr<StepResult> step();
 
   // Loss of a batch without touching gradients or saving activations.
-  float evaluate(const Batch& batch);
+  absl::StatusOr<float> evaluate(const Batch& batch);
 
   Module& model() { return *model_; }
   Backend& backend() { return backend_; }

@@ -63,7 +63,7 @@ absl::StatusOr<MemoryPlan> plan_memory(const PlanInput& in) {
                     Tensor::wrap(const_cast<int32_t*>(tokens.data()), {in.micro_batch, seq}, DType::kI32)};
   for (int step = 0; step < std::max(1, in.optimizer_steps); ++step) {
     for (int64_t micro = 0; micro < e.gradient_accumulation_steps; ++micro) {
-      engine->forward(batch);
+      ZE_RETURN_IF_ERROR(engine->forward(batch).status());
       ZE_RETURN_IF_ERROR(engine->backward());
       ZE_ASSIGN_OR_RETURN(const StepResult r, engine->step());
       if (r.boundary) plan.comm_bytes_per_step = r.comm_bytes;

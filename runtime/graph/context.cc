@@ -97,7 +97,7 @@ Tensor Context::forward(Module& m, const Tensor& x) {
       start_copy_out(s);
     }
   }
-  if (hooks_) hooks_->pre_forward(m);
+  if (hooks_) note(hooks_->pre_forward(m));
   Frame* frame = nullptr;
   if (grad_enabled_ && no_save_depth_ == 0) {
     std::deque<Frame>& stack = frames_[&m];
@@ -107,7 +107,7 @@ Tensor Context::forward(Module& m, const Tensor& x) {
   current_.push_back(frame);
   Tensor y = m.forward(*this, x);
   current_.pop_back();
-  if (hooks_) hooks_->post_forward(m);
+  if (hooks_) note(hooks_->post_forward(m));
   if (grad_enabled_ && !recomputing_ && no_save_depth_ > 0) {
     auto seg_last = last_of_.find(&m);
     if (seg_last != last_of_.end()) {
@@ -146,7 +146,7 @@ Tensor Context::backward(Module& m, const Tensor& dy) {
   auto it = frames_.find(&m);
   ZE_CHECK(it != frames_.end() && !it->second.empty())
       << "backward of " << m.name() << " without a matching forward";
-  if (hooks_) hooks_->pre_backward(m);
+  if (hooks_) note(hooks_->pre_backward(m));
   current_.push_back(&it->second.back());
   Tensor dx = m.backward(*this, dy);
   current_.pop_back();
@@ -154,7 +154,7 @@ Tensor Context::backward(Module& m, const Tensor& dy) {
   it = frames_.find(&m);
   it->second.pop_back();
   if (it->second.empty()) frames_.erase(it);
-  if (hooks_) hooks_->post_backward(m);
+  if (hooks_) note(hooks_->post_backward(m));
   // Leaving a segment's backward (at its first module): its input is no longer needed.
   auto seg_first = first_of_.find(&m);
   if (seg_first != first_of_.end()) {
@@ -197,6 +197,7 @@ void Context::clear() {
   forward_segments_.clear();
   no_save_depth_ = 0;
   recomputing_ = false;
+  status_ = absl::OkStatus();
 }
 
 }  // namespace zero

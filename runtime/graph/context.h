@@ -39,6 +39,7 @@
 
 #include <deque>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -48,14 +49,18 @@
 namespace zero {
 
 // What the engine does around each module call (ZeRO-3 gathers and releases
-// parameters here; gradient buckets fill in post_backward).
+// parameters here; gradient buckets fill in post_backward). A hook that fails
+// (a gather's collective, a parameter read from NVMe) returns the
+// operation's own error; it must still leave the module's parameters
+// defined (values then undefined), so the pass runs to its end, and the
+// Context hands the first error to the engine (Context::take_status).
 class ModuleHooks {
  public:
   virtual ~ModuleHooks() = default;
-  virtual void pre_forward(Module& m) {}
-  virtual void post_forward(Module& m) {}
-  virtual void pre_backward(Module& m) {}
-  virtual void post_backward(Module& m) {}
+  virtual absl::Status pre_forward(Module& m) { return absl::OkStatus(); }
+  virtual absl::Status post_forward(Module& m) { return absl::OkStatus(); }
+  virtual absl::Status pre_backward(Module& m) { return absl::OkStatus(); }
+  virtual absl::Status post_backward(Module& m) { return absl::OkStatus(); }
 };
 
 // activation_checkpointing.number_checkpoints = k: `layers` in k contiguous
@@ -119,10 +124,17 @@ class Context {
 
   // Frames not yet consumed by backward (0 after a full forward + backward).
   size_t live_frames() const;
-  // Drops every saved activation (e.g. after an evaluation or an aborted step).
+  // Drops every saved activation (e.g. after an evaluation or an aborted
+  // step) and any hook error not yet taken.
   void clear();
+  // The first hook error since the last call (then OK again): a pass whose
+  // hooks failed ran on undefined values and must not be used.
+  absl::Status take_status() { return std::exchange(status_, absl::OkStatus()); }
 
  private:
+  void note(absl::Status s) {
+    if (!s.ok() && status_.ok()) status_ = std::move(s);
+  }
   struct Frame {
     std::vector<Tensor> saved;
   };
@@ -152,6 +164,7 @@ class Context {
   Backend& backend_;
   DType param_dtype_;
   ModuleHooks* hooks_ = nullptr;
+  absl::Status status_;  // the first hook error of the pass
   bool grad_enabled_ = true;
   uint64_t dropout_seed_ = 0;
   int64_t first_sample_ = 0;

@@ -212,7 +212,7 @@ absl::StatusOr<int> run_training(const RunConfig& c, Backend& backend, Communica
       ZE_ASSIGN_OR_RETURN(const Batch batch,
                           data->micro_batch(step, micro, comm.rank(), comm.world_size(), c.engine.micro_batch_size,
                                             c.engine.gradient_accumulation_steps));
-      engine->forward(batch);
+      ZE_RETURN_IF_ERROR(engine->forward(batch).status());
       ZE_RETURN_IF_ERROR(engine->backward());
       ZE_ASSIGN_OR_RETURN(r, engine->step());
     }

@@ -136,7 +136,7 @@ Trajectory train(Backend& backend, const GptConfig& g, const EngineConfig& ec, B
   EXPECT_TRUE(engine.ok()) << engine.status();
   if (!engine.ok()) return t;
   for (int s = 0; s < steps; ++s) {
-    (*engine)->forward(data.at(s, ec.micro_batch_size, g));
+    (*engine)->forward(data.at(s, ec.micro_batch_size, g)).value();
     const absl::Status b = (*engine)->backward();
     EXPECT_TRUE(b.ok()) << b;
     absl::StatusOr<StepResult> r = (*engine)->step();
@@ -278,7 +278,7 @@ TEST_F(GpuTrainingTest, CpuCheckpointingFollowsTheCpuWithSegmentInputsInPinnedMe
       if (!engine.ok()) return {-1, -1};
       EXPECT_EQ((*engine)->checkpoint_host_backend(), cpu_checkpointing ? gpu_.get() : nullptr);
       const MemorySnapshot before = gpu_->memory();
-      (*engine)->forward(data.at(0, kMicroBatch, kModel));
+      (*engine)->forward(data.at(0, kMicroBatch, kModel)).value();
       const MemorySnapshot after = gpu_->memory();
       auto grown = [&](Tier t) {
         return after.at(t, MemCategory::kActivations).current - before.at(t, MemCategory::kActivations).current;
@@ -330,7 +330,7 @@ TEST_F(GpuTrainingTest, TrackedDeviceMemoryMatchesTheDriver) {
     absl::StatusOr<std::unique_ptr<Engine>> engine = initialize(std::make_unique<Gpt>(g), ec, *gpu_);
     ASSERT_TRUE(engine.ok()) << engine.status();
     for (int s = 0; s < 2; ++s) {
-      (*engine)->forward(data.at(s, kMicroBatch, g));
+      (*engine)->forward(data.at(s, kMicroBatch, g)).value();
       ASSERT_TRUE((*engine)->backward().ok());
       ASSERT_TRUE((*engine)->step().ok());
     }

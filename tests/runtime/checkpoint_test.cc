@@ -51,7 +51,7 @@ struct Trained {
     engine = initialize(std::make_unique<Gpt>(model), ec, backend).value();
     for (int i = 0; i < 16; ++i) ids.push_back(i % 41), targets.push_back((i + 3) % 41);
     for (int s = 0; s < steps; ++s) {
-      engine->forward({Tensor::wrap(ids.data(), {2, 8}, DType::kI32), Tensor::wrap(targets.data(), {2, 8}, DType::kI32)});
+      engine->forward({Tensor::wrap(ids.data(), {2, 8}, DType::kI32), Tensor::wrap(targets.data(), {2, 8}, DType::kI32)}).value();
       EXPECT_TRUE(engine->backward().ok());
       EXPECT_TRUE(engine->step().ok());
     }

@@ -48,7 +48,7 @@ TEST(EngineTest, AdamWStepMatchesFormula) {
   auto engine = mlp_engine(backend, ec);
   MlpData data(6, 5, 3);
   const auto before = all_master(*engine);
-  engine->forward(data.rows(0, 6, 5));
+  engine->forward(data.rows(0, 6, 5)).value();
   engine->backward();
   std::vector<std::vector<float>> grads;
   for (Parameter* p : engine->model().parameters()) grads.push_back(engine->grad_values(*p));
@@ -76,7 +76,7 @@ TEST(EngineTest, ClippingScalesTheUpdateToTheClipNorm) {
   auto engine = mlp_engine(backend, ec);
   MlpData data(6, 5, 3);
   const auto before = all_master(*engine);
-  engine->forward(data.rows(0, 6, 5));
+  engine->forward(data.rows(0, 6, 5)).value();
   engine->backward();
   StepResult r = engine->step().value();
   ASSERT_GT(r.grad_norm, 1e-2);
@@ -101,12 +101,12 @@ TEST(EngineTest, AccumulationEqualsOneLargeBatch) {
   auto big = mlp_engine(b1, ec);
   auto acc = mlp_engine(b2, ec_acc);
   for (int step = 0; step < 3; ++step) {
-    big->forward(data.rows(0, 8, 5));
+    big->forward(data.rows(0, 8, 5)).value();
     big->backward();
     StepResult rb = big->step().value();
     StepResult ra;
     for (int j = 0; j < 4; ++j) {
-      acc->forward(data.rows(2 * j, 2, 5));
+      acc->forward(data.rows(2 * j, 2, 5)).value();
       acc->backward();
       ra = acc->step().value();
       EXPECT_EQ(ra.boundary, j == 3);
@@ -130,7 +130,7 @@ TEST(EngineTest, Bf16ParametersAreRoundedMasterWeights) {
   for (int i = 0; i < 16; ++i) ids[i] = (i * 5) % 32, tg[i] = (i * 7 + 1) % 32;
   Batch b{Tensor::wrap(ids.data(), {2, 8}, DType::kI32), Tensor::wrap(tg.data(), {2, 8}, DType::kI32)};
   for (int s = 0; s < 3; ++s) {
-    (*engine)->forward(b);
+    (*engine)->forward(b).value();
     (*engine)->backward();
     ASSERT_TRUE((*engine)->step().ok());
   }

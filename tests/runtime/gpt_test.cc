@@ -64,7 +64,7 @@ void expect_matches_reference(TinyGpt& t) {
   shape.dropout_seed = EngineConfig{}.seed;
   shape.first_sample = 0;
   const double ref_loss = ref::gpt_loss(shape, values, t.inputs, t.targets, t.batch);
-  const float loss = engine->forward(t.make_batch());
+  const float loss = engine->forward(t.make_batch()).value();
   EXPECT_NEAR(loss, ref_loss, 1e-5 * std::abs(ref_loss));
   engine->backward();
 
@@ -155,12 +155,12 @@ TEST(GptTest, LossFallsOnAFixedBatch) {
   ec.optimizer.lr = 1e-2f;
   auto engine = make_engine(backend, t.cfg, ec);
   const Batch batch = t.make_batch();
-  const float first = engine->forward(batch);
+  const float first = engine->forward(batch).value();
   engine->backward();
   ASSERT_TRUE(engine->step().ok());
   float last = first;
   for (int i = 0; i < 60; ++i) {
-    last = engine->forward(batch);
+    last = engine->forward(batch).value();
     engine->backward();
     ASSERT_TRUE(engine->step().ok());
   }

@@ -76,7 +76,7 @@ TEST(PrecisionTest, Fp16OverflowsAreSkippedAndTheScaleFalls) {
   float first_loss = 0, last_loss = 0;
   for (int step = 0; step < 40; ++step) {
     const std::vector<float> before = all_master(*engine);
-    last_loss = engine->forward(corpus.batch());
+    last_loss = engine->forward(corpus.batch()).value();
     if (step == 0) first_loss = last_loss;
     engine->backward();
     const StepResult r = engine->step().value();
@@ -104,7 +104,7 @@ TEST(PrecisionTest, Fp16OverflowAtMinimumScaleStopsTheRun) {
   CpuBackend backend;
   Corpus corpus(8);
   auto engine = make(backend, fp16_config(30, std::ldexp(1.0, 30), 1));
-  engine->forward(corpus.batch());
+  engine->forward(corpus.batch()).value();
   engine->backward();
   const absl::StatusOr<StepResult> r = engine->step();
   ASSERT_FALSE(r.ok());
@@ -132,7 +132,7 @@ TEST(PrecisionTest, Bf16CheckGradOverflowSkipsNanSteps) {
     auto engine = make(backend, ec);
     poison(*engine, backend);
     for (int i = 0; i < 3; ++i) {
-      engine->forward(corpus.batch());
+      engine->forward(corpus.batch()).value();
       engine->backward();
       const StepResult r = engine->step().value();
       EXPECT_EQ(r.skipped_steps, i + 1);
@@ -161,7 +161,7 @@ TEST(PrecisionTest, Bf16FollowsFp32Over50Steps) {
     ec.optimizer.lr = 3e-3f;
     auto engine = make(backend, ec);
     for (int step = 0; step < 50; ++step) {
-      losses[i].push_back(engine->forward(corpus.batch()));
+      losses[i].push_back(engine->forward(corpus.batch()).value());
       engine->backward();
       ASSERT_TRUE(engine->step().ok());
     }

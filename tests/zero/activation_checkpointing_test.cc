@@ -82,7 +82,7 @@ TrainRun train(int stage, std::optional<int64_t> segments, bool cpu_checkpointin
     const int64_t host_before = host != nullptr ? activations(*host).current : 0;
     EXPECT_EQ(host_before, 0) << "host copies left from the step before";
     out.losses.push_back((*engine)->forward(
-        {Tensor::wrap(ids.data(), {2, 16}, DType::kI32), Tensor::wrap(targets.data(), {2, 16}, DType::kI32)}));
+        {Tensor::wrap(ids.data(), {2, 16}, DType::kI32), Tensor::wrap(targets.data(), {2, 16}, DType::kI32)}).value());
     out.device_after_forward = activations(backend).current - device_before;
     if (host != nullptr) out.host_after_forward = activations(*host).current;
     EXPECT_TRUE((*engine)->backward().ok());

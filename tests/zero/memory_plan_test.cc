@@ -195,7 +195,7 @@ Measured measure(const EngineConfig& e, int steps, const GptConfig& model = kMod
           targets[i] = (ids[i] + 1) % static_cast<int32_t>(kModel.vocab_size);
         }
         (*engine)->forward({Tensor::wrap(ids.data(), {kMicroBatch, kModel.seq_len}, DType::kI32),
-                            Tensor::wrap(targets.data(), {kMicroBatch, kModel.seq_len}, DType::kI32)});
+                            Tensor::wrap(targets.data(), {kMicroBatch, kModel.seq_len}, DType::kI32)}).value();
         EXPECT_TRUE((*engine)->backward().ok());
         EXPECT_TRUE((*engine)->step().ok());
       }

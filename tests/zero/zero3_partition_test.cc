@@ -112,7 +112,7 @@ TEST(Zero3PartitionTest, GradientChunksMatchHandComputedValues) {
   }
   const Batch batch{Tensor::wrap(x.data(), {2, 5}, DType::kF32), Tensor::wrap(t.data(), {2}, DType::kI32)};
   for (int micro = 1; micro <= 2; ++micro) {
-    engine.forward(batch);
+    engine.forward(batch).value();
     EXPECT_TRUE(engine.backward().ok());
     // The accumulated gradient is micro x the gradient of one batch (GAS 2
     // halves each micro-step's contribution).

@@ -90,7 +90,7 @@ TEST(ZeroMemoryTest, ModelStateBytesFollowTheZeroFormulas) {
       EXPECT_EQ(now.params - base.params, want.params) << "stage " << stage << " phase " << phase;
       EXPECT_EQ(now.grads - base.grads, want.grads) << "stage " << stage << " phase " << phase;
       EXPECT_EQ(now.optim - base.optim, want.optim) << "stage " << stage << " phase " << phase;
-      (*engine)->forward(batch);
+      (*engine)->forward(batch).value();
       EXPECT_TRUE((*engine)->backward().ok());
       EXPECT_TRUE((*engine)->step().ok());
     }
@@ -118,7 +118,7 @@ TEST(ZeroMemoryTest, StagesZeroToTwoSendWhatAnAllReduceSends) {
     CpuBackend backend;
     auto engine = initialize(std::make_unique<Gpt>(kModel), config(stage, w), backend, &world());
     ASSERT_TRUE(engine.ok()) << engine.status();
-    (*engine)->forward(batch);
+    (*engine)->forward(batch).value();
     EXPECT_TRUE((*engine)->backward().ok());
     absl::StatusOr<StepResult> r = (*engine)->step();
     ASSERT_TRUE(r.ok()) << r.status();

@@ -93,7 +93,7 @@ RunResult train(EngineConfig ec, Communicator* comm, int64_t accumulation, doubl
     StepResult r;
     for (int64_t micro = 0; micro < accumulation; ++micro) {
       const int64_t first = ((step * accumulation + micro) * world_size + rank) * ec.micro_batch_size;
-      (*engine)->forward(rows.make(first, ec.micro_batch_size));
+      (*engine)->forward(rows.make(first, ec.micro_batch_size)).value();
       EXPECT_TRUE((*engine)->backward().ok());
       absl::StatusOr<StepResult> s = (*engine)->step();
       EXPECT_TRUE(s.ok()) << s.status();
