@@ -40,8 +40,8 @@ class CommWork {
 };
 using CommHandle = std::shared_ptr<CommWork>;
 
-// A handle whose collective has already completed, OK.
-CommHandle completed_work();
+// A handle whose operation has already completed, OK or with `status`.
+CommHandle completed_work(absl::Status status = absl::OkStatus());
 
 class Communicator {
  public:
@@ -67,6 +67,21 @@ class Communicator {
   virtual CommHandle all_gather_async(void* buf, int64_t block, int64_t stride, DType dtype) = 0;
   virtual CommHandle broadcast_async(void* buf, int64_t count, DType dtype, int root) = 0;
   virtual CommHandle barrier_async() = 0;
+
+  // ---- groups and point to point (the device mesh: runtime/comm/device_mesh.h)
+
+  // A communicator over the ranks that pass the same `color`, ranked by `key`
+  // (ties by rank here): MPI_Comm_split's contract. Every rank of this
+  // communicator calls it, in the same order as its collectives. The result
+  // shares this communicator's progress thread, so its work is ordered with
+  // this one's; it must be destroyed before this one.
+  virtual absl::StatusOr<std::unique_ptr<Communicator>> split(int color, int key) = 0;
+  // `count` elements to / from rank `peer` of this communicator (pipeline
+  // activations). A send completes when its buffer may be reused; sends and
+  // receives between two ranks match in issue order, and a pair of ranks must
+  // not both send first without the receive posted (as blocking MPI).
+  virtual CommHandle send_async(const void* buf, int64_t count, DType dtype, int peer) = 0;
+  virtual CommHandle recv_async(void* buf, int64_t count, DType dtype, int peer) = 0;
 
   absl::Status all_reduce(void* buf, int64_t count, DType dtype, ReduceOp op) {
     return all_reduce_async(buf, count, dtype, op)->wait();
@@ -116,6 +131,10 @@ class Communicator {
   void count_broadcast(int64_t count, DType dtype, int root) {
     bytes_ += rank() == root ? count * static_cast<int64_t>(dtype_size(dtype)) : 0;
   }
+  void count_send(int64_t count, DType dtype) { bytes_ += count * static_cast<int64_t>(dtype_size(dtype)); }
+  // A send or receive's peer must be another rank of this communicator:
+  // INVALID_ARGUMENT naming both otherwise.
+  absl::Status check_peer(std::string_view what, int peer) const;
 
  private:
   int64_t bytes_ = 0;

@@ -35,6 +35,19 @@ class DryRunCommunicator final : public Communicator {
   }
   CommHandle barrier_async() override { return done(); }
   absl::Status all_reduce_doubles(double*, int64_t, ReduceOp) override { return absl::OkStatus(); }
+  // A dry run knows no other rank's color: its groups come from
+  // make_dry_run_mesh (runtime/comm/device_mesh.h), built from the layout.
+  absl::StatusOr<std::unique_ptr<Communicator>> split(int, int) override {
+    return absl::UnimplementedError("a dry-run communicator cannot split; build a dry-run mesh");
+  }
+  CommHandle send_async(const void*, int64_t count, DType dtype, int peer) override {
+    if (absl::Status s = check_peer("send to", peer); !s.ok()) return completed_work(s);
+    count_send(count, dtype);
+    return done();
+  }
+  CommHandle recv_async(void*, int64_t, DType, int peer) override {
+    return completed_work(check_peer("receive from", peer));
+  }
 
  private:
   static CommHandle done() { return completed_work(); }

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "runtime/base/check.h"
+#include "runtime/base/strings.h"
 #include "runtime/comm/mpi_communicator.h"
 
 namespace zero {
@@ -13,8 +14,12 @@ namespace {
 
 class DoneWork final : public CommWork {
  public:
-  absl::Status wait() override { return absl::OkStatus(); }
+  explicit DoneWork(absl::Status s) : s_(std::move(s)) {}
+  absl::Status wait() override { return s_; }
   bool done() const override { return true; }
+
+ private:
+  absl::Status s_;
 };
 
 class LocalCommunicator final : public Communicator {
@@ -32,6 +37,13 @@ class LocalCommunicator final : public Communicator {
   CommHandle broadcast_async(void*, int64_t, DType, int) override { return done(); }
   CommHandle barrier_async() override { return done(); }
   absl::Status all_reduce_doubles(double*, int64_t, ReduceOp) override { return absl::OkStatus(); }
+  absl::StatusOr<std::unique_ptr<Communicator>> split(int, int) override { return make_local_communicator(); }
+  CommHandle send_async(const void*, int64_t, DType, int peer) override {
+    return completed_work(check_peer("send to", peer));
+  }
+  CommHandle recv_async(void*, int64_t, DType, int peer) override {
+    return completed_work(check_peer("receive from", peer));
+  }
 
  private:
   static CommHandle done() { return completed_work(); }
@@ -39,7 +51,13 @@ class LocalCommunicator final : public Communicator {
 
 }  // namespace
 
-CommHandle completed_work() { return std::make_shared<DoneWork>(); }
+absl::Status Communicator::check_peer(std::string_view what, int peer) const {
+  if (peer >= 0 && peer < world_size() && peer != rank()) return absl::OkStatus();
+  return absl::InvalidArgumentError(cat(what, " rank ", peer, ": not a peer of rank ", rank(), " in a group of ",
+                                        world_size(), world_size() == 1 ? " (launch more ranks with mpirun)" : ""));
+}
+
+CommHandle completed_work(absl::Status status) { return std::make_shared<DoneWork>(std::move(status)); }
 
 std::unique_ptr<Communicator> make_local_communicator() { return std::make_unique<LocalCommunicator>(); }
 

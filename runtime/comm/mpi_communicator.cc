@@ -15,6 +15,7 @@
 #include "runtime/base/check.h"
 #include "runtime/base/strings.h"
 #include "runtime/base/signals.h"
+#include "runtime/base/status.h"
 #include "runtime/comm/comm_thread.h"
 #include "runtime/core/memory_tracker.h"
 
@@ -80,6 +81,12 @@ int env_int(const char* name, int def) {
 
 }  // namespace
 
+struct MpiCommHandle {
+  MPI_Comm comm = MPI_COMM_WORLD;
+};
+
+MpiCommunicator::MpiCommunicator() : comm_(std::make_unique<MpiCommHandle>()) {}
+
 bool launched_by_mpi() {
   return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMIX_RANK") != nullptr ||
          std::getenv("PMI_RANK") != nullptr;
@@ -92,7 +99,7 @@ absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::create(double 
   mallopt(M_ARENA_MAX, 1);  // the communication thread's temporaries come from the main (unbounded) heap
 
   std::unique_ptr<MpiCommunicator> c(new MpiCommunicator());
-  c->thread_ = std::make_unique<CommThread>(env_int("OMPI_COMM_WORLD_RANK", 0), timeout_s);
+  c->thread_ = std::make_shared<CommThread>(env_int("OMPI_COMM_WORLD_RANK", 0), timeout_s);
   absl::Status init = c->thread_
                           ->enqueue("MPI_Init_thread",
                                     [&c]() -> absl::Status {
@@ -129,6 +136,12 @@ absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::create(double 
 
 MpiCommunicator::~MpiCommunicator() {
   if (thread_ == nullptr) return;
+  if (!world_comm_) {
+    thread_->enqueue("MPI_Comm_free", [comm = comm_->comm]() mutable { return mpi_status(MPI_Comm_free(&comm), "MPI_Comm_free"); })
+        ->wait()
+        .IgnoreError();
+    return;
+  }
   thread_->enqueue("MPI_Finalize", [] {
           MPI_Op_free(&g_bf16_sum);
           MPI_Op_free(&g_fp16_sum);
@@ -141,9 +154,9 @@ MpiCommunicator::~MpiCommunicator() {
 
 CommHandle MpiCommunicator::all_reduce_async(void* buf, int64_t count, DType dtype, ReduceOp op) {
   count_all_reduce(count, dtype);
-  return thread_->enqueue(describe("all_reduce", count, dtype), [=] {
+  return thread_->enqueue(describe("all_reduce", count, dtype), [=, comm = comm_->comm] {
     return mpi_status(MPI_Allreduce(MPI_IN_PLACE, buf, checked_count(count), mpi_type(dtype), mpi_op(dtype, op),
-                                    MPI_COMM_WORLD),
+                                    comm),
                       "MPI_Allreduce");
   });
 }
@@ -154,11 +167,11 @@ CommHandle MpiCommunicator::reduce_scatter_async(const void* send, void* recv, s
   count_reduce_scatter(recv_counts, dtype);
   int64_t total = 0;
   for (int64_t c : recv_counts) total += c;
-  return thread_->enqueue(describe("reduce_scatter", total, dtype), [=, counts = std::move(recv_counts)] {
+  return thread_->enqueue(describe("reduce_scatter", total, dtype), [=, comm = comm_->comm, counts = std::move(recv_counts)] {
     std::vector<int> c(counts.size());
     for (size_t i = 0; i < counts.size(); ++i) c[i] = checked_count(counts[i]);
     return mpi_status(MPI_Reduce_scatter(send, recv, c.data(), mpi_type(dtype), mpi_op(dtype, ReduceOp::kSum),
-                                         MPI_COMM_WORLD),
+                                         comm),
                       "MPI_Reduce_scatter");
   });
 }
@@ -166,7 +179,7 @@ CommHandle MpiCommunicator::reduce_scatter_async(const void* send, void* recv, s
 CommHandle MpiCommunicator::all_gather_async(void* buf, int64_t block, int64_t stride, DType dtype) {
   ZE_CHECK_GE(stride, block);
   count_all_gather(block, dtype);
-  return thread_->enqueue(describe("all_gather", block * world_, dtype), [=] {
+  return thread_->enqueue(describe("all_gather", block * world_, dtype), [=, comm = comm_->comm] {
     // One block of `block` elements whose extent is `stride` elements, so
     // rank r's block lands at buf + r * stride (no staging copy).
     MPI_Datatype contiguous, strided;
@@ -174,7 +187,7 @@ CommHandle MpiCommunicator::all_gather_async(void* buf, int64_t block, int64_t s
     MPI_Type_create_resized(contiguous, 0, static_cast<MPI_Aint>(stride * static_cast<int64_t>(dtype_size(dtype))),
                             &strided);
     MPI_Type_commit(&strided);
-    const int rc = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, 1, strided, MPI_COMM_WORLD);
+    const int rc = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, 1, strided, comm);
     MPI_Type_free(&strided);
     MPI_Type_free(&contiguous);
     return mpi_status(rc, "MPI_Allgather");
@@ -183,24 +196,61 @@ CommHandle MpiCommunicator::all_gather_async(void* buf, int64_t block, int64_t s
 
 CommHandle MpiCommunicator::broadcast_async(void* buf, int64_t count, DType dtype, int root) {
   count_broadcast(count, dtype, root);
-  return thread_->enqueue(describe("broadcast", count, dtype), [=] {
-    return mpi_status(MPI_Bcast(buf, checked_count(count), mpi_type(dtype), root, MPI_COMM_WORLD), "MPI_Bcast");
+  return thread_->enqueue(describe("broadcast", count, dtype), [=, comm = comm_->comm] {
+    return mpi_status(MPI_Bcast(buf, checked_count(count), mpi_type(dtype), root, comm), "MPI_Bcast");
   });
 }
 
 CommHandle MpiCommunicator::barrier_async() {
-  return thread_->enqueue("barrier", [] { return mpi_status(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); });
+  return thread_->enqueue("barrier", [comm = comm_->comm] { return mpi_status(MPI_Barrier(comm), "MPI_Barrier"); });
 }
 
 absl::Status MpiCommunicator::all_reduce_doubles(double* values, int64_t count, ReduceOp op) {
   return thread_
       ->enqueue(cat(op == ReduceOp::kSum ? "all_reduce (sum)" : "all_reduce (max)", " of ", count, " scalar(s)"),
-                [=] {
+                [=, comm = comm_->comm] {
                   return mpi_status(MPI_Allreduce(MPI_IN_PLACE, values, checked_count(count), MPI_DOUBLE,
-                                                  op == ReduceOp::kSum ? MPI_SUM : MPI_MAX, MPI_COMM_WORLD),
+                                                  op == ReduceOp::kSum ? MPI_SUM : MPI_MAX, comm),
                                     "MPI_Allreduce");
                 })
       ->wait();
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> MpiCommunicator::split(int color, int key) {
+  std::unique_ptr<MpiCommunicator> c(new MpiCommunicator());
+  c->thread_ = thread_;
+  c->world_comm_ = false;
+  c->local_size_ = local_size_;
+  MpiCommunicator* out = c.get();
+  ZE_RETURN_IF_ERROR(thread_
+                         ->enqueue(cat("MPI_Comm_split (color ", color, ", key ", key, ")"),
+                                   [this, out, color, key]() -> absl::Status {
+                                     absl::Status s = mpi_status(
+                                         MPI_Comm_split(comm_->comm, color, key, &out->comm_->comm), "MPI_Comm_split");
+                                     if (!s.ok()) return s;
+                                     MPI_Comm_set_errhandler(out->comm_->comm, MPI_ERRORS_RETURN);
+                                     MPI_Comm_rank(out->comm_->comm, &out->rank_);
+                                     MPI_Comm_size(out->comm_->comm, &out->world_);
+                                     return absl::OkStatus();
+                                   })
+                         ->wait());
+  return std::unique_ptr<Communicator>(std::move(c));
+}
+
+CommHandle MpiCommunicator::send_async(const void* buf, int64_t count, DType dtype, int peer) {
+  if (absl::Status s = check_peer("send to", peer); !s.ok()) return completed_work(s);
+  count_send(count, dtype);
+  return thread_->enqueue(cat(describe("send", count, dtype), " to rank ", peer), [=, comm = comm_->comm] {
+    return mpi_status(MPI_Send(buf, checked_count(count), mpi_type(dtype), peer, 0, comm), "MPI_Send");
+  });
+}
+
+CommHandle MpiCommunicator::recv_async(void* buf, int64_t count, DType dtype, int peer) {
+  if (absl::Status s = check_peer("receive from", peer); !s.ok()) return completed_work(s);
+  return thread_->enqueue(cat(describe("receive", count, dtype), " from rank ", peer), [=, comm = comm_->comm] {
+    return mpi_status(MPI_Recv(buf, checked_count(count), mpi_type(dtype), peer, 0, comm, MPI_STATUS_IGNORE),
+                      "MPI_Recv");
+  });
 }
 
 }  // namespace zero

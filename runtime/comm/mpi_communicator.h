@@ -21,6 +21,7 @@
 namespace zero {
 
 class CommThread;
+struct MpiCommHandle;  // the MPI_Comm (mpi.h stays out of this header)
 
 class MpiCommunicator final : public Communicator {
  public:
@@ -40,11 +41,17 @@ class MpiCommunicator final : public Communicator {
   CommHandle broadcast_async(void* buf, int64_t count, DType dtype, int root) override;
   CommHandle barrier_async() override;
   absl::Status all_reduce_doubles(double* values, int64_t count, ReduceOp op) override;
+  // MPI_Comm_split; the group shares this communicator's thread.
+  absl::StatusOr<std::unique_ptr<Communicator>> split(int color, int key) override;
+  CommHandle send_async(const void* buf, int64_t count, DType dtype, int peer) override;
+  CommHandle recv_async(void* buf, int64_t count, DType dtype, int peer) override;
 
  private:
-  MpiCommunicator() = default;
+  MpiCommunicator();
 
-  std::unique_ptr<CommThread> thread_;
+  std::shared_ptr<CommThread> thread_;   // shared with the groups split from it
+  std::unique_ptr<MpiCommHandle> comm_;  // MPI_COMM_WORLD, or a group's (freed with it)
+  bool world_comm_ = true;               // the world finalises MPI
   int rank_ = 0, world_ = 1, local_size_ = 1;
 };
 

@@ -172,4 +172,31 @@ CommHandle NcclCommunicator::barrier_async() {
   return bootstrap_->barrier_async();
 }
 
+absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::split(int color, int key) {
+  std::unique_ptr<NcclCommunicator> c(new NcclCommunicator());
+  ZE_ASSIGN_OR_RETURN(c->bootstrap_, bootstrap_->split(color, key));
+  c->device_ = device_;
+  c->compute_ = compute_;
+  c->timeout_s_ = timeout_s_;
+  ZE_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device_), "cudaSetDevice"));
+  ZE_RETURN_IF_ERROR(cuda_status(cudaStreamCreateWithFlags(&c->stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
+  ZE_RETURN_IF_ERROR(nccl_status(ncclCommSplit(comm_, color, key, &c->comm_, nullptr), "ncclCommSplit"));
+  return std::unique_ptr<Communicator>(std::move(c));
+}
+
+CommHandle NcclCommunicator::send_async(const void* buf, int64_t count, DType dtype, int peer) {
+  if (absl::Status s = check_peer("send to", peer); !s.ok()) return completed_work(s);
+  count_send(count, dtype);
+  return run("ncclSend", [&] {
+    ZE_NCCL_CHECK(ncclSend(buf, static_cast<size_t>(count), nccl_type(dtype), peer, comm_, stream_));
+  });
+}
+
+CommHandle NcclCommunicator::recv_async(void* buf, int64_t count, DType dtype, int peer) {
+  if (absl::Status s = check_peer("receive from", peer); !s.ok()) return completed_work(s);
+  return run("ncclRecv", [&] {
+    ZE_NCCL_CHECK(ncclRecv(buf, static_cast<size_t>(count), nccl_type(dtype), peer, comm_, stream_));
+  });
+}
+
 }  // namespace zero

@@ -46,6 +46,12 @@ class NcclCommunicator final : public Communicator {
   absl::Status all_reduce_doubles(double* values, int64_t count, ReduceOp op) override {
     return bootstrap_->all_reduce_doubles(values, count, op);
   }
+  // ncclCommSplit beside a split of the bootstrap (same color and key), so
+  // the group's host scalars go through its own MPI group.
+  absl::StatusOr<std::unique_ptr<Communicator>> split(int color, int key) override;
+  // ncclSend / ncclRecv on the communicator's stream.
+  CommHandle send_async(const void* buf, int64_t count, DType dtype, int peer) override;
+  CommHandle recv_async(void* buf, int64_t count, DType dtype, int peer) override;
 
  private:
   NcclCommunicator() = default;

@@ -6,7 +6,8 @@
 // batch b instead of one rank at N*b, sees exactly the same samples.
 //
 // DeepSpeed's global-batch order: at optimizer step s, micro-step j of G,
-// rank r of W, micro-batch row i of b:  g = ((s*G + j)*W + r)*b + i.
+// data-parallel rank r of W (runtime/comm/device_mesh.h), micro-batch row i
+// of b:  g = ((s*G + j)*W + r)*b + i.
 #pragma once
 
 #include <memory>

@@ -27,7 +27,22 @@ int64_t count_valid_targets(const Tensor& targets) {
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Module> model, const EngineConfig& config,
                                                        Backend& backend, Communicator* comm) {
+  std::unique_ptr<Communicator> local = comm == nullptr ? make_local_communicator() : nullptr;
+  ZE_ASSIGN_OR_RETURN(std::unique_ptr<DeviceMesh> mesh, DeviceMesh::create(comm != nullptr ? *comm : *local));
+  ZE_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, create(std::move(model), config, backend, *mesh));
+  engine->owned_comm_ = std::move(local);  // the mesh refers to it: both live as long as the engine
+  engine->owned_mesh_ = std::move(mesh);
+  return engine;
+}
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Module> model, const EngineConfig& config,
+                                                       Backend& backend, const DeviceMesh& mesh) {
   if (model == nullptr) return absl::InvalidArgumentError("initialize: model is null");
+  if (mesh.shape().tensor != 1 || mesh.shape().pipeline != 1) {
+    return absl::UnimplementedError(cat("a mesh of tensor ", mesh.shape().tensor, " x pipeline ",
+                                        mesh.shape().pipeline,
+                                        ": the engine runs data parallelism only (tensor = pipeline = 1) so far"));
+  }
   if (config.micro_batch_size <= 0)
     return absl::InvalidArgumentError(cat("micro batch size ", config.micro_batch_size, " must be > 0"));
   if (config.gradient_accumulation_steps <= 0)
@@ -35,17 +50,17 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Module> m
         cat("gradient_accumulation_steps ", config.gradient_accumulation_steps, " must be > 0"));
   if (config.gradient_clipping < 0)
     return absl::InvalidArgumentError(cat("gradient_clipping ", config.gradient_clipping, " must be >= 0"));
-  std::unique_ptr<Engine> engine(new Engine(std::move(model), config, backend, comm));
+  std::unique_ptr<Engine> engine(new Engine(std::move(model), config, backend, mesh));
   ZE_RETURN_IF_ERROR(engine->init());
   return engine;
 }
 
-Engine::Engine(std::unique_ptr<Module> model, const EngineConfig& config, Backend& backend, Communicator* comm)
+Engine::Engine(std::unique_ptr<Module> model, const EngineConfig& config, Backend& backend, const DeviceMesh& mesh)
     : model_(std::move(model)),
       config_(config),
       backend_(backend),
-      owned_comm_(comm == nullptr ? make_local_communicator() : nullptr),
-      comm_(comm == nullptr ? owned_comm_.get() : comm),
+      mesh_(&mesh),
+      comm_(&mesh.data()),
       ctx_(backend, config.param_dtype),
       scaler_(config.loss_scaler),
       scheduler_(config.scheduler, config.optimizer.lr, /*momentum_capable=*/config.optimizer.type != "SGD") {}

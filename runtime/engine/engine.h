@@ -18,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "runtime/comm/communicator.h"
+#include "runtime/comm/device_mesh.h"
 #include "runtime/engine/engine_config.h"
 #include "runtime/engine/optimizer.h"
 #include "runtime/graph/context.h"
@@ -70,9 +71,16 @@ struct EngineProgress {
 
 class Engine {
  public:
-  // comm: the data-parallel group; nullptr means a single process.
+  // comm: every rank is a data-parallel rank (a mesh of data = world);
+  // nullptr means a single process.
   static absl::StatusOr<std::unique_ptr<Engine>> create(std::unique_ptr<Module> model, const EngineConfig& config,
                                                         Backend& backend, Communicator* comm = nullptr);
+  // On a device mesh (runtime/comm/device_mesh.h), which must outlive the
+  // engine: ZeRO shards over its data group and samples are drawn by the
+  // data-parallel rank. Tensor and pipeline groups of more than one rank are
+  // refused until the layers that use them exist.
+  static absl::StatusOr<std::unique_ptr<Engine>> create(std::unique_ptr<Module> model, const EngineConfig& config,
+                                                        Backend& backend, const DeviceMesh& mesh);
   ~Engine();
 
   // Runs the model and the fused softmax cross-entropy; returns this rank's
@@ -94,7 +102,9 @@ class Engine {
 
   Module& model() { return *model_; }
   Backend& backend() { return backend_; }
+  // The data-parallel group (the world when the mesh is data only).
   Communicator& comm() { return *comm_; }
+  const DeviceMesh& mesh() const { return *mesh_; }
   ModelState& state() { return *state_; }
   const EngineConfig& config() const { return config_; }
   int64_t global_step() const { return global_step_; }
@@ -134,15 +144,17 @@ class Engine {
   std::vector<float> grad_values(const Parameter& p);
 
  private:
-  Engine(std::unique_ptr<Module> model, const EngineConfig& config, Backend& backend, Communicator* comm);
+  Engine(std::unique_ptr<Module> model, const EngineConfig& config, Backend& backend, const DeviceMesh& mesh);
   absl::Status init();
   Tensor to_compute(const Tensor& host);
 
   std::unique_ptr<Module> model_;
   EngineConfig config_;
   Backend& backend_;
-  std::unique_ptr<Communicator> owned_comm_;
-  Communicator* comm_;
+  std::unique_ptr<Communicator> owned_comm_;  // a single process's, when created without one
+  std::unique_ptr<DeviceMesh> owned_mesh_;    // data = world, when created from a communicator
+  const DeviceMesh* mesh_;
+  Communicator* comm_;                        // mesh_->data()
   // Before ctx_, whose saved segment inputs may live on it.
   std::unique_ptr<Backend> owned_checkpoint_host_;
   Backend* checkpoint_host_ = nullptr;

@@ -208,9 +208,10 @@ absl::StatusOr<int> run_training(const RunConfig& c, Backend& backend, Communica
     const auto t0 = std::chrono::steady_clock::now();
     StepResult r;
     for (int64_t micro = 0; micro < c.engine.gradient_accumulation_steps; ++micro) {
-      // This rank's slice of the global batch (see data_loader.h).
+      // This data-parallel rank's slice of the global batch (see data_loader.h).
+      Communicator& dp = engine->mesh().data();
       ZE_ASSIGN_OR_RETURN(const Batch batch,
-                          data->micro_batch(step, micro, comm.rank(), comm.world_size(), c.engine.micro_batch_size,
+                          data->micro_batch(step, micro, dp.rank(), dp.world_size(), c.engine.micro_batch_size,
                                             c.engine.gradient_accumulation_steps));
       ZE_RETURN_IF_ERROR(engine->forward(batch).status());
       ZE_RETURN_IF_ERROR(engine->backward());

@@ -47,20 +47,19 @@ class FaultyCommunicator final : public Communicator {
   absl::Status all_reduce_doubles(double* values, int64_t count, ReduceOp op) override {
     return inner_->all_reduce_doubles(values, count, op);
   }
+  absl::StatusOr<std::unique_ptr<Communicator>> split(int color, int key) override {
+    return inner_->split(color, key);
+  }
+  CommHandle send_async(const void* buf, int64_t count, DType dtype, int peer) override {
+    return inner_->send_async(buf, count, dtype, peer);
+  }
+  CommHandle recv_async(void* buf, int64_t count, DType dtype, int peer) override {
+    return inner_->recv_async(buf, count, dtype, peer);
+  }
 
  private:
-  class FailedWork final : public CommWork {
-   public:
-    explicit FailedWork(absl::Status s) : s_(std::move(s)) {}
-    absl::Status wait() override { return s_; }
-    bool done() const override { return true; }
-
-   private:
-    absl::Status s_;
-  };
-
   bool fails(Collective c) { return calls_[static_cast<int>(c)]++ == nth_ && c == which_; }
-  CommHandle failed() { return std::make_shared<FailedWork>(error_); }
+  CommHandle failed() { return completed_work(error_); }
 
   std::unique_ptr<Communicator> inner_;
   Collective which_;
