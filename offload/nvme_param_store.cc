@@ -60,14 +60,7 @@ absl::Status NvmeParamStore::open_file(Backend& backend) {
   spec.header = cat("numel=", numel(), "\nrecord=", layout_.group, "\nparameters=", dtype_name(options_.param_dtype),
                     "\nrecord_bytes=", layout_.record_bytes(), "\n");
   spec.category = MemCategory::kParameters;
-  // A dry run plans for any machine: this one's directory and disk are not its business.
-  if (!backend.dry_run()) {
-    ZE_ASSIGN_OR_RETURN(leftovers_, swap_file_preflight(spec));
-  }
-
-  ZE_ASSIGN_OR_RETURN(IoEngineOptions io, IoEngineOptions::from_aio(options_.aio));
-  io.dry_run = backend.dry_run();
-  ZE_ASSIGN_OR_RETURN(engine_, IoEngine::create(io));
+  ZE_ASSIGN_OR_RETURN(engine_, prepare_swap(backend, options_.aio, spec, &leftovers_));
   ZE_ASSIGN_OR_RETURN(write_pool_, AlignedBufferPool::create(backend, static_cast<size_t>(kParamWriteBuffers),
                                                              static_cast<size_t>(layout_.record_bytes())));
   ZE_ASSIGN_OR_RETURN(read_pool_, AlignedBufferPool::create(backend, static_cast<size_t>(options_.read_buffers),

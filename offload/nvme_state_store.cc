@@ -71,14 +71,7 @@ absl::Status NvmeStateStore::open_file(Backend& backend) {
                     holds_parameters() ? cat("\nparameters=", dtype_name(options_.param_dtype)) : "",
                     "\nrecord_bytes=", layout_.record_bytes(), "\n");
   spec.category = MemCategory::kOptimizerState;
-  // A dry run plans for any machine: this one's directory and disk are not its business.
-  if (!backend.dry_run()) {
-    ZE_ASSIGN_OR_RETURN(leftovers_, swap_file_preflight(spec));
-  }
-
-  ZE_ASSIGN_OR_RETURN(IoEngineOptions io, IoEngineOptions::from_aio(options_.aio));
-  io.dry_run = backend.dry_run();
-  ZE_ASSIGN_OR_RETURN(engine_, IoEngine::create(io));
+  ZE_ASSIGN_OR_RETURN(engine_, prepare_swap(backend, options_.aio, spec, &leftovers_));
   ZE_ASSIGN_OR_RETURN(pool_, AlignedBufferPool::create(backend, static_cast<size_t>(options_.buffer_count),
                                                        static_cast<size_t>(layout_.record_bytes())));
   std::vector<absl::Span<uint8_t>> spans = pool_->spans();

@@ -79,6 +79,17 @@ absl::StatusOr<std::vector<std::string>> swap_file_preflight(const SwapFileSpec&
   return leftovers;
 }
 
+absl::StatusOr<std::unique_ptr<IoEngine>> prepare_swap(const Backend& backend, const AioConfig& aio,
+                                                      const SwapFileSpec& spec, std::vector<std::string>* leftovers) {
+  leftovers->clear();
+  if (!backend.dry_run()) {
+    ZE_ASSIGN_OR_RETURN(*leftovers, swap_file_preflight(spec));
+  }
+  ZE_ASSIGN_OR_RETURN(IoEngineOptions io, IoEngineOptions::from_aio(aio));
+  io.dry_run = backend.dry_run();
+  return IoEngine::create(io);
+}
+
 std::string swap_leftovers_note(const std::string& dir, const std::vector<std::string>& leftovers) {
   if (leftovers.empty()) return "";
   return cat("\nnote: ", dir, " holds ", leftovers.size(), " swap file(s) of other runs (", leftovers.front(),

@@ -52,6 +52,12 @@ std::string make_swap_run_id();
 // Step 1: the checks. Returns the swap files of other runs in spec.dir
 // ("name (size)"), for the store's describe().
 absl::StatusOr<std::vector<std::string>> swap_file_preflight(const SwapFileSpec& spec);
+// Step 1 and the store's I/O engine, shared by the NVMe stores: the checks
+// (skipped on a dry-run backend, which plans for any machine: this one's
+// directory and disk are not its business; *leftovers is then empty) and an
+// io_uring engine from the aio section (a dry one on a dry-run backend).
+absl::StatusOr<std::unique_ptr<IoEngine>> prepare_swap(const Backend& backend, const AioConfig& aio,
+                                                      const SwapFileSpec& spec, std::vector<std::string>* leftovers);
 // For a store's describe(): "" or a line noting those leftovers.
 std::string swap_leftovers_note(const std::string& dir, const std::vector<std::string>& leftovers);
 
