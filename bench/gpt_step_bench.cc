@@ -105,7 +105,7 @@ void BM_GptStep(benchmark::State& state, DType dtype) {
   const Batch batch{Tensor::wrap(ids.data(), {4, 64}, DType::kI32), Tensor::wrap(targets.data(), {4, 64}, DType::kI32)};
   auto step = [&] {
     (*engine)->forward(batch).value();
-    (*engine)->backward();
+    ZE_CHECK_OK((*engine)->backward());
     (void)(*engine)->step();
   };
   step();  // warm-up: primitive creation, first-touch of activations

@@ -239,8 +239,10 @@ absl::StatusOr<std::vector<float>> NvmeStateStore::read(int index, int64_t offse
     ZE_RETURN_IF_ERROR(load_cached(g));
     const int64_t in_group = e - layout_.group_begin(g), n = std::min(count - done, layout_.group_numel(g) - in_group);
     const Tensor a = array_in(cache_.buffer, index, layout_.group_numel(g));
-    for (int64_t i = 0; i < n && !dry_run(); ++i)
-      out[static_cast<size_t>(done + i)] = load_as_float(a.data(), a.dtype(), static_cast<size_t>(in_group + i));
+    if (!dry_run()) {
+      for (int64_t i = 0; i < n; ++i)
+        out[static_cast<size_t>(done + i)] = load_as_float(a.data(), a.dtype(), static_cast<size_t>(in_group + i));
+    }
     done += n;
   }
   return out;
@@ -254,8 +256,10 @@ absl::Status NvmeStateStore::write(int index, int64_t offset, absl::Span<const f
     ZE_RETURN_IF_ERROR(load_cached(g));
     const int64_t in_group = e - layout_.group_begin(g), n = std::min(count - done, layout_.group_numel(g) - in_group);
     const Tensor a = array_in(cache_.buffer, index, layout_.group_numel(g));
-    for (int64_t i = 0; i < n && !dry_run(); ++i)
-      store_from_float(a.data(), a.dtype(), static_cast<size_t>(in_group + i), values[static_cast<size_t>(done + i)]);
+    if (!dry_run()) {
+      for (int64_t i = 0; i < n; ++i)
+        store_from_float(a.data(), a.dtype(), static_cast<size_t>(in_group + i), values[static_cast<size_t>(done + i)]);
+    }
     cache_.dirty = true;
     done += n;
   }

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "runtime/backend/dry_run_backend.h"
 #include "runtime/graph/init.h"
 
 namespace zero {
@@ -24,8 +25,8 @@ InitialValues::InitialValues(const Backend& backend, const Parameter& p, uint64_
                              int64_t length) {
   ZE_CHECK(begin <= end && end - begin <= length);
   if (backend.dry_run()) {
-    // Where a dry run's memory would be: past the canonical user addresses.
-    values_ = absl::Span<const float>(reinterpret_cast<const float*>(uintptr_t{1} << 47), static_cast<size_t>(length));
+    values_ = absl::Span<const float>(reinterpret_cast<const float*>(kDryRunUnbackedAddress),
+                                      static_cast<size_t>(length));
     return;
   }
   held_.assign(static_cast<size_t>(length), 0.0f);

@@ -41,7 +41,7 @@ class DryRunMemory {
     void* p = ::mmap(nullptr, kReservedBytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     // Without the reservation (an address-space limit), addresses past the
     // canonical user range still hold nothing; a touch faults all the same.
-    base_ = p == MAP_FAILED ? uintptr_t{1} << 47 : reinterpret_cast<uintptr_t>(p);
+    base_ = p == MAP_FAILED ? kDryRunUnbackedAddress : reinterpret_cast<uintptr_t>(p);
     reserved_ = p != MAP_FAILED;
     host_ = std::make_unique<DryRunAllocator>(Tier::kHost, *this);
     device_ = std::make_unique<DryRunAllocator>(Tier::kDevice, *this);

@@ -1,7 +1,7 @@
 // A backend for dry runs: the memory planner builds the real Engine for the
 // real model and config on it and runs the real step path, and the peaks of
-// its tracker are the plan (runtime/engine/memory_plan.h), the way ggml sizes a graph by
-// running its own allocator without allocating.
+// its tracker are the plan (runtime/engine/memory_plan.h), the way ggml sizes
+// a graph by running its own allocator without allocating.
 //
 //  * Allocations go through Backend::allocate like any other, counted by
 //    category and tier, but in the dry run's own MemoryTracker (not the
@@ -21,6 +21,7 @@
 // cpu_checkpointing's segment inputs land in the same plan.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 
 #include "runtime/backend/backend.h"
@@ -29,6 +30,12 @@ namespace zero {
 
 // What the backends of one dry run share: the tracker and the address range.
 class DryRunMemory;
+
+// An address past the canonical user range: no memory is ever there, so a
+// touch faults. Where the reservation below cannot be made, dry-run
+// allocations start here; host values a dry run stands in for (initial
+// values) point here too.
+inline constexpr uintptr_t kDryRunUnbackedAddress = uintptr_t{1} << 47;
 
 class DryRunBackend final : public Backend {
  public:

@@ -35,10 +35,10 @@ class DryRunCommunicator final : public Communicator {
   }
   CommHandle barrier_async() override { return done(); }
   absl::Status all_reduce_doubles(double*, int64_t, ReduceOp) override { return absl::OkStatus(); }
-  // A dry run knows no other rank's color: its groups come from
-  // make_dry_run_mesh (runtime/comm/device_mesh.h), built from the layout.
+  // A dry run plays one rank and knows no other rank's color, so it cannot
+  // form groups (a data-only mesh needs none).
   absl::StatusOr<std::unique_ptr<Communicator>> split(int, int) override {
-    return absl::UnimplementedError("a dry-run communicator cannot split; build a dry-run mesh");
+    return absl::UnimplementedError("a dry-run communicator plays one rank and cannot split into groups");
   }
   CommHandle send_async(const void*, int64_t count, DType dtype, int peer) override {
     if (absl::Status s = check_peer("send to", peer); !s.ok()) return completed_work(s);

@@ -1,6 +1,7 @@
 // The single-process communicator (no launcher): a world of one rank, where
-// every collective leaves its buffers as they are. And the factory that picks
-// MPI when the process was launched by mpirun.
+// every collective leaves its buffers as they are. And what every
+// communicator shares: completed handles, the peer check of send/receive, and
+// the factory that picks MPI when the process was launched by mpirun.
 #include <cstdlib>
 #include <cstring>
 

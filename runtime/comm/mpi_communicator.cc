@@ -137,7 +137,9 @@ absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::create(double 
 MpiCommunicator::~MpiCommunicator() {
   if (thread_ == nullptr) return;
   if (!world_comm_) {
-    thread_->enqueue("MPI_Comm_free", [comm = comm_->comm]() mutable { return mpi_status(MPI_Comm_free(&comm), "MPI_Comm_free"); })
+    thread_
+        ->enqueue("MPI_Comm_free",
+                  [comm = comm_->comm]() mutable { return mpi_status(MPI_Comm_free(&comm), "MPI_Comm_free"); })
         ->wait()
         .IgnoreError();
     return;
@@ -167,7 +169,8 @@ CommHandle MpiCommunicator::reduce_scatter_async(const void* send, void* recv, s
   count_reduce_scatter(recv_counts, dtype);
   int64_t total = 0;
   for (int64_t c : recv_counts) total += c;
-  return thread_->enqueue(describe("reduce_scatter", total, dtype), [=, comm = comm_->comm, counts = std::move(recv_counts)] {
+  return thread_->enqueue(describe("reduce_scatter", total, dtype),
+                          [=, comm = comm_->comm, counts = std::move(recv_counts)] {
     std::vector<int> c(counts.size());
     for (size_t i = 0; i < counts.size(); ++i) c[i] = checked_count(counts[i]);
     return mpi_status(MPI_Reduce_scatter(send, recv, c.data(), mpi_type(dtype), mpi_op(dtype, ReduceOp::kSum),

@@ -60,7 +60,6 @@ Engine::Engine(std::unique_ptr<Module> model, const EngineConfig& config, Backen
       config_(config),
       backend_(backend),
       mesh_(&mesh),
-      comm_(&mesh.data()),
       ctx_(backend, config.param_dtype),
       scaler_(config.loss_scaler),
       scheduler_(config.scheduler, config.optimizer.lr, /*momentum_capable=*/config.optimizer.type != "SGD") {}
@@ -81,7 +80,7 @@ absl::Status Engine::init() {
   o.seed = config_.seed;
   o.post_reduce_scale = config_.post_reduce_scale;
   o.force_offload_path = config_.force_offload_path;
-  ZE_ASSIGN_OR_RETURN(state_, ModelState::create(*model_, o, backend_, *comm_));
+  ZE_ASSIGN_OR_RETURN(state_, ModelState::create(*model_, o, backend_, comm()));
   ctx_.set_hooks(state_.get());
   // activation_checkpointing.number_checkpoints = K: the model's layers in K
   // contiguous segments of (as) equal (as possible) length, each keeping only
@@ -115,7 +114,7 @@ Tensor Engine::to_compute(const Tensor& t) {
 
 absl::StatusOr<float> Engine::forward(const Batch& batch) {
   const auto t0 = std::chrono::steady_clock::now();
-  if (micro_step_ % config_.gradient_accumulation_steps == 0) comm_bytes_at_step_start_ = comm_->bytes_communicated();
+  if (micro_step_ % config_.gradient_accumulation_steps == 0) comm_bytes_at_step_start_ = comm().bytes_communicated();
   ctx_.clear();  // a forward without backward (or after an error) leaves nothing behind
   ctx_.set_grad_enabled(true);
   state_->begin_forward();
@@ -124,7 +123,7 @@ absl::StatusOr<float> Engine::forward(const Batch& batch) {
   // follow the sample, not the rank or the stage.
   const int64_t rows_per_rank = batch.inputs.ndim() > 0 ? batch.inputs.dim(0) : 0;
   ctx_.set_dropout_key(config_.seed,
-                       first_global_sample(micro_step_, comm_->world_size(), comm_->rank(), rows_per_rank));
+                       first_global_sample(micro_step_, comm().world_size(), comm().rank(), rows_per_rank));
   Tensor logits = ctx_.forward(*model_, to_compute(batch.inputs));
   if (absl::Status s = ctx_.take_status(); !s.ok()) {
     ctx_.clear();
@@ -187,9 +186,9 @@ absl::StatusOr<StepResult> Engine::step() {
   bool overflow = false;
   if (config_.check_grad_overflow) {
     const int64_t local = state_->local_nonfinite_grads();
-    ZE_ASSIGN_OR_RETURN(double any, comm_->all_reduce_max(local > 0 ? 1.0 : 0.0));
+    ZE_ASSIGN_OR_RETURN(double any, comm().all_reduce_max(local > 0 ? 1.0 : 0.0));
     overflow = any > 0;
-    if (local > 0) r.overflow_in = cat(state_->nonfinite_gradient_names(), " (rank ", comm_->rank(), ")");
+    if (local > 0) r.overflow_in = cat(state_->nonfinite_gradient_names(), " (rank ", comm().rank(), ")");
     else if (overflow) r.overflow_in = "another rank's partition";
   }
   ZE_RETURN_IF_ERROR(annotate(scaler_.update(overflow),
@@ -201,7 +200,7 @@ absl::StatusOr<StepResult> Engine::step() {
     // c = max(1, (norm/scale + 1e-6) / clip); grads *= 1 / (c scale).
     double square_sum = state_->local_grad_square_sum();
     if (!state_->grads_replicated()) {
-      ZE_ASSIGN_OR_RETURN(square_sum, comm_->all_reduce_sum(square_sum));
+      ZE_ASSIGN_OR_RETURN(square_sum, comm().all_reduce_sum(square_sum));
     }
     const double scale = r.loss_scale;
     r.grad_norm = std::sqrt(square_sum) / scale;
@@ -240,15 +239,15 @@ absl::StatusOr<StepResult> Engine::step() {
   r.skipped_steps = skipped_steps_;
   // The loss shown is the mean over the global batch: every rank's mean.
   double loss = loss_sum_ / config_.gradient_accumulation_steps;
-  ZE_ASSIGN_OR_RETURN(loss, comm_->all_reduce_sum(loss));
-  r.loss = static_cast<float>(loss / comm_->world_size());
+  ZE_ASSIGN_OR_RETURN(loss, comm().all_reduce_sum(loss));
+  r.loss = static_cast<float>(loss / comm().world_size());
   loss_sum_ = 0.0;
   timing_.step_s += seconds_since(t0);
   r.forward_s = timing_.forward_s;
   r.backward_s = timing_.backward_s;
   r.step_s = timing_.step_s;
   r.recompute_s = timing_.recompute_s;
-  r.comm_bytes = comm_->bytes_communicated() - comm_bytes_at_step_start_;
+  r.comm_bytes = comm().bytes_communicated() - comm_bytes_at_step_start_;
   timing_ = StepResult();
   return r;
 }

@@ -103,7 +103,7 @@ class Engine {
   Module& model() { return *model_; }
   Backend& backend() { return backend_; }
   // The data-parallel group (the world when the mesh is data only).
-  Communicator& comm() { return *comm_; }
+  Communicator& comm() { return mesh_->data(); }
   const DeviceMesh& mesh() const { return *mesh_; }
   ModelState& state() { return *state_; }
   const EngineConfig& config() const { return config_; }
@@ -154,7 +154,6 @@ class Engine {
   std::unique_ptr<Communicator> owned_comm_;  // a single process's, when created without one
   std::unique_ptr<DeviceMesh> owned_mesh_;    // data = world, when created from a communicator
   const DeviceMesh* mesh_;
-  Communicator* comm_;                        // mesh_->data()
   // Before ctx_, whose saved segment inputs may live on it.
   std::unique_ptr<Backend> owned_checkpoint_host_;
   Backend* checkpoint_host_ = nullptr;

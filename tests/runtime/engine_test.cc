@@ -49,7 +49,7 @@ TEST(EngineTest, AdamWStepMatchesFormula) {
   MlpData data(6, 5, 3);
   const auto before = all_master(*engine);
   engine->forward(data.rows(0, 6, 5)).value();
-  engine->backward();
+  EXPECT_TRUE(engine->backward().ok());
   std::vector<std::vector<float>> grads;
   for (Parameter* p : engine->model().parameters()) grads.push_back(engine->grad_values(*p));
   StepResult r = engine->step().value();
@@ -77,7 +77,7 @@ TEST(EngineTest, ClippingScalesTheUpdateToTheClipNorm) {
   MlpData data(6, 5, 3);
   const auto before = all_master(*engine);
   engine->forward(data.rows(0, 6, 5)).value();
-  engine->backward();
+  EXPECT_TRUE(engine->backward().ok());
   StepResult r = engine->step().value();
   ASSERT_GT(r.grad_norm, 1e-2);
   const auto after = all_master(*engine);
@@ -102,12 +102,12 @@ TEST(EngineTest, AccumulationEqualsOneLargeBatch) {
   auto acc = mlp_engine(b2, ec_acc);
   for (int step = 0; step < 3; ++step) {
     big->forward(data.rows(0, 8, 5)).value();
-    big->backward();
+    EXPECT_TRUE(big->backward().ok());
     StepResult rb = big->step().value();
     StepResult ra;
     for (int j = 0; j < 4; ++j) {
       acc->forward(data.rows(2 * j, 2, 5)).value();
-      acc->backward();
+      EXPECT_TRUE(acc->backward().ok());
       ra = acc->step().value();
       EXPECT_EQ(ra.boundary, j == 3);
     }
@@ -131,7 +131,7 @@ TEST(EngineTest, Bf16ParametersAreRoundedMasterWeights) {
   Batch b{Tensor::wrap(ids.data(), {2, 8}, DType::kI32), Tensor::wrap(tg.data(), {2, 8}, DType::kI32)};
   for (int s = 0; s < 3; ++s) {
     (*engine)->forward(b).value();
-    (*engine)->backward();
+    EXPECT_TRUE((*engine)->backward().ok());
     ASSERT_TRUE((*engine)->step().ok());
   }
   const MemorySnapshot mem = MemoryTracker::global().snapshot();

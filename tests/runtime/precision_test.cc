@@ -78,7 +78,7 @@ TEST(PrecisionTest, Fp16OverflowsAreSkippedAndTheScaleFalls) {
     const std::vector<float> before = all_master(*engine);
     last_loss = engine->forward(corpus.batch()).value();
     if (step == 0) first_loss = last_loss;
-    engine->backward();
+    EXPECT_TRUE(engine->backward().ok());
     const StepResult r = engine->step().value();
     EXPECT_EQ(r.loss_scale, expected_scale) << "step " << step;
     // The LR used is the schedule at its own position, which only advances on applied steps.
@@ -105,7 +105,7 @@ TEST(PrecisionTest, Fp16OverflowAtMinimumScaleStopsTheRun) {
   Corpus corpus(8);
   auto engine = make(backend, fp16_config(30, std::ldexp(1.0, 30), 1));
   engine->forward(corpus.batch()).value();
-  engine->backward();
+  EXPECT_TRUE(engine->backward().ok());
   const absl::StatusOr<StepResult> r = engine->step();
   ASSERT_FALSE(r.ok());
   const std::string msg(r.status().message());
@@ -133,7 +133,7 @@ TEST(PrecisionTest, Bf16CheckGradOverflowSkipsNanSteps) {
     poison(*engine, backend);
     for (int i = 0; i < 3; ++i) {
       engine->forward(corpus.batch()).value();
-      engine->backward();
+      EXPECT_TRUE(engine->backward().ok());
       const StepResult r = engine->step().value();
       EXPECT_EQ(r.skipped_steps, i + 1);
       // With the check the parameter is named; without it the global norm
@@ -162,7 +162,7 @@ TEST(PrecisionTest, Bf16FollowsFp32Over50Steps) {
     auto engine = make(backend, ec);
     for (int step = 0; step < 50; ++step) {
       losses[i].push_back(engine->forward(corpus.batch()).value());
-      engine->backward();
+      EXPECT_TRUE(engine->backward().ok());
       ASSERT_TRUE(engine->step().ok());
     }
   }

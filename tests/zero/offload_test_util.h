@@ -97,7 +97,7 @@ inline void train_steps(Engine& engine, int from, int to, std::vector<double>& l
   Rows rows;
   const int w = world().world_size(), r = world().rank();
   for (int step = from; step < to; ++step) {
-    engine.forward(rows.make((step * w + r) * kMicroBatch));
+    EXPECT_TRUE(engine.forward(rows.make((step * w + r) * kMicroBatch)).ok());
     EXPECT_TRUE(engine.backward().ok());
     absl::StatusOr<StepResult> s = engine.step();
     EXPECT_TRUE(s.ok()) << s.status();
