@@ -23,9 +23,9 @@
 #include <optional>
 #include <vector>
 
-#include "runtime/backend/cpu_backend.h"
+#include "graph/gpt.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "runtime/engine/engine.h"
-#include "runtime/graph/gpt.h"
 #include "runtime/engine/memory_plan.h"
 
 namespace zero {
@@ -37,7 +37,7 @@ constexpr int64_t kMicroBatch = 4;
 EngineConfig config(int64_t segments) {
   EngineConfig e;
   e.micro_batch_size = kMicroBatch;
-  e.optimizer = {.type = "AdamW", .lr = 3e-4f};
+  e.optimizer = {.type = OptimizerType::kAdamW, .lr = 3e-4f};
   if (segments > 0) e.activation_checkpointing.number_checkpoints = segments;
   return e;
 }

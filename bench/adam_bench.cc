@@ -17,7 +17,7 @@
 // (a plain single-pass loop, not vectorised, same OpenMP split), and
 // "adam_streams": Adam's memory traffic without its arithmetic (p, m, v +=
 // k * g), the limit for Adam's own access pattern; "optimizer_bf16_master":
-// the engine's optimizer (runtime/engine/optimizer.h) over bf16 master
+// the engine's optimizer (kernels/optimizer.h) over bf16 master
 // weights and bf16 states with bf16 gradients and the bf16 parameter copy
 // (bf16_master_weights_and_grads + bf16_optimizer_states): 16 bytes per
 // parameter, each piece widened to fp32 staging, stepped and narrowed back. On this machine a kernel
@@ -34,10 +34,10 @@
 #include <cstdlib>
 #include <vector>
 
+#include "core/dtype.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/simd_kernels.h"
-#include "runtime/backend/cpu_backend.h"
-#include "runtime/core/dtype.h"
-#include "runtime/engine/optimizer.h"
+#include "kernels/optimizer.h"
 
 namespace zero {
 namespace {
@@ -193,7 +193,7 @@ void BM_AdamW(benchmark::State& state, Variant variant) {
   // The narrow variant's arrays: bf16 copies of the same values.
   CpuBackend backend;
   OptimizerConfig oc;
-  oc.type = "AdamW";
+  oc.type = OptimizerType::kAdamW;
   oc.weight_decay = h.weight_decay;
   std::unique_ptr<Optimizer> narrow;
   Tensor np, ng, nm, nv, ncopy;

@@ -18,7 +18,7 @@
 #include <map>
 #include <vector>
 
-#include "runtime/comm/communicator.h"
+#include "comm/communicator.h"
 
 namespace zero {
 namespace {

@@ -15,9 +15,9 @@
 #include <chrono>
 #include <vector>
 
-#include "runtime/backend/cpu_backend.h"
+#include "graph/gpt.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "runtime/engine/engine.h"
-#include "runtime/graph/gpt.h"
 
 namespace zero {
 namespace {
@@ -94,7 +94,7 @@ void BM_GptStep(benchmark::State& state, DType dtype) {
   EngineConfig ec;
   ec.param_dtype = dtype;
   ec.micro_batch_size = 4;
-  ec.optimizer = {.type = "AdamW", .lr = 6e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .weight_decay = 0.1f};
+  ec.optimizer = {.type = OptimizerType::kAdamW, .lr = 6e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .weight_decay = 0.1f};
   auto engine = initialize(std::make_unique<Gpt>(kGpt2), ec, backend);
   if (!engine.ok()) {
     state.SkipWithError(std::string(engine.status().message()).c_str());

@@ -34,10 +34,10 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/cpu_backend.h"
 #include "nlohmann/json.hpp"
 #include "offload/aligned_buffer_pool.h"
 #include "offload/io_engine.h"
-#include "runtime/backend/cpu_backend.h"
 
 namespace zero {
 namespace {

@@ -6,7 +6,7 @@
 
 #include <benchmark/benchmark.h>
 
-#include "runtime/comm/communicator.h"
+#include "comm/communicator.h"
 
 namespace zero {
 void register_benchmarks(Communicator& comm);

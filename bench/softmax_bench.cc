@@ -9,9 +9,9 @@
 #include <chrono>
 #include <cmath>
 
+#include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/onednn_context.h"
 #include "kernels/cpu/simd_kernels.h"
-#include "runtime/backend/cpu_backend.h"
 
 namespace zero {
 namespace {

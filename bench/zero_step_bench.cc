@@ -16,9 +16,9 @@
 
 #include <chrono>
 
-#include "runtime/backend/cpu_backend.h"
+#include "graph/gpt.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "runtime/engine/engine.h"
-#include "runtime/graph/gpt.h"
 
 namespace zero {
 namespace {
@@ -41,7 +41,7 @@ void BM_ZeroStep(benchmark::State& state, int stage, bool overlap, bool regather
     ec.zero.max_reuse_distance = 0;
     ec.zero.param_persistence_threshold = 0;
   }
-  ec.optimizer = {.type = "AdamW", .lr = 1e-4f};
+  ec.optimizer = {.type = OptimizerType::kAdamW, .lr = 1e-4f};
   auto engine = initialize(std::make_unique<Gpt>(kModel), ec, backend, g_comm);
   if (!engine.ok()) {
     state.SkipWithError(std::string(engine.status().message()).c_str());

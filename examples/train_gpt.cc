@@ -8,10 +8,10 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "runtime/backend/cpu_backend.h"
+#include "graph/gpt.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "runtime/data/data_loader.h"
 #include "runtime/engine/engine.h"
-#include "runtime/graph/gpt.h"
 
 int main(int argc, char** argv) {
   const std::string path = argc > 1 ? argv[1] : "/usr/share/common-licenses";
@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
   zero::EngineConfig config;
   config.micro_batch_size = 8;
   config.gradient_accumulation_steps = 2;
-  config.optimizer = {.type = "AdamW", .lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .weight_decay = 0.01f};
+  config.optimizer = {.type = zero::OptimizerType::kAdamW, .lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .weight_decay = 0.01f};
 
   auto source = zero::open_text_bytes(path);
   if (!source.ok()) {

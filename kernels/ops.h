@@ -18,9 +18,9 @@
 
 #include <cstdint>
 
+#include "core/tensor.h"
 #include "kernels/dropout_mask.h"
 #include "kernels/optimizer_hyper.h"
-#include "runtime/core/tensor.h"
 
 namespace zero {
 

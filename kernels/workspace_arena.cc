@@ -1,7 +1,7 @@
 // Grow-only workspace; see workspace_arena.h.
 #include "kernels/workspace_arena.h"
 
-#include "runtime/backend/backend.h"
+#include "kernels/backend.h"
 
 namespace zero {
 

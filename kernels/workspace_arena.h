@@ -10,7 +10,7 @@
 #include <cstddef>
 #include <memory>
 
-#include "runtime/core/tensor.h"
+#include "core/tensor.h"
 
 namespace zero {
 class Backend;

@@ -3,8 +3,8 @@
 
 #include <cstring>
 
-#include "runtime/base/check.h"
-#include "runtime/base/status.h"
+#include "core/check.h"
+#include "core/status.h"
 
 namespace zero {
 

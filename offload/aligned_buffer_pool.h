@@ -20,8 +20,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "kernels/backend.h"
 #include "offload/io_engine.h"
-#include "runtime/backend/backend.h"
 
 namespace zero {
 

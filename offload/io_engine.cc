@@ -18,9 +18,9 @@
 #include <cstring>
 #include <utility>
 
-#include "runtime/base/check.h"
-#include "runtime/base/status.h"
-#include "runtime/core/memory_tracker.h"
+#include "core/check.h"
+#include "core/memory_tracker.h"
+#include "core/status.h"
 
 namespace zero {
 

@@ -83,7 +83,7 @@ struct IoEngineOptions {
   // multiple of 4096), so the short-transfer resubmission path runs on a disk
   // that never returns short. 0: off.
   int64_t max_credited_bytes_for_testing = 0;
-  // A dry run (the memory planner; runtime/backend/dry_run_backend.h): no
+  // A dry run (the memory planner; kernels/dry_run/dry_run_backend.h): no
   // ring, no file is created, opened or written; transfers are checked as
   // usual and complete at once without touching their buffers.
   bool dry_run = false;

@@ -9,8 +9,8 @@
 #include <cerrno>
 #include <cstring>
 
-#include "runtime/base/strings.h"
-#include "runtime/core/memory_tracker.h"
+#include "core/memory_tracker.h"
+#include "core/strings.h"
 
 namespace zero {
 

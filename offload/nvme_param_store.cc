@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <deque>
 
-#include "runtime/base/status.h"
-#include "runtime/base/strings.h"
-#include "runtime/core/memory_tracker.h"
+#include "core/memory_tracker.h"
+#include "core/status.h"
+#include "core/strings.h"
 
 namespace zero {
 

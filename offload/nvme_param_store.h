@@ -10,7 +10,7 @@
 //   file: [header: 4 KiB][record 0][record 1]...   record g: [parameters | pad]
 //
 // records of min(offload_param.buffer_size, shard) elements
-// (param_swap_layout in zero/swap_layout.h), each on a 4 KiB boundary.
+// (param_swap_layout in offload/swap_layout.h), each on a 4 KiB boundary.
 //
 // The step (for_each with write_back) runs over the resident arrays and
 // writes each record's new weights into one of two host write buffers;
@@ -32,10 +32,10 @@
 #include "offload/aio_config.h"
 #include "offload/aligned_buffer_pool.h"
 #include "offload/io_engine.h"
+#include "offload/optimizer_state_store.h"
 #include "offload/param_reads.h"
 #include "offload/swap_file.h"
-#include "zero/optimizer_state_store.h"
-#include "zero/swap_layout.h"
+#include "offload/swap_layout.h"
 
 namespace zero {
 

@@ -1,7 +1,7 @@
 // The NVMe optimizer-state store (offload_optimizer.device = "nvme"; ZeRO-
 // Infinity's optimizer swapping): a rank's fp32 master weights and optimizer
 // state live in one O_DIRECT swap file under nvme_path, laid out in sub-group
-// records (zero/swap_layout.h), and only buffer_count records are in host
+// records (offload/swap_layout.h), and only buffer_count records are in host
 // memory at once.
 //
 // The step streams the file through the buffers: while sub-group i is being
@@ -35,10 +35,10 @@
 #include "offload/aio_config.h"
 #include "offload/aligned_buffer_pool.h"
 #include "offload/io_engine.h"
+#include "offload/optimizer_state_store.h"
 #include "offload/param_reads.h"
 #include "offload/swap_file.h"
-#include "zero/optimizer_state_store.h"
-#include "zero/swap_layout.h"
+#include "offload/swap_layout.h"
 
 namespace zero {
 

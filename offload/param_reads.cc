@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "runtime/base/check.h"
-#include "runtime/base/status.h"
+#include "core/check.h"
+#include "core/status.h"
 
 namespace zero {
 

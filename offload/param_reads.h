@@ -4,7 +4,7 @@
 // store when the shard has a file of its own.
 //
 // A read covers elements [offset, offset + count) of the file's parameter
-// array (zero/swap_layout.h): one aligned request per record the range
+// array (offload/swap_layout.h): one aligned request per record the range
 // touches, packed into one of `buffers` read buffers; finish() copies the
 // pieces out, in order, into the caller's tensor. A record this run never
 // wrote reads as zeros, whatever the disk holds. start() returns nullopt when
@@ -20,10 +20,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/tensor.h"
 #include "offload/aligned_buffer_pool.h"
 #include "offload/io_engine.h"
-#include "runtime/core/tensor.h"
-#include "zero/swap_layout.h"
+#include "offload/swap_layout.h"
 
 namespace zero {
 

@@ -9,10 +9,10 @@
 #include <filesystem>
 #include <random>
 
-#include "runtime/base/signals.h"
-#include "runtime/base/status.h"
-#include "runtime/base/strings.h"
-#include "zero/swap_layout.h"
+#include "core/signals.h"
+#include "core/status.h"
+#include "core/strings.h"
+#include "offload/swap_layout.h"
 
 namespace zero {
 
@@ -100,7 +100,7 @@ std::string swap_leftovers_note(const std::string& dir, const std::vector<std::s
 SwapFile::SwapFile(IoEngine& engine, IoFile file, int64_t bytes, MemCategory category, MemoryTracker& process)
     : engine_(engine), process_(process), file_(std::move(file)), bytes_(bytes), category_(category) {
   process_.add_allocated(Tier::kNvme, category_, bytes_);
-  if (!dry_run()) register_cleanup_file(file_.path());  // a signal unlinks it at once (runtime/base/signals.h)
+  if (!dry_run()) register_cleanup_file(file_.path());  // a signal unlinks it at once (core/signals.h)
 }
 
 SwapFile::~SwapFile() {

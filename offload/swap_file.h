@@ -25,9 +25,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/memory_tracker.h"
 #include "offload/aligned_buffer_pool.h"
 #include "offload/io_engine.h"
-#include "runtime/core/memory_tracker.h"
 
 namespace zero {
 

@@ -8,7 +8,7 @@
 
 #include <vector>
 
-#include "runtime/graph/module.h"
+#include "graph/module.h"
 
 namespace zero {
 

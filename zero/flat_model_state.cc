@@ -3,8 +3,8 @@
 
 #include <algorithm>
 
-#include "runtime/base/status.h"
-#include "runtime/base/strings.h"
+#include "core/status.h"
+#include "core/strings.h"
 #include "zero/state_buffers.h"
 
 namespace zero {

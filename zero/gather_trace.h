@@ -2,9 +2,8 @@
 // order modules ran in during the first iteration (DeepSpeed's trace), which
 // parameters to gather ahead after each fetch (prefetch_bucket_size elements,
 // within max_live_parameters), and whether a parameter is used again soon
-// enough to stay gathered (max_reuse_distance). ParamCoordinator runs it with
-// real gathers and the memory planner with simulated ones, so both make the
-// same decisions.
+// enough to stay gathered (max_reuse_distance). ParamCoordinator runs it
+// (on a dry run too, so the memory planner sees the same decisions).
 #pragma once
 
 #include <cstdint>
@@ -12,7 +11,7 @@
 #include <vector>
 
 #include "absl/functional/function_ref.h"
-#include "runtime/graph/module.h"
+#include "graph/module.h"
 #include "zero/zero_config.h"
 
 namespace zero {

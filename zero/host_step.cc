@@ -5,8 +5,8 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/base/status.h"
-#include "runtime/base/strings.h"
+#include "core/status.h"
+#include "core/strings.h"
 
 namespace zero {
 

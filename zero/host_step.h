@@ -37,9 +37,9 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "runtime/backend/backend.h"
-#include "runtime/engine/optimizer.h"
-#include "zero/optimizer_state_store.h"
+#include "kernels/backend.h"
+#include "kernels/optimizer.h"
+#include "offload/optimizer_state_store.h"
 #include "zero/zero_config.h"
 
 namespace zero {

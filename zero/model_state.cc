@@ -3,8 +3,8 @@
 
 #include <algorithm>
 
-#include "runtime/base/status.h"
-#include "runtime/base/strings.h"
+#include "core/status.h"
+#include "core/strings.h"
 #include "zero/flat_model_state.h"
 #include "zero/stage3_model_state.h"
 #include "zero/state_buffers.h"
@@ -39,7 +39,10 @@ absl::Status ModelState::init_optimizer_state(int64_t numel, Tensor master, int6
   ZE_CHECK(host_backend_ == nullptr || !master.defined());
   ZE_ASSIGN_OR_RETURN(optimizer_, make_optimizer(options_.optimizer, state_backend, options_.optimizer_precision));
   StateStoreOptions so;
-  so.zero = options_.zero;
+  so.stage = options_.zero.stage;
+  so.sub_group_size = options_.zero.sub_group_size;
+  so.offload_optimizer = options_.zero.offload_optimizer;
+  so.offload_param = options_.zero.offload_param;
   so.aio = options_.aio;
   so.rank = comm_.rank();
   so.precision = options_.optimizer_precision;

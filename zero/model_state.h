@@ -35,13 +35,13 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "runtime/backend/backend.h"
-#include "runtime/comm/communicator.h"
-#include "runtime/engine/optimizer.h"
-#include "runtime/graph/context.h"
+#include "comm/communicator.h"
+#include "graph/context.h"
+#include "kernels/backend.h"
+#include "kernels/optimizer.h"
 #include "offload/aio_config.h"
+#include "offload/optimizer_state_store.h"
 #include "zero/host_step.h"
-#include "zero/optimizer_state_store.h"
 #include "zero/zero_config.h"
 
 namespace zero {

@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "runtime/base/status.h"
-#include "runtime/base/strings.h"
+#include "core/status.h"
+#include "core/strings.h"
 
 namespace zero {
 
@@ -163,7 +163,7 @@ absl::Status ParamCoordinator::fetch(Module& m, bool backward) {
   }
   // Every parameter of m ends up defined, a failed gather's too (its values
   // undefined), so the pass runs to its end and the first error reaches the
-  // engine as itself (runtime/graph/context.h's hook contract).
+  // engine as itself (graph/context.h's hook contract).
   absl::Status status;
   for (Parameter* p : m.direct_parameters()) status.Update(start_gather(*p).status());
   if (status.ok()) prefetch();

@@ -23,11 +23,11 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "runtime/backend/backend.h"
-#include "runtime/comm/communicator.h"
-#include "runtime/graph/module.h"
+#include "comm/communicator.h"
+#include "graph/module.h"
+#include "kernels/backend.h"
+#include "offload/optimizer_state_store.h"
 #include "zero/gather_trace.h"
-#include "zero/optimizer_state_store.h"
 #include "zero/zero_config.h"
 
 namespace zero {

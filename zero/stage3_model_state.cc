@@ -1,8 +1,8 @@
 // ZeRO stage 3; see stage3_model_state.h.
 #include "zero/stage3_model_state.h"
 
-#include "runtime/base/status.h"
-#include "runtime/base/strings.h"
+#include "core/status.h"
+#include "core/strings.h"
 #include "zero/grad_buckets.h"
 #include "zero/state_buffers.h"
 

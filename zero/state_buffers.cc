@@ -3,23 +3,10 @@
 
 #include <algorithm>
 
-#include "runtime/backend/dry_run_backend.h"
-#include "runtime/graph/init.h"
+#include "graph/init.h"
+#include "kernels/dry_run/dry_run_backend.h"
 
 namespace zero {
-
-void upload_fp32(Backend& backend, absl::Span<const float> host, const Tensor& dst) {
-  ZE_CHECK_EQ(static_cast<int64_t>(host.size()), dst.numel());
-  if (dst.numel() == 0) return;
-  const Tensor src = Tensor::wrap(const_cast<float*>(host.data()), {dst.numel()}, DType::kF32, Tier::kHost);
-  if (dst.tier() == Tier::kHost) {
-    backend.ops().cast(src, dst.view({dst.numel()}));
-    return;
-  }
-  Tensor staging = backend.empty({dst.numel()}, DType::kF32, MemCategory::kWorkspace);
-  backend.copy(staging, src);
-  backend.ops().cast(staging, dst.view({dst.numel()}));
-}
 
 InitialValues::InitialValues(const Backend& backend, const Parameter& p, uint64_t seed, int64_t begin, int64_t end,
                              int64_t length) {
@@ -32,17 +19,6 @@ InitialValues::InitialValues(const Backend& backend, const Parameter& p, uint64_
   held_.assign(static_cast<size_t>(length), 0.0f);
   init_parameter_values(p, seed, begin, end, held_.data());
   values_ = held_;
-}
-
-std::vector<float> download_fp32(Backend& backend, const Tensor& src) {
-  Tensor f = src;
-  if (src.dtype() != DType::kF32) {
-    f = backend.empty({src.numel()}, DType::kF32, MemCategory::kWorkspace);
-    backend.ops().cast(src.view({src.numel()}), f);
-  }
-  std::vector<float> out(static_cast<size_t>(src.numel()));
-  backend.copy(out.data(), f.data(), out.size() * sizeof(float));
-  return out;
 }
 
 void add_reduced(Backend& backend, const Tensor& dst, const Tensor& src, float scale) {

@@ -1,22 +1,17 @@
-// Moving values in and out of model-state buffers, shared by the stage
-// implementations: initial values (from init_parameter_values, a pure
-// function of seed, parameter name and element index, so every rank computes
-// exactly the values of the elements it holds, whatever the sharding), host
-// read-back, and adding a reduced gradient part of any dtype into a gradient
+// Values for model-state buffers, shared by the stage implementations:
+// initial values (from init_parameter_values, a pure function of seed,
+// parameter name and element index, so every rank computes exactly the
+// values of the elements it holds, whatever the sharding), and adding a reduced gradient part of any dtype into a gradient
 // partition.
 #pragma once
 
 #include <vector>
 
 #include "absl/types/span.h"
-#include "runtime/backend/backend.h"
-#include "runtime/graph/module.h"
+#include "graph/module.h"
+#include "kernels/backend.h"
 
 namespace zero {
-
-// Converts host fp32 values into dst (any float dtype, any tier of backend),
-// through a tracked staging buffer when dst is not host memory.
-void upload_fp32(Backend& backend, absl::Span<const float> host, const Tensor& dst);
 
 // Elements [begin, end) of p's initial values, then zeros up to `length`
 // elements (>= end - begin; a shard's padding). On a dry-run backend nothing
@@ -32,9 +27,6 @@ class InitialValues {
   std::vector<float> held_;
   absl::Span<const float> values_;
 };
-
-// src (any float dtype, any tier) read back to host as fp32.
-std::vector<float> download_fp32(Backend& backend, const Tensor& src);
 
 // dst += scale * src, for gradient buffers of any float dtype (src is staged
 // in fp32 when it is 16-bit, so the addition happens in fp32 and rounds once).

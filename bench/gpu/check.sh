@@ -5,7 +5,7 @@
 #   a  configure and build with CUDA (sm_90) into its own build directory
 #   b  ctest -L cuda: every CUDA op against the CPU backend
 #   c  the GPU-vs-CPU GPT training comparison and the device-memory check
-#      (tests/cuda/gpt_training_test.cc; the rest of ctest -L cuda)
+#      (tests/kernels/cuda/gpt_training_test.cc; the rest of ctest -L cuda)
 #   d  GPT-2 124M (configs/gpt2-124m.json's shapes, bf16, seq 1024) through
 #      zero-train --backend cuda at ZeRO stages 0 and 3, at the largest
 #      micro-batch that fits (halving from 32): tokens/s and MFU, where MFU =
@@ -143,9 +143,9 @@ if [ "$phase_rc" -ne 0 ]; then
   say "stopping: no build"
   exit 1
 fi
-# tests/cuda/all: every CUDA test (a per-directory target of the Ninja generator).
+# tests/kernels/cuda/all: every CUDA test (a per-directory target of the Ninja generator).
 targets=(zero-train zero-data gpu_gemm_bench)
-if [ ${#generator[@]} -gt 0 ]; then targets+=(tests/cuda/all); else targets=(all); fi
+if [ ${#generator[@]} -gt 0 ]; then targets+=(tests/kernels/cuda/all); else targets=(all); fi
 run_phase build 300 cmake --build "$build" -j "$jobs" --target "${targets[@]}"
 expect_ok build "build ${targets[*]} (-j $jobs)"
 if [ "$phase_rc" -ne 0 ]; then

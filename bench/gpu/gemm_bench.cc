@@ -24,8 +24,8 @@
 #include <memory>
 #include <string>
 
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
-#include "runtime/backend/cuda_backend.h"
 
 namespace zero {
 namespace {

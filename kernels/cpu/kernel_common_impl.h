@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "core/dtype.h"
 #include "kernels/cpu/simd.h"
-#include "runtime/core/dtype.h"
 
 namespace zero::cpu {
 namespace {

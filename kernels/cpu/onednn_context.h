@@ -5,7 +5,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
-#include "runtime/core/dtype.h"
+#include "core/dtype.h"
 
 namespace zero::cpu {
 

@@ -8,8 +8,8 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "absl/container/flat_hash_map.h"
+#include "core/tensor.h"
 #include "kernels/workspace_arena.h"
-#include "runtime/core/tensor.h"
 
 namespace zero::cpu {
 

@@ -10,7 +10,7 @@
 //
 // bf16 conversion uses integer round-to-nearest-even (works on any AVX-512F or
 // AVX2 CPU, no AVX512-BF16 needed) and keeps NaNs quiet, matching
-// float_to_bf16() in runtime/core/dtype.h bit for bit.
+// float_to_bf16() in core/dtype.h bit for bit.
 #pragma once
 
 #include <immintrin.h>

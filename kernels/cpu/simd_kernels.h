@@ -11,8 +11,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "core/dtype.h"
 #include "kernels/optimizer_hyper.h"
-#include "runtime/core/dtype.h"
 
 namespace zero::cpu {
 

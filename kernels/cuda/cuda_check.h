@@ -18,8 +18,8 @@
 #include <string_view>
 
 #include "absl/status/status.h"
-#include "runtime/base/check.h"
-#include "runtime/base/strings.h"
+#include "core/check.h"
+#include "core/strings.h"
 
 namespace zero::cuda {
 

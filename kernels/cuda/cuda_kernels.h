@@ -16,9 +16,9 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/dtype.h"
 #include "kernels/dropout_mask.h"
 #include "kernels/optimizer_hyper.h"
-#include "runtime/core/dtype.h"
 
 namespace zero::cuda {
 

@@ -2,9 +2,9 @@
 // or cuBLAS (gemm.h). See cuda_ops.h.
 #include "kernels/cuda/cuda_ops.h"
 
+#include "kernels/backend.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
-#include "runtime/backend/backend.h"
 
 namespace zero::cuda {
 

@@ -4,7 +4,7 @@
 //
 // bf16 and fp16 are stored as raw 16-bit patterns, as on the CPU. fp32 -> bf16
 // is integer round-to-nearest-even with NaNs kept quiet, bit for bit the
-// float_to_bf16() of runtime/core/dtype.h (CUDA's __float2bfloat16_rn rounds
+// float_to_bf16() of core/dtype.h (CUDA's __float2bfloat16_rn rounds
 // the same way but returns a different NaN pattern). fp32 -> fp16 is
 // __float2half_rn (IEEE round to nearest even, overflow to inf).
 //
@@ -18,8 +18,8 @@
 
 #include <cstdint>
 
+#include "core/dtype.h"
 #include "kernels/cuda/cuda_check.h"
-#include "runtime/core/dtype.h"
 
 namespace zero::cuda {
 

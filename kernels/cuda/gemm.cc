@@ -3,9 +3,9 @@
 
 #include <climits>
 
+#include "kernels/backend.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
-#include "runtime/backend/backend.h"
 
 namespace zero::cuda {
 

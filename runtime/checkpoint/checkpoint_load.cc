@@ -6,8 +6,8 @@
 #include <set>
 
 #include "absl/strings/str_format.h"
-#include "runtime/base/status.h"
-#include "runtime/base/strings.h"
+#include "core/status.h"
+#include "core/strings.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/crc32c.h"
 #include "runtime/checkpoint/file_io.h"

@@ -11,8 +11,8 @@
 #include <cstring>
 #include <filesystem>
 
-#include "runtime/base/status.h"
-#include "runtime/base/strings.h"
+#include "core/status.h"
+#include "core/strings.h"
 
 namespace zero {
 

@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/tensor.h"
 #include "runtime/config/json_file.h"
-#include "runtime/core/tensor.h"
 #include "runtime/engine/engine.h"
 
 namespace zero {

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "runtime/core/dtype.h"
+#include "core/dtype.h"
 #include "runtime/engine/engine.h"
 
 namespace zero {

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "runtime/base/strings.h"
+#include "core/strings.h"
 
 namespace zero {
 
@@ -187,10 +187,15 @@ std::string ConfigReader::get_string(std::string_view key, const std::string& de
 
 std::string ConfigReader::get_choice(std::string_view key, const std::string& def,
                                      std::initializer_list<std::string_view> choices) {
+  return get_choice(key, def, std::vector<std::string>(choices.begin(), choices.end()));
+}
+
+std::string ConfigReader::get_choice(std::string_view key, const std::string& def,
+                                     const std::vector<std::string>& choices) {
   std::string out = get_string(key, def);
   if (std::find(choices.begin(), choices.end(), out) != choices.end()) return out;
   std::string list;
-  for (std::string_view c : choices) list += cat(list.empty() ? "" : ", ", "\"", c, "\"");
+  for (const std::string& c : choices) list += cat(list.empty() ? "" : ", ", "\"", c, "\"");
   error(key, cat("\"", out, "\" is not one of ", list));
   return def;
 }

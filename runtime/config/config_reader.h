@@ -88,6 +88,7 @@ class ConfigReader {
   // A string from a fixed set; the error lists the choices.
   std::string get_choice(std::string_view key, const std::string& def,
                          std::initializer_list<std::string_view> choices);
+  std::string get_choice(std::string_view key, const std::string& def, const std::vector<std::string>& choices);
   std::vector<double> get_float_list(std::string_view key, const std::vector<double>& def,
                                      size_t expected_size, const NumberRange& range = {});
   // The raw value (null when absent), marking the key as known.

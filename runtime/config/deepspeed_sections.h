@@ -1,29 +1,29 @@
 // Parsers for DeepSpeed's config sections. Each reads every key DeepSpeed
-// defines for its section (with DeepSpeed's current defaults), honours it or
-// refuses it with the key path, the value and the reason, and reports unknown
-// keys with a did-you-mean (ConfigReader::finish).
+// defines for its section through its declaration (config_schema.h: type,
+// DeepSpeed's current default, bounds, or refused with its reason), applies
+// the rules that join keys, and reports unknown keys with a did-you-mean
+// (ConfigReader::finish).
 #pragma once
 
-#include "offload/aio_config.h"
 #include "runtime/config/config_reader.h"
-#include "runtime/engine/engine_config.h"
+#include "runtime/config/run_config.h"
 
 namespace zero {
 
 // "optimizer": {"type", "params": {...}, "legacy_fusion"}
-void parse_optimizer_section(ConfigReader r, OptimizerConfig& out);
+void parse_optimizer_section(ConfigReader r, RunConfig& out);
 // "scheduler": {"type", "params": {...}}
-void parse_scheduler_section(ConfigReader r, SchedulerConfig& out);
+void parse_scheduler_section(ConfigReader r, RunConfig& out);
 // "fp16", "bf16" (or legacy "bfloat16"), "data_types", "amp", "torch_autocast"
-void parse_precision_sections(ConfigReader& root, EngineConfig& out);
+void parse_precision_sections(ConfigReader& root, RunConfig& out);
 // "zero_optimization" with its offload subsections and deprecated aliases
-void parse_zero_section(ConfigReader& root, ZeroConfig& out);
+void parse_zero_section(ConfigReader& root, RunConfig& out);
 // "aio"
-void parse_aio_section(ConfigReader r, AioConfig& out);
+void parse_aio_section(ConfigReader r, RunConfig& out);
 // "activation_checkpointing"
-void parse_activation_checkpointing_section(ConfigReader r, ActivationCheckpointingConfig& out);
+void parse_activation_checkpointing_section(ConfigReader r, RunConfig& out);
 // "checkpoint"
-void parse_checkpoint_section(ConfigReader r);
+void parse_checkpoint_section(ConfigReader r, RunConfig& out);
 // DeepSpeed features ZeroEngine does not have (monitors, profilers,
 // autotuning, pipeline, ...): accepted when absent or disabled, refused when
 // enabled, each with its reason.

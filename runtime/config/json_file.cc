@@ -7,7 +7,7 @@
 #include <sstream>
 #include <vector>
 
-#include "runtime/base/strings.h"
+#include "core/strings.h"
 
 namespace zero {
 

@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "runtime/base/strings.h"
+#include "core/strings.h"
 
 namespace zero {
 

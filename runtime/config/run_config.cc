@@ -4,59 +4,37 @@
 #include <optional>
 #include <set>
 
-#include "runtime/base/strings.h"
-#include "runtime/base/status.h"
+#include "core/status.h"
+#include "core/strings.h"
 #include "runtime/config/config_reader.h"
+#include "runtime/config/config_schema.h"
 #include "runtime/config/deepspeed_sections.h"
 
 namespace zero {
 
 namespace {
 
-void parse_model(ConfigReader r, ModelSection& m) {
-  m.type = r.get_choice("type", "gpt", {"gpt"});
-  GptConfig& g = m.gpt;
-  // Bounds far beyond any model trained today, so that every size derived
-  // from them (parameters, activations) fits 64 bits; whether a model fits
-  // this machine is the memory preflight's question (runtime/config/memory_preflight.h).
-  g.n_layer = r.get_int("n_layer", g.n_layer, 1, 100000);
-  g.n_head = r.get_int("n_head", g.n_head, 1, 65536);
-  g.d_model = r.get_int("d_model", g.d_model, 1, int64_t{1} << 20);
-  g.vocab_size = r.get_int("vocab_size", g.vocab_size, 1, INT32_MAX);  // token ids are int32
-  g.seq_len = r.get_int("seq_len", g.seq_len, 1, int64_t{1} << 24);
-  g.dropout = static_cast<float>(r.get_float("dropout", g.dropout, NumberRange::unit_open()));
+void parse_model(ConfigReader r, RunConfig& c) {
+  read_declared_keys(r, c);
+  const GptConfig& g = c.model.gpt;
   if (g.d_model % g.n_head != 0) {
     r.error("d_model", cat(g.d_model, " is not divisible by n_head ", g.n_head));
   }
   r.finish();
 }
 
-void parse_data(ConfigReader r, DataSection& d) {
-  d.format = r.get_choice("format", d.format, {"text", "llmc"});
-  d.path = r.get_string("path", d.path);
-  d.seed = static_cast<uint64_t>(r.get_int("seed", static_cast<int64_t>(d.seed), 0));
-  r.finish();
-}
-
-void parse_run(ConfigReader r, RunSection& run, uint64_t& seed) {
-  run.steps = r.get_int("steps", run.steps, 0, int64_t{1} << 40);
-  run.metrics = r.get_string("metrics", run.metrics);
-  run.save_dir = r.get_string("save_dir", run.save_dir);
-  run.save_every = r.get_int("save_every", run.save_every, 0);
-  run.keep = r.get_int("keep", run.keep, 0);
+void parse_run(ConfigReader r, RunConfig& c) {
+  read_declared_keys(r, c);
+  RunSection& run = c.run;
   // "auto" is a value here (the newest checkpoint), not DeepSpeed's "use the default".
   const Json& resume = r.get_raw("resume");
   if (resume.is_string()) run.resume = resume.get<std::string>();
   else if (!resume.is_null()) r.error("resume", cat("expected a directory or \"auto\", got ", resume.dump()));
   r.set_effective("resume", run.resume);
-  run.init_from = r.get_string("init_from", run.init_from);
   if (run.resume == "auto" && run.save_dir.empty()) r.error("resume", "\"auto\" needs run.save_dir (--save-dir)");
   if (!run.resume.empty() && !run.init_from.empty()) {
     r.error("init_from", "and run.resume both set: a resumed run takes its weights from the checkpoint");
   }
-  seed = static_cast<uint64_t>(r.get_int("seed", static_cast<int64_t>(seed), 0));
-  run.backend = r.get_choice("backend", run.backend, {"cpu", "cuda"});
-  run.nonfinite_steps_allowed = r.get_int("nonfinite_steps_allowed", run.nonfinite_steps_allowed, 0, INT32_MAX);
   r.finish();
 }
 
@@ -143,34 +121,6 @@ absl::Status resolve_batch(ConfigReader& r, int world, RunConfig& out) {
   return absl::OkStatus();
 }
 
-// Top-level DeepSpeed scalars other than the batch triple.
-void parse_top_level(ConfigReader& root, RunConfig& out) {
-  // 0 disables clipping.
-  out.engine.gradient_clipping = static_cast<float>(root.get_float("gradient_clipping", 1.0, NumberRange::at_least(0.0)));
-  const Json& spp = root.get_raw("steps_per_print");
-  if (!spp.is_null()) out.steps_per_print = root.get_int("steps_per_print", 10, 1);
-  else root.set_effective("steps_per_print", out.steps_per_print);
-  out.wall_clock_breakdown = root.get_bool("wall_clock_breakdown", false);
-  out.memory_breakdown = root.get_bool("memory_breakdown", false);
-  out.dump_state = root.get_bool("dump_state", false);
-  root.mark_known("communication_data_type");  // checked against the gradient dtype below
-  // Our optimizers are the ones DeepSpeed's ZeRO whitelist covers (Adam/AdamW
-  // and, through zero_allow_untested_optimizer, SGD): both flags hold.
-  root.get_bool("zero_allow_untested_optimizer", false);
-  root.get_bool("zero_force_ds_cpu_optimizer", true);
-  // Windows are sampled, never partial: there is no last batch to drop.
-  root.get_bool("dataloader_drop_last", false);
-  root.refuse_unless("managed_gradient_accumulation", true,
-                     "the engine decides the accumulation boundary from gradient_accumulation_steps");
-  root.refuse_unless("sparse_gradients", false, "gradients are dense");
-  root.refuse_unless("disable_allgather", false, "the all-gather after the optimizer step is required");
-  root.refuse_unless("seq_parallel_communication_data_type", "fp32", "there is no sequence parallelism");
-  root.refuse_unless("sequence_parallel_size", 1, "there is no sequence parallelism");
-  root.refuse_unless("graph_harvesting", false, "there are no CUDA graphs");
-  root.refuse_unless("use_data_before_expert_parallelism", false, "there is no expert parallelism");
-  root.refuse_unless("log_level", "info", "ZeroEngine's log has one level");
-}
-
 }  // namespace
 
 absl::StatusOr<RunConfig> parse_run_config(const Json& config, const ConfigOptions& options) {
@@ -181,26 +131,28 @@ absl::StatusOr<RunConfig> parse_run_config(const Json& config, const ConfigOptio
   RunConfig out;
   out.world_size = options.world_size;
 
-  parse_model(root.section("model"), out.model);
-  parse_data(root.section("data"), out.data);
-  parse_run(root.section("run"), out.run, out.engine.seed);
+  parse_model(root.section("model"), out);
+  ConfigReader data = root.section("data");
+  read_declared_keys(data, out);
+  data.finish();
+  parse_run(root.section("run"), out);
   ZE_RETURN_IF_ERROR(resolve_batch(root, options.world_size, out));
-  parse_top_level(root, out);
-  const bool prescale = root.get_bool("prescale_gradients", false);
-  const double predivide = root.get_float("gradient_predivide_factor", 1.0, NumberRange::above(0.0));
-  const bool sum_op = root.get_choice("gradient_allreduce_op", "mean", {"mean", "sum"}) == "sum";
+  read_declared_keys(root, out);
+  const bool prescale = out.switches.prescale_gradients;
+  const double predivide = out.switches.gradient_predivide_factor;
+  const bool sum_op = out.switches.gradient_allreduce_op == "sum";
   // DeepSpeed reads these sections with dict lookups: unknown keys there are
   // ignored (but not in their params, which go to constructors as kwargs).
-  parse_optimizer_section(root.section("optimizer", UnknownKeys::kWarnUnlessNearMiss), out.engine.optimizer);
-  parse_scheduler_section(root.section("scheduler", UnknownKeys::kWarnUnlessNearMiss), out.engine.scheduler);
-  parse_precision_sections(root, out.engine);
-  parse_zero_section(root, out.engine.zero);
+  parse_optimizer_section(root.section("optimizer", UnknownKeys::kWarnUnlessNearMiss), out);
+  parse_scheduler_section(root.section("scheduler", UnknownKeys::kWarnUnlessNearMiss), out);
+  parse_precision_sections(root, out);
+  parse_zero_section(root, out);
   // DeepSpeed's gradient averaging: divide by the data-parallel size before
   // communicating (or by gradient_predivide_factor with prescale_gradients,
   // the rest after); "sum" does not average.
   const ZeroConfig& z = out.engine.zero;
-  if (!root.get_raw("communication_data_type").is_null()) {
-    const std::string comm = root.get_choice("communication_data_type", "fp32", {"fp32", "fp16", "bf16"});
+  if (!out.switches.communication_data_type.empty()) {
+    const std::string& comm = out.switches.communication_data_type;
     const std::string grad(dtype_name(out.engine.gradient_dtype()));
     if (comm != grad) {
       root.error("communication_data_type",
@@ -228,10 +180,10 @@ absl::StatusOr<RunConfig> parse_run_config(const Json& config, const ConfigOptio
   } else {
     out.engine.pre_divide = world;
   }
-  parse_aio_section(root.section("aio", UnknownKeys::kWarnUnlessNearMiss), out.engine.aio);
+  parse_aio_section(root.section("aio", UnknownKeys::kWarnUnlessNearMiss), out);
   parse_activation_checkpointing_section(root.section("activation_checkpointing", UnknownKeys::kWarnUnlessNearMiss),
-                                         out.engine.activation_checkpointing);
-  parse_checkpoint_section(root.section("checkpoint", UnknownKeys::kWarnUnlessNearMiss));
+                                         out);
+  parse_checkpoint_section(root.section("checkpoint", UnknownKeys::kWarnUnlessNearMiss), out);
   parse_unsupported_feature_sections(root);
   root.finish();
   ZE_RETURN_IF_ERROR(diag.status());

@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "graph/gpt.h"
 #include "runtime/config/json_file.h"
 #include "runtime/engine/engine_config.h"
-#include "runtime/graph/gpt.h"
 
 namespace zero {
 
@@ -43,11 +43,30 @@ struct RunSection {
   int64_t nonfinite_steps_allowed = 0;
 };
 
+// What the keys that no single engine field holds say, before
+// parse_run_config's rules turn them into EngineConfig: the model dtype and
+// the master precision (fp16, bf16), the gradient averaging, the
+// communication dtype.
+struct ConfigSwitches {
+  bool fp16 = false, bf16 = false;
+  bool bf16_check_grad_overflow = true;  // DeepSpeed >= 0.19.3
+  bool bf16_master_weights_and_grads = false, bf16_optimizer_states = false;
+  bool fp16_master_weights_and_grads = false;
+  double loss_scale = 0.0;  // 0: dynamic
+  bool prescale_gradients = false;
+  double gradient_predivide_factor = 1.0;
+  std::string gradient_allreduce_op = "mean";
+  std::string grad_accum_dtype;         // "": the model dtype
+  std::string communication_data_type;  // "": the gradient dtype
+  std::string tag_validation = "WARN";
+};
+
 struct RunConfig {
   ModelSection model;
   DataSection data;
   RunSection run;
   EngineConfig engine;
+  ConfigSwitches switches;
   int world_size = 1;
   int64_t train_batch_size = 0;  // global: micro x accumulation x world
   int64_t steps_per_print = 10;  // DeepSpeed's default is None (no progress log); ours prints every 10

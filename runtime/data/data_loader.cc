@@ -3,9 +3,9 @@
 
 #include <algorithm>
 
-#include "runtime/base/hash.h"
-#include "runtime/base/status.h"
-#include "runtime/base/strings.h"
+#include "core/hash.h"
+#include "core/status.h"
+#include "core/strings.h"
 
 namespace zero {
 

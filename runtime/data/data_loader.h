@@ -6,7 +6,7 @@
 // batch b instead of one rank at N*b, sees exactly the same samples.
 //
 // DeepSpeed's global-batch order: at optimizer step s, micro-step j of G,
-// data-parallel rank r of W (runtime/comm/device_mesh.h), micro-batch row i
+// data-parallel rank r of W (comm/device_mesh.h), micro-batch row i
 // of b:  g = ((s*G + j)*W + r)*b + i.
 #pragma once
 

@@ -13,8 +13,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "runtime/base/status.h"
-#include "runtime/base/strings.h"
+#include "core/status.h"
+#include "core/strings.h"
 
 namespace zero {
 

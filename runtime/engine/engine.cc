@@ -4,8 +4,8 @@
 #include <chrono>
 #include <cmath>
 
-#include "runtime/base/status.h"
-#include "runtime/base/strings.h"
+#include "core/status.h"
+#include "core/strings.h"
 #include "zero/state_buffers.h"
 
 namespace zero {
@@ -62,7 +62,8 @@ Engine::Engine(std::unique_ptr<Module> model, const EngineConfig& config, Backen
       mesh_(&mesh),
       ctx_(backend, config.param_dtype),
       scaler_(config.loss_scaler),
-      scheduler_(config.scheduler, config.optimizer.lr, /*momentum_capable=*/config.optimizer.type != "SGD") {}
+      scheduler_(config.scheduler, config.optimizer.lr, 
+                 /*momentum_capable=*/config.optimizer.type != OptimizerType::kSGD) {}
 
 Engine::~Engine() {
   ctx_.clear();

@@ -17,11 +17,11 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "runtime/comm/communicator.h"
-#include "runtime/comm/device_mesh.h"
+#include "comm/communicator.h"
+#include "comm/device_mesh.h"
+#include "graph/context.h"
+#include "kernels/optimizer.h"
 #include "runtime/engine/engine_config.h"
-#include "runtime/engine/optimizer.h"
-#include "runtime/graph/context.h"
 #include "zero/model_state.h"
 
 namespace zero {
@@ -75,7 +75,7 @@ class Engine {
   // nullptr means a single process.
   static absl::StatusOr<std::unique_ptr<Engine>> create(std::unique_ptr<Module> model, const EngineConfig& config,
                                                         Backend& backend, Communicator* comm = nullptr);
-  // On a device mesh (runtime/comm/device_mesh.h), which must outlive the
+  // On a device mesh (comm/device_mesh.h), which must outlive the
   // engine: ZeRO shards over its data group and samples are drawn by the
   // data-parallel rank. Tensor and pipeline groups of more than one rank are
   // refused until the layers that use them exist.

@@ -6,12 +6,12 @@
 #include <cstdint>
 #include <optional>
 
+#include "core/dtype.h"
+#include "core/memory_tracker.h"
+#include "kernels/optimizer.h"
 #include "offload/aio_config.h"
-#include "runtime/core/dtype.h"
-#include "runtime/core/memory_tracker.h"
 #include "runtime/engine/loss_scaler.h"
 #include "runtime/engine/lr_scheduler.h"
-#include "runtime/engine/optimizer.h"
 #include "zero/zero_config.h"
 
 namespace zero {
@@ -71,7 +71,7 @@ struct EngineConfig {
   // (zero/host_step.h: the optimizer on a host backend of its own, gradients
   // and weights copied through pinned staging) and activation_checkpointing.
   // cpu_checkpointing (segment inputs copied out to a host backend of their
-  // own and back for recompute; runtime/graph/context.h). Without it these
+  // own and back for recompute; graph/context.h). Without it these
   // keys on the CPU backend move nothing (everything is in host memory
   // already). The memory planner follows it too. No config key sets it.
   bool force_offload_path = false;

@@ -41,22 +41,40 @@ double LrScheduler::one_cycle_scale() const {
   return scale;
 }
 
+std::string_view scheduler_type_name(SchedulerType type) {
+  switch (type) {
+    case SchedulerType::kNone:
+      return "none";
+    case SchedulerType::kWarmupLR:
+      return "WarmupLR";
+    case SchedulerType::kWarmupDecayLR:
+      return "WarmupDecayLR";
+    case SchedulerType::kWarmupCosineLR:
+      return "WarmupCosineLR";
+    case SchedulerType::kOneCycle:
+      return "OneCycle";
+    case SchedulerType::kLRRangeTest:
+      return "LRRangeTest";
+  }
+  return "?";
+}
+
 double LrScheduler::lr() const {
-  const std::string& type = c_.type;
-  if (type.empty()) return base_lr_;
-  if (type == "WarmupLR" || type == "WarmupDecayLR") {
-    const double max_lr = c_.warmup_max_lr.value_or(type == "WarmupLR" ? base_lr_ : 0.001);
+  const SchedulerType type = c_.type;
+  if (type == SchedulerType::kNone) return base_lr_;
+  if (type == SchedulerType::kWarmupLR || type == SchedulerType::kWarmupDecayLR) {
+    const double max_lr = c_.warmup_max_lr.value_or(type == SchedulerType::kWarmupLR ? base_lr_ : 0.001);
     if (t_ < 0) return c_.warmup_min_lr;
     const int64_t n = std::max<int64_t>(2, c_.warmup_num_steps);
     double gamma;
     if (t_ < n) gamma = warmup_gamma(n);
-    else if (type == "WarmupLR") gamma = 1.0;
+    else if (type == SchedulerType::kWarmupLR) gamma = 1.0;
     else
       gamma = std::max(0.0, static_cast<double>(c_.total_num_steps - t_) /
                                 std::max(1.0, static_cast<double>(c_.total_num_steps - n)));
     return c_.warmup_min_lr + (max_lr - c_.warmup_min_lr) * gamma;
   }
-  if (type == "WarmupCosineLR") {
+  if (type == SchedulerType::kWarmupCosineLR) {
     if (t_ < 0) return 0.0;
     const int64_t n = std::max<int64_t>(2, c_.warmup_num_steps);
     double ratio;
@@ -70,7 +88,7 @@ double LrScheduler::lr() const {
     }
     return base_lr_ * ratio;
   }
-  if (type == "OneCycle") {
+  if (type == SchedulerType::kOneCycle) {
     if (t_ < 0) return c_.cycle_min_lr;  // set at construction
     const double total = c_.cycle_first_step_size + c_.cycle_second_step_size.value_or(c_.cycle_first_step_size);
     if (static_cast<double>(t_) < total) {
@@ -80,7 +98,7 @@ double LrScheduler::lr() const {
     const double interval = (static_cast<double>(t_) - total + 1.0) / c_.decay_step_size;
     return c_.cycle_min_lr / (1.0 + c_.decay_lr_rate * interval);
   }
-  if (type == "LRRangeTest") {
+  if (type == SchedulerType::kLRRangeTest) {
     if (t_ < 0) return c_.lr_range_test_min_lr;
     double interval = static_cast<double>(t_ + 1) / static_cast<double>(c_.lr_range_test_step_size);
     if (c_.lr_range_test_staircase) interval = std::floor(interval);
@@ -90,7 +108,7 @@ double LrScheduler::lr() const {
 }
 
 std::optional<std::pair<double, double>> LrScheduler::betas() const {
-  if (c_.type != "OneCycle" || !momentum_) return std::nullopt;
+  if (c_.type != SchedulerType::kOneCycle || !momentum_) return std::nullopt;
   if (t_ < 0) return std::make_pair(c_.cycle_min_mom, 0.99);
   const double total = c_.cycle_first_step_size + c_.cycle_second_step_size.value_or(c_.cycle_first_step_size);
   if (static_cast<double>(t_) < total) {

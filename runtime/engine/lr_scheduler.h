@@ -23,11 +23,18 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace zero {
 
+// DeepSpeed's schedules, by its names (scheduler.type); kNone: the
+// optimizer's lr throughout.
+enum class SchedulerType { kNone, kWarmupLR, kWarmupDecayLR, kWarmupCosineLR, kOneCycle, kLRRangeTest };
+// "WarmupLR", ...; "none" for kNone.
+std::string_view scheduler_type_name(SchedulerType type);
+
 struct SchedulerConfig {
-  std::string type;  // "" (constant lr), WarmupLR, WarmupDecayLR, WarmupCosineLR, OneCycle, LRRangeTest
+  SchedulerType type = SchedulerType::kNone;
 
   // WarmupLR, WarmupDecayLR (and warmup_num_steps/warmup_type for WarmupCosineLR)
   double warmup_min_lr = 0.0;

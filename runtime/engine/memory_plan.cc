@@ -4,10 +4,10 @@
 #include <memory>
 
 #include "absl/strings/str_format.h"
-#include "runtime/backend/dry_run_backend.h"
-#include "runtime/base/status.h"
-#include "runtime/base/strings.h"
-#include "runtime/comm/dry_run_communicator.h"
+#include "comm/dry_run_communicator.h"
+#include "core/status.h"
+#include "core/strings.h"
+#include "kernels/dry_run/dry_run_backend.h"
 #include "runtime/engine/engine.h"
 #include "zero/host_step.h"
 

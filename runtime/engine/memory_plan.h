@@ -1,14 +1,14 @@
 // The memory planner: per rank, per category and per tier, the peak bytes a
-// run will hold in the tracking allocator (runtime/core/memory_tracker.h),
+// run will hold in the tracking allocator (core/memory_tracker.h),
 // known before anything is allocated. zero-estimate prints it, zero-train's
 // preflight checks it against the machine, the tests hold it to the measured
 // peaks.
 //
 // The plan is not a model of the engine: it is the engine. plan_memory()
 // builds the real Engine for the real model and config on a dry-run backend
-// (runtime/backend/dry_run_backend.h: allocations tracked, nothing touched,
+// (kernels/dry_run/dry_run_backend.h: allocations tracked, nothing touched,
 // ops and copies do nothing) and a dry-run communicator playing rank r of W
-// (runtime/comm/dry_run_communicator.h), skips parameter initialisation, runs
+// (comm/dry_run_communicator.h), skips parameter initialisation, runs
 // the real step path (forward, backward, step per micro-batch) for
 // `optimizer_steps` optimizer steps, and reads the dry run's tracker. So the
 // plan follows every layout, bucket, prefetch, swap and recompute rule by
@@ -25,9 +25,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "runtime/core/memory_tracker.h"
+#include "core/memory_tracker.h"
+#include "graph/gpt.h"
 #include "runtime/engine/engine_config.h"
-#include "runtime/graph/gpt.h"
 
 namespace zero {
 

@@ -3,10 +3,10 @@
 
 #include <cstdlib>
 
-#include "runtime/backend/cpu_backend.h"
-#include "runtime/base/check.h"
-#include "runtime/base/status.h"
-#include "runtime/base/strings.h"
+#include "core/check.h"
+#include "core/status.h"
+#include "core/strings.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "zero/host_step.h"
 
 // CMake defines both, to 0 or 1 (runtime/CMakeLists.txt).
@@ -18,10 +18,10 @@
 #endif
 
 #if ZE_WITH_CUDA
-#include "runtime/backend/cuda_backend.h"
+#include "kernels/cuda/cuda_backend.h"
 #endif
 #if ZE_WITH_NCCL
-#include "runtime/comm/nccl_communicator.h"
+#include "comm/nccl_communicator.h"
 #endif
 
 namespace zero {
@@ -39,7 +39,7 @@ absl::Status check_backend_supports(const RunConfig& c) {
   // offload "cpu" is ZeRO-Offload and "nvme" ZeRO-Infinity, both through the
   // host step (zero/host_step.h); check_offload refuses what it does not run.
   // activation_checkpointing.cpu_checkpointing keeps segment inputs in pinned
-  // host memory (runtime/graph/context.h).
+  // host memory (graph/context.h).
   return check_offload(z, host_offload_for(z, Tier::kDevice, /*forced=*/false));
 }
 

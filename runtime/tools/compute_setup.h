@@ -17,8 +17,8 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
-#include "runtime/backend/backend.h"
-#include "runtime/comm/communicator.h"
+#include "comm/communicator.h"
+#include "kernels/backend.h"
 #include "runtime/config/run_config.h"
 
 namespace zero {

@@ -5,7 +5,7 @@
 
 #include <filesystem>
 
-#include "runtime/base/strings.h"
+#include "core/strings.h"
 
 namespace zero {
 

@@ -11,15 +11,15 @@
 #include <sstream>
 
 #include "absl/strings/str_format.h"
+#include "core/signals.h"
+#include "core/status.h"
+#include "core/strings.h"
 #include "kernels/cpu/simd_kernels.h"
-#include "runtime/base/signals.h"
-#include "runtime/base/status.h"
-#include "runtime/base/strings.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/data/data_loader.h"
 #include "runtime/engine/engine.h"
-#include "runtime/engine/progress.h"
+#include "runtime/tools/progress.h"
 
 namespace zero {
 
@@ -71,7 +71,7 @@ absl::StatusOr<int> run_training(const RunConfig& c, Backend& backend, Communica
     out << absl::StrFormat("backend: %s; communicator: %s\n", backend.description(), comm.name());
   }
   const OptimizerPrecision& precision = c.engine.optimizer_precision;
-  out << absl::StrFormat("optimizer: %s lr %g, clipping %g%s; %d steps\n", c.engine.optimizer.type,
+  out << absl::StrFormat("optimizer: %s lr %g, clipping %g%s; %d steps\n", optimizer_type_name(c.engine.optimizer.type),
                          c.engine.optimizer.lr, c.engine.gradient_clipping,
                          precision.narrow() ? absl::StrFormat("; %s master weights, %s states",
                                                               dtype_name(precision.master), dtype_name(precision.states))
@@ -111,7 +111,9 @@ absl::StatusOr<int> run_training(const RunConfig& c, Backend& backend, Communica
                            c.engine.loss_scaler.initial_scale_power, c.engine.loss_scaler.scale_window,
                            c.engine.loss_scaler.hysteresis, c.engine.loss_scaler.min_scale);
   }
-  if (!c.engine.scheduler.type.empty()) out << "scheduler: " << c.engine.scheduler.type << "\n";
+  if (c.engine.scheduler.type != SchedulerType::kNone) {
+    out << "scheduler: " << scheduler_type_name(c.engine.scheduler.type) << "\n";
+  }
   if (engine->num_checkpoint_segments() > 0) {
     out << "activation checkpointing: " << g.n_layer << " blocks in " << engine->num_checkpoint_segments()
         << " segments (each keeps its input; backward recomputes it)\n";

@@ -5,15 +5,15 @@
 #include <ostream>
 
 #include "absl/status/statusor.h"
-#include "runtime/backend/backend.h"
-#include "runtime/comm/communicator.h"
+#include "comm/communicator.h"
+#include "kernels/backend.h"
 #include "runtime/config/run_config.h"
 
 namespace zero {
 
 // Every rank runs this; only rank 0 writes progress and metrics to `out`.
 // Returns 0 when the run did its steps, or the signal that stopped it at a
-// step boundary (runtime/base/signals.h: every rank stops at the same step).
+// step boundary (core/signals.h: every rank stops at the same step).
 absl::StatusOr<int> run_training(const RunConfig& config, Backend& backend, Communicator& comm, std::ostream& out);
 
 }  // namespace zero

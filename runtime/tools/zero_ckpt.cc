@@ -13,10 +13,10 @@
 #include <string>
 
 #include "absl/strings/str_format.h"
+#include "core/memory_tracker.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/file_io.h"
 #include "runtime/checkpoint/safetensors.h"
-#include "runtime/core/memory_tracker.h"
 
 namespace {
 

@@ -17,10 +17,10 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "runtime/base/strings.h"
-#include "runtime/config/run_config.h"
+#include "core/strings.h"
 #include "runtime/config/memory_preflight.h"
-#include "zero/model_state_bytes.h"
+#include "runtime/config/run_config.h"
+#include "runtime/engine/model_state_bytes.h"
 
 namespace {
 
@@ -92,7 +92,7 @@ int params_mode(const Args& a) {
   zero::EngineConfig e;
   e.param_dtype = a.dtype;
   if (a.optimizer == "sgd" || a.optimizer == "sgd-momentum") {
-    e.optimizer.type = "SGD";
+    e.optimizer.type = zero::OptimizerType::kSGD;
     e.optimizer.momentum = a.optimizer == "sgd" ? 0.0f : 0.9f;
   }
   const zero::ModelStateFactors f0 = zero::model_state_factors(e);
@@ -210,7 +210,7 @@ int config_mode(const Args& a) {
               static_cast<long long>(e.micro_batch_size), static_cast<long long>(e.gradient_accumulation_steps), world,
               world == 1 ? "" : "s", e.zero.stage, e.zero.overlap_comm ? " (overlap_comm)" : "",
               std::string(zero::dtype_name(e.param_dtype)).c_str(),
-              std::string(zero::dtype_name(e.gradient_dtype())).c_str(), e.optimizer.type.c_str(),
+              std::string(zero::dtype_name(e.gradient_dtype())).c_str(), std::string(zero::optimizer_type_name(e.optimizer.type)).c_str(),
               plan.checkpoint_segments > 0 ? zero::cat(plan.checkpoint_segments, " segments").c_str() : "off",
               e.zero.offload_optimizer.device == zero::OffloadDevice::kNvme ? "; optimizer state on NVMe"
               : e.zero.offload_optimizer.device == zero::OffloadDevice::kCpu && a.tier != zero::Tier::kHost

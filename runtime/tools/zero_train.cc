@@ -17,14 +17,14 @@
 #include <string>
 #include <vector>
 
-#include "runtime/base/signals.h"
-#include "runtime/base/strings.h"
-#include "runtime/comm/communicator.h"
+#include "comm/communicator.h"
+#include "core/signals.h"
+#include "core/strings.h"
+#include "runtime/config/memory_preflight.h"
 #include "runtime/config/run_config.h"
 #include "runtime/tools/compute_setup.h"
 #include "runtime/tools/path_preflight.h"
 #include "runtime/tools/train_loop.h"
-#include "runtime/config/memory_preflight.h"
 
 namespace {
 
@@ -114,7 +114,7 @@ int main(int argc, char** argv) {
   }
   const int rank = (*comm)->rank(), world = (*comm)->world_size();
   // SIGINT/SIGTERM: stop at the next step boundary, swap files removed at once
-  // (runtime/base/signals.h).
+  // (core/signals.h).
   zero::install_signal_handlers(rank);
   zero::enable_graceful_stop();
   auto fail = [&](int code, const absl::Status& s) {

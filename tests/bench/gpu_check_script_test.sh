@@ -95,7 +95,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 if [ "$mb" -gt 16 ]; then
-  echo "check failed: runtime/backend/backend.cc:36: out of device memory allocating 6.1 GiB for activations" >&2
+  echo "check failed: kernels/backend.cc:36: out of device memory allocating 6.1 GiB for activations" >&2
   exit 134
 fi
 for i in $(seq 1 "$steps"); do

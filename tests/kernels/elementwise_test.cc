@@ -7,7 +7,7 @@
 // Tolerances:
 //  * add, accumulate, scale, fill and cast do one fp32 operation and one
 //    rounding per element, so they are compared bit for bit with the same
-//    operation written as a scalar loop over runtime/core/dtype.h's helpers.
+//    operation written as a scalar loop over core/dtype.h's helpers.
 //  * bias_backward vs reference::numeric_vjp (central differences in double):
 //    1e-4 relative to the max-norm; a 16-bit dbias adds one rounding (u =
 //    2^-8 for bf16) per call. The long-column case is checked against a double

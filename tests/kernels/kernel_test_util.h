@@ -23,10 +23,10 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
+#include "core/tensor.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "kernels/ops.h"
-#include "runtime/backend/cpu_backend.h"
-#include "runtime/core/dtype.h"
-#include "runtime/core/tensor.h"
 #include "tests/reference/reference_ops.h"
 
 namespace zero {

@@ -1,7 +1,7 @@
 // The SIMD kernel tables themselves (cpu::simd_kernels_for("avx512"/"avx2")),
 // called directly so both ISAs are tested on a machine that has both; a table
 // the CPU cannot run is skipped.
-//  * Casts agree bit for bit with runtime/core/dtype.h's scalar conversions
+//  * Casts agree bit for bit with core/dtype.h's scalar conversions
 //    (the reference the kernels promise to match) over round-to-even ties,
 //    denormals, overflow, +/-inf, NaNs (which must stay NaN) and random bit
 //    patterns; widening casts for all 65536 16-bit patterns.

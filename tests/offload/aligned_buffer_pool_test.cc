@@ -5,7 +5,7 @@
 
 #include <set>
 
-#include "runtime/backend/cpu_backend.h"
+#include "kernels/cpu/cpu_backend.h"
 
 namespace zero {
 namespace {

@@ -17,9 +17,9 @@
 #include <memory>
 #include <string>
 
+#include "kernels/cpu/cpu_backend.h"
 #include "offload/aligned_buffer_pool.h"
 #include "offload/io_engine.h"
-#include "runtime/backend/cpu_backend.h"
 #include "tests/offload/offload_test_util.h"
 
 namespace zero {

@@ -14,8 +14,8 @@
 #include <memory>
 #include <vector>
 
+#include "kernels/cpu/cpu_backend.h"
 #include "offload/aligned_buffer_pool.h"
-#include "runtime/backend/cpu_backend.h"
 #include "tests/offload/offload_test_util.h"
 
 namespace zero {

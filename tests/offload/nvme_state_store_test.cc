@@ -12,9 +12,9 @@
 #include <filesystem>
 #include <numeric>
 
+#include "core/memory_tracker.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "offload/nvme_state_store.h"
-#include "runtime/backend/cpu_backend.h"
-#include "runtime/core/memory_tracker.h"
 #include "tests/offload/offload_test_util.h"
 
 namespace zero {

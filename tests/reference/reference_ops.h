@@ -32,7 +32,7 @@ Vec cross_entropy(const Vec& logits, const std::vector<int32_t>& targets, int64_
 Vec numeric_vjp(const std::function<Vec(const Vec&)>& f, const Vec& x, const Vec& dy,
                 double h = 1e-6);
 
-// GPT-2 forward in double (the structure of runtime/graph/gpt.h): token and
+// GPT-2 forward in double (the structure of graph/gpt.h): token and
 // position embeddings, pre-LN blocks (attention, GELU MLP), final LN, LM head
 // tied to the token embedding. Returns the mean cross-entropy over B*T.
 // dropout > 0: GPT-2's dropout sites with the masks of kernels/dropout_mask.h

@@ -20,11 +20,11 @@
 #include <filesystem>
 #include <fstream>
 
-#include "runtime/backend/cpu_backend.h"
+#include "graph/gpt.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/engine/engine.h"
-#include "runtime/graph/gpt.h"
 #include "zero/state_buffers.h"
 
 namespace zero {

@@ -31,7 +31,7 @@ TEST(ConfigTest, MinimalConfigGetsDeepSpeedDefaults) {
   EXPECT_EQ(c->train_batch_size, 4);
   EXPECT_FLOAT_EQ(c->engine.gradient_clipping, 1.0f);  // DeepSpeed HEAD default
   EXPECT_EQ(c->engine.param_dtype, DType::kF32);
-  EXPECT_EQ(c->engine.optimizer.type, "AdamW");
+  EXPECT_EQ(c->engine.optimizer.type, OptimizerType::kAdamW);
   EXPECT_EQ(c->effective["gradient_accumulation_steps"], 1);
   EXPECT_EQ(c->effective["model"]["n_layer"], 12);
 }

@@ -25,7 +25,7 @@ const std::vector<Expectation>& expectations() {
       {"zero2_bf16_cpu_offload_zenflow.json", false,
        {"zero_optimization.zenflow: {\"topk_ratio\"", "is not supported (ZenFlow is not implemented)"}},
       {"zero2_cpu_offload_legacy_actckpt_megatron_gpt2.json", false,
-       {"activation_checkpointing.partition_activations: true is not supported: it splits checkpoints across "
+       {"activation_checkpointing.partition_activations: true is not supported (it splits checkpoints across "
         "tensor-parallel ranks",
         "(warning) zero_optimization.cpu_offload: is deprecated; treated as \"zero_optimization.offload_optimizer\""}},
       {"zero2_fp16_actckpt_megatron_gpt2.json", false,

@@ -7,9 +7,9 @@
 
 #include <vector>
 
-#include "runtime/backend/cpu_backend.h"
+#include "graph/gpt.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "runtime/engine/engine.h"
-#include "runtime/graph/gpt.h"
 #include "tests/testing/faulty_communicator.h"
 
 namespace zero {

@@ -8,9 +8,9 @@
 
 #include <cmath>
 
-#include "runtime/backend/cpu_backend.h"
+#include "graph/gpt.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "runtime/engine/engine.h"
-#include "runtime/graph/gpt.h"
 
 namespace zero {
 namespace {
@@ -44,7 +44,7 @@ TEST(EngineTest, AdamWStepMatchesFormula) {
   CpuBackend backend;
   EngineConfig ec;
   ec.gradient_clipping = 0.0f;
-  ec.optimizer = {.type = "AdamW", .lr = 0.01f, .beta1 = 0.8f, .beta2 = 0.9f, .eps = 1e-6f, .weight_decay = 0.1f};
+  ec.optimizer = {.type = OptimizerType::kAdamW, .lr = 0.01f, .beta1 = 0.8f, .beta2 = 0.9f, .eps = 1e-6f, .weight_decay = 0.1f};
   auto engine = mlp_engine(backend, ec);
   MlpData data(6, 5, 3);
   const auto before = all_master(*engine);
@@ -72,7 +72,7 @@ TEST(EngineTest, ClippingScalesTheUpdateToTheClipNorm) {
   CpuBackend backend;
   EngineConfig ec;
   ec.gradient_clipping = 1e-3f;  // far below the gradient norm, so it bites
-  ec.optimizer = {.type = "SGD", .lr = 1.0f};
+  ec.optimizer = {.type = OptimizerType::kSGD, .lr = 1.0f};
   auto engine = mlp_engine(backend, ec);
   MlpData data(6, 5, 3);
   const auto before = all_master(*engine);

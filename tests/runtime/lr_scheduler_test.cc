@@ -24,7 +24,7 @@ TEST(LrSchedulerTest, NoScheduleKeepsTheOptimizerLr) {
 
 TEST(LrSchedulerTest, WarmupLrLogAndLinear) {
   for (int64_t n : {10, 15, 19, 33}) {  // DeepSpeed's test_lr_schedulers warm-up lengths
-    SchedulerConfig c{.type = "WarmupLR", .warmup_min_lr = 1e-5, .warmup_max_lr = 1e-3, .warmup_num_steps = n};
+    SchedulerConfig c{.type = SchedulerType::kWarmupLR, .warmup_min_lr = 1e-5, .warmup_max_lr = 1e-3, .warmup_num_steps = n};
     LrScheduler s(c, 0.5, true);
     EXPECT_DOUBLE_EQ(lr_at(s, -1), 1e-5);  // before the first step(): min
     EXPECT_DOUBLE_EQ(lr_at(s, 0), 1e-5);   // log(1) = 0
@@ -36,13 +36,13 @@ TEST(LrSchedulerTest, WarmupLrLogAndLinear) {
     EXPECT_NEAR(lr_at(l, 4), 1e-5 + (1e-3 - 1e-5) * 4.0 / double(n), 1e-15);
   }
   // warmup_max_lr unset: the optimizer's lr. warmup_num_steps 1 counts as 2.
-  LrScheduler s({.type = "WarmupLR", .warmup_num_steps = 1, .warmup_type = "linear"}, 0.2, true);
+  LrScheduler s({.type = SchedulerType::kWarmupLR, .warmup_num_steps = 1, .warmup_type = "linear"}, 0.2, true);
   EXPECT_DOUBLE_EQ(lr_at(s, 1), 0.1);
   EXPECT_DOUBLE_EQ(lr_at(s, 2), 0.2);
 }
 
 TEST(LrSchedulerTest, WarmupDecayLr) {
-  LrScheduler s({.type = "WarmupDecayLR", .warmup_min_lr = 0, .warmup_max_lr = 0.01, .warmup_num_steps = 10,
+  LrScheduler s({.type = SchedulerType::kWarmupDecayLR, .warmup_min_lr = 0, .warmup_max_lr = 0.01, .warmup_num_steps = 10,
                  .warmup_type = "linear", .total_num_steps = 30},
                 1.0, true);
   EXPECT_DOUBLE_EQ(lr_at(s, 5), 0.005);
@@ -54,7 +54,7 @@ TEST(LrSchedulerTest, WarmupDecayLr) {
 
 TEST(LrSchedulerTest, WarmupCosineLr) {
   const double base = 0.01, wmr = 0.1, cmr = 0.01;
-  LrScheduler s({.type = "WarmupCosineLR", .warmup_num_steps = 5, .warmup_type = "linear", .total_num_steps = 20,
+  LrScheduler s({.type = SchedulerType::kWarmupCosineLR, .warmup_num_steps = 5, .warmup_type = "linear", .total_num_steps = 20,
                  .warmup_min_ratio = wmr, .cos_min_ratio = cmr},
                 base, true);
   EXPECT_DOUBLE_EQ(lr_at(s, -1), 0.0);  // DeepSpeed returns 0 before the first step()
@@ -66,7 +66,7 @@ TEST(LrSchedulerTest, WarmupCosineLr) {
 }
 
 TEST(LrSchedulerTest, OneCycleLrAndMomentum) {
-  SchedulerConfig c{.type = "OneCycle", .cycle_min_lr = 0.001, .cycle_max_lr = 0.01, .decay_lr_rate = 0.5,
+  SchedulerConfig c{.type = SchedulerType::kOneCycle, .cycle_min_lr = 0.001, .cycle_max_lr = 0.01, .decay_lr_rate = 0.5,
                     .cycle_first_step_size = 4, .decay_step_size = 2, .cycle_min_mom = 0.8, .cycle_max_mom = 0.9,
                     .decay_mom_rate = 0.1};
   LrScheduler s(c, 1.0, true);
@@ -88,7 +88,7 @@ TEST(LrSchedulerTest, OneCycleLrAndMomentum) {
 }
 
 TEST(LrSchedulerTest, OneCycleStairs) {
-  SchedulerConfig c{.type = "OneCycle", .cycle_min_lr = 0, .cycle_max_lr = 1, .cycle_first_step_size = 8,
+  SchedulerConfig c{.type = SchedulerType::kOneCycle, .cycle_min_lr = 0, .cycle_max_lr = 1, .cycle_first_step_size = 8,
                     .cycle_first_stair_count = 4};
   LrScheduler s(c, 1.0, true);
   EXPECT_DOUBLE_EQ(lr_at(s, 0), 0.0);   // position 1 * 4 / 8 = 0.5 -> stair 0
@@ -97,7 +97,7 @@ TEST(LrSchedulerTest, OneCycleStairs) {
 }
 
 TEST(LrSchedulerTest, LrRangeTest) {
-  SchedulerConfig c{.type = "LRRangeTest", .lr_range_test_min_lr = 1e-3, .lr_range_test_step_size = 10,
+  SchedulerConfig c{.type = SchedulerType::kLRRangeTest, .lr_range_test_min_lr = 1e-3, .lr_range_test_step_size = 10,
                     .lr_range_test_step_rate = 2.0};
   EXPECT_DOUBLE_EQ(lr_at(LrScheduler(c, 1, true), -1), 1e-3);
   EXPECT_DOUBLE_EQ(lr_at(LrScheduler(c, 1, true), 4), 1e-3 * (1 + 2.0 * 0.5));

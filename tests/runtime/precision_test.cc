@@ -13,9 +13,9 @@
 #include <cmath>
 #include <limits>
 
-#include "runtime/backend/cpu_backend.h"
+#include "graph/gpt.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "runtime/engine/engine.h"
-#include "runtime/graph/gpt.h"
 
 namespace zero {
 namespace {
@@ -61,7 +61,7 @@ EngineConfig fp16_config(int64_t scale_power, double min_scale, int64_t hysteres
   ec.loss_scaler = {.dynamic = true, .initial_scale_power = scale_power, .scale_window = 1000,
                     .hysteresis = hysteresis, .min_scale = min_scale};
   ec.optimizer.lr = 1e-2f;
-  ec.scheduler = {.type = "WarmupLR", .warmup_min_lr = 0.0, .warmup_max_lr = 1e-2, .warmup_num_steps = 10,
+  ec.scheduler = {.type = SchedulerType::kWarmupLR, .warmup_min_lr = 0.0, .warmup_max_lr = 1e-2, .warmup_num_steps = 10,
                   .warmup_type = "linear"};
   return ec;
 }

@@ -9,7 +9,7 @@
 #include <string>
 #include <utility>
 
-#include "runtime/comm/communicator.h"
+#include "comm/communicator.h"
 
 namespace zero::testing {
 

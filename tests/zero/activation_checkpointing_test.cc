@@ -12,7 +12,7 @@
 // cpu_checkpointing on the path a GPU rank takes (EngineConfig::
 // force_offload_path: the CPU backend plays the device, the segment inputs'
 // host copies live on a host backend of their own, copied out and back on a
-// copy stream; runtime/graph/context.h): losses, gradients and weights are
+// copy stream; graph/context.h): losses, gradients and weights are
 // still bitwise those without checkpointing; after forward the "device"
 // holds exactly the K segment inputs less than with checkpointing alone, and
 // the host holds exactly them (and nothing else, at any time); the device's
@@ -21,11 +21,11 @@
 
 #include <cstring>
 
-#include "runtime/backend/cpu_backend.h"
-#include "runtime/base/strings.h"
+#include "core/strings.h"
+#include "graph/gpt.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "runtime/engine/engine.h"
-#include "runtime/graph/gpt.h"
-#include "tests/zero/mpi_test_main.h"
+#include "tests/testing/mpi_test_main.h"
 
 namespace zero {
 namespace {

@@ -7,7 +7,7 @@
 // backend's buffers and the new weights back in, through two staging sets in
 // chunks, overlapped on two copy streams. Run here on the CPU backend through
 // EngineConfig::force_offload_path, the same code a GPU rank runs
-// (tests/cuda/gpt_training_test.cc checks it there against the CPU). Every
+// (tests/kernels/cuda/gpt_training_test.cc checks it there against the CPU). Every
 // test but the last runs once per store: host memory ("cpu") and NVMe.
 //
 // What a user would notice, on every rank count this binary runs with:
@@ -40,15 +40,15 @@
 #include <ostream>
 #include <random>
 
-#include "runtime/backend/cpu_backend.h"
-#include "runtime/base/strings.h"
+#include "core/strings.h"
+#include "graph/gpt.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "offload/swap_layout.h"
 #include "runtime/engine/engine.h"
-#include "runtime/graph/gpt.h"
-#include "tests/zero/mpi_test_main.h"
+#include "tests/testing/mpi_test_main.h"
 #include "tests/zero/offload_test_util.h"
 #include "zero/host_step.h"
 #include "zero/stage3_model_state.h"
-#include "zero/swap_layout.h"
 #ifdef ZE_HAVE_NVME_OFFLOAD
 #include "offload/nvme_state_store.h"
 #endif
@@ -244,7 +244,7 @@ TEST_P(HostOffloadTest, StreamsSubGroupsLargerThanTheChunkBitwise) {
   for (float& v : master0) v = normal(rng);
   for (float& v : grad) v = normal(rng);
 
-  const OptimizerConfig oc{.type = "AdamW", .lr = 1e-2f, .weight_decay = 0.01f};
+  const OptimizerConfig oc{.type = OptimizerType::kAdamW, .lr = 1e-2f, .weight_decay = 0.01f};
   auto opt = make_optimizer(oc, host).value();
   std::unique_ptr<OptimizerStateStore> states;
   std::string dir;

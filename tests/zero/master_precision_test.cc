@@ -17,14 +17,14 @@
 
 #include <filesystem>
 
-#include "runtime/backend/cpu_backend.h"
-#include "runtime/base/strings.h"
+#include "core/strings.h"
+#include "graph/gpt.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "offload/swap_layout.h"
 #include "runtime/engine/engine.h"
-#include "runtime/graph/gpt.h"
-#include "tests/zero/mpi_test_main.h"
+#include "runtime/engine/model_state_bytes.h"
+#include "tests/testing/mpi_test_main.h"
 #include "tests/zero/offload_test_util.h"
-#include "zero/model_state_bytes.h"
-#include "zero/swap_layout.h"
 
 namespace zero {
 namespace {

@@ -15,13 +15,13 @@
 #include <string>
 #include <vector>
 
-#include "runtime/backend/backend.h"
-#include "runtime/base/strings.h"
+#include "core/memory_tracker.h"
+#include "core/strings.h"
+#include "graph/gpt.h"
+#include "kernels/backend.h"
 #include "runtime/checkpoint/checkpoint.h"
-#include "runtime/core/memory_tracker.h"
 #include "runtime/engine/engine.h"
-#include "runtime/graph/gpt.h"
-#include "tests/zero/mpi_test_main.h"
+#include "tests/testing/mpi_test_main.h"
 
 namespace zero::offload_test {
 
@@ -43,7 +43,7 @@ inline EngineConfig base_config(int stage, DType dtype) {
   ec.zero.stage = stage;
   ec.zero.sub_group_size = kSubGroup;
   ec.zero.param_persistence_threshold = 0;
-  ec.optimizer = {.type = "AdamW", .lr = 1e-2f, .weight_decay = 0.01f};
+  ec.optimizer = {.type = OptimizerType::kAdamW, .lr = 1e-2f, .weight_decay = 0.01f};
   return ec;
 }
 

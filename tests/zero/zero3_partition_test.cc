@@ -12,12 +12,12 @@
 
 #include <cmath>
 
-#include "runtime/backend/cpu_backend.h"
+#include "graph/layers.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "runtime/engine/engine.h"
-#include "runtime/graph/layers.h"
-#include "tests/zero/mpi_test_main.h"
-#include "zero/state_buffers.h"
+#include "tests/testing/mpi_test_main.h"
 #include "zero/stage3_model_state.h"
+#include "zero/state_buffers.h"
 
 namespace zero {
 namespace {

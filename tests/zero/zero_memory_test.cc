@@ -12,10 +12,10 @@
 // buckets and gathered parameters are transient communication buffers).
 #include <gtest/gtest.h>
 
-#include "runtime/backend/cpu_backend.h"
+#include "graph/gpt.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "runtime/engine/engine.h"
-#include "runtime/graph/gpt.h"
-#include "tests/zero/mpi_test_main.h"
+#include "tests/testing/mpi_test_main.h"
 
 namespace zero {
 namespace {

@@ -23,10 +23,10 @@
 #include <cstring>
 #include <map>
 
-#include "runtime/backend/cpu_backend.h"
+#include "graph/gpt.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "runtime/engine/engine.h"
-#include "runtime/graph/gpt.h"
-#include "tests/zero/mpi_test_main.h"
+#include "tests/testing/mpi_test_main.h"
 
 namespace zero {
 namespace {
@@ -80,7 +80,7 @@ RunResult train(EngineConfig ec, Communicator* comm, int64_t accumulation, doubl
   // softmax ignores a per-row constant) moves by +-lr on rounding noise alone,
   // in a different direction for every summation order. SGD's update is
   // linear in the gradient, so the weights compare tightly.
-  ec.optimizer = {.type = "SGD", .lr = 0.1f, .weight_decay = 0.01f, .momentum = 0.9f};
+  ec.optimizer = {.type = OptimizerType::kSGD, .lr = 0.1f, .weight_decay = 0.01f, .momentum = 0.9f};
   ec.gradient_clipping = 1.0f;
   CpuBackend backend;
   GptConfig model = kModel;

@@ -1,0 +1,47 @@
+// The communication "stream" of the CPU communicators: one thread that runs
+// collectives in the order they were issued, so they overlap the compute
+// thread's work and every rank sees the same sequence. Each queued task is a
+// CommWork whose wait() returns the task's status, or DEADLINE_EXCEEDED
+// naming the collective when it has not finished within the timeout (a peer
+// that died or hangs; the launcher usually ends the job first).
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "comm/communicator.h"
+
+namespace zero {
+
+class CommThread {
+ public:
+  // timeout_s: how long wait() waits for one collective before failing.
+  CommThread(int rank, double timeout_s);
+  ~CommThread();  // drains the queue, then joins
+
+  // Runs fn on the communication thread after everything queued before it.
+  // `what` names the collective in errors ("all_reduce of 12.0 MiB fp32").
+  CommHandle enqueue(std::string what, std::function<absl::Status()> fn);
+
+  // The description of the collective running now, or "" (for the
+  // termination message; async-signal-safe to read).
+  static const char* current_operation();
+
+ private:
+  void loop();
+
+  int rank_;
+  double timeout_s_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> tasks_;
+  bool stop_ = false;
+  int64_t seq_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace zero

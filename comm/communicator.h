@@ -1,0 +1,149 @@
+// Collectives across data-parallel ranks.
+//
+// Every collective is issued in program order and runs on the communicator's
+// own progress thread (its "communication stream"): the *_async calls return
+// a CommHandle at once and the compute thread goes on; wait() blocks until
+// that collective (and every one issued before it) has finished. The caller
+// keeps the buffers alive and untouched until then. The blocking calls are
+// async + wait.
+//
+// All ranks must issue the same collectives in the same order (the engine's
+// schedule is a function of the model and config only, never of timing).
+//
+// Implementations: MpiCommunicator (Open MPI; CPU ranks under mpirun),
+// NcclCommunicator (GPU ranks; bootstrapped through MPI) and
+// LocalCommunicator (one process, no launcher: every collective is the
+// identity).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/dtype.h"
+
+namespace zero {
+
+enum class ReduceOp { kSum, kMax };
+
+// Completion of one asynchronous collective.
+class CommWork {
+ public:
+  virtual ~CommWork() = default;
+  // Blocks until done; the status names the collective and the peer problem
+  // when it failed (or did not finish within the communicator's timeout).
+  virtual absl::Status wait() = 0;
+  virtual bool done() const = 0;
+};
+using CommHandle = std::shared_ptr<CommWork>;
+
+// A handle whose operation has already completed, OK or with `status`.
+CommHandle completed_work(absl::Status status = absl::OkStatus());
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  // Ranks on this node and this rank's index among them (threads per rank
+  // are divided among them).
+  virtual int local_size() const { return 1; }
+  virtual std::string_view name() const = 0;
+
+  // In place: buf (count elements of dtype) becomes the reduction over ranks.
+  virtual CommHandle all_reduce_async(void* buf, int64_t count, DType dtype, ReduceOp op) = 0;
+  // send holds the whole buffer (sum of recv_counts elements, rank-major:
+  // rank r's part is recv_counts[r] elements after rank r-1's); each rank
+  // receives the sum over ranks of its own part into recv. Counts may differ
+  // (zero too) per rank.
+  virtual CommHandle reduce_scatter_async(const void* send, void* recv, std::vector<int64_t> recv_counts,
+                                          DType dtype) = 0;
+  // In place: rank r's block of `block` elements sits at buf + r * stride
+  // elements; afterwards every rank has every rank's block there.
+  virtual CommHandle all_gather_async(void* buf, int64_t block, int64_t stride, DType dtype) = 0;
+  virtual CommHandle broadcast_async(void* buf, int64_t count, DType dtype, int root) = 0;
+  virtual CommHandle barrier_async() = 0;
+
+  // ---- groups and point to point (the device mesh: comm/device_mesh.h)
+
+  // A communicator over the ranks that pass the same `color`, ranked by `key`
+  // (ties by rank here): MPI_Comm_split's contract. Every rank of this
+  // communicator calls it, in the same order as its collectives. The result
+  // shares this communicator's progress thread, so its work is ordered with
+  // this one's; it must be destroyed before this one.
+  virtual absl::StatusOr<std::unique_ptr<Communicator>> split(int color, int key) = 0;
+  // `count` elements to / from rank `peer` of this communicator (pipeline
+  // activations). A send completes when its buffer may be reused; sends and
+  // receives between two ranks match in issue order, and a pair of ranks must
+  // not both send first without the receive posted (as blocking MPI).
+  virtual CommHandle send_async(const void* buf, int64_t count, DType dtype, int peer) = 0;
+  virtual CommHandle recv_async(void* buf, int64_t count, DType dtype, int peer) = 0;
+
+  absl::Status all_reduce(void* buf, int64_t count, DType dtype, ReduceOp op) {
+    return all_reduce_async(buf, count, dtype, op)->wait();
+  }
+  absl::Status reduce_scatter(const void* send, void* recv, std::vector<int64_t> recv_counts, DType dtype) {
+    return reduce_scatter_async(send, recv, std::move(recv_counts), dtype)->wait();
+  }
+  absl::Status all_gather(void* buf, int64_t block, int64_t stride, DType dtype) {
+    return all_gather_async(buf, block, stride, dtype)->wait();
+  }
+  absl::Status broadcast(void* buf, int64_t count, DType dtype, int root) {
+    return broadcast_async(buf, count, dtype, root)->wait();
+  }
+  absl::Status barrier() { return barrier_async()->wait(); }
+
+  // Reductions of host doubles (norms, losses, overflow flags), blocking.
+  virtual absl::Status all_reduce_doubles(double* values, int64_t count, ReduceOp op) = 0;
+  absl::StatusOr<double> all_reduce_sum(double v) {
+    absl::Status s = all_reduce_doubles(&v, 1, ReduceOp::kSum);
+    if (!s.ok()) return s;
+    return v;
+  }
+  absl::StatusOr<double> all_reduce_max(double v) {
+    absl::Status s = all_reduce_doubles(&v, 1, ReduceOp::kMax);
+    if (!s.ok()) return s;
+    return v;
+  }
+
+  // Bytes this rank has sent into collectives so far (by the algorithm's
+  // ideal volume: all-reduce 2(W-1)/W x size, reduce-scatter and all-gather
+  // (W-1)/W x size), for the bandwidth and volume reports.
+  int64_t bytes_communicated() const { return bytes_; }
+
+ protected:
+  // Each implementation counts what it is asked to move, by the formulas above.
+  void count_all_reduce(int64_t count, DType dtype) {
+    bytes_ += 2 * (world_size() - 1) * count * static_cast<int64_t>(dtype_size(dtype)) / world_size();
+  }
+  void count_reduce_scatter(const std::vector<int64_t>& recv_counts, DType dtype) {
+    int64_t total = 0;
+    for (int64_t c : recv_counts) total += c;
+    bytes_ += (world_size() - 1) * total * static_cast<int64_t>(dtype_size(dtype)) / world_size();
+  }
+  void count_all_gather(int64_t block, DType dtype) {
+    bytes_ += (world_size() - 1) * block * static_cast<int64_t>(dtype_size(dtype));
+  }
+  void count_broadcast(int64_t count, DType dtype, int root) {
+    bytes_ += rank() == root ? count * static_cast<int64_t>(dtype_size(dtype)) : 0;
+  }
+  void count_send(int64_t count, DType dtype) { bytes_ += count * static_cast<int64_t>(dtype_size(dtype)); }
+  // A send or receive's peer must be another rank of this communicator:
+  // INVALID_ARGUMENT naming both otherwise.
+  absl::Status check_peer(std::string_view what, int peer) const;
+
+ private:
+  int64_t bytes_ = 0;
+};
+
+// MPI when launched by mpirun (or srun), else the single-process communicator.
+absl::StatusOr<std::unique_ptr<Communicator>> create_communicator();
+
+// One process: all collectives are the identity (world size 1).
+std::unique_ptr<Communicator> make_local_communicator();
+
+}  // namespace zero

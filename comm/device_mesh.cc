@@ -1,0 +1,43 @@
+// The device mesh; see device_mesh.h.
+#include "comm/device_mesh.h"
+
+#include "core/status.h"
+#include "core/strings.h"
+
+namespace zero {
+
+MeshCoordinates mesh_coordinates(const MeshShape& s, int rank) {
+  return {(rank / s.tensor) % s.data, rank % s.tensor, rank / (s.tensor * s.data)};
+}
+
+absl::StatusOr<std::unique_ptr<DeviceMesh>> DeviceMesh::create(Communicator& world, int tensor, int pipeline) {
+  const int w = world.world_size();
+  if (tensor < 1 || pipeline < 1 || w % (tensor * pipeline) != 0) {
+    return absl::InvalidArgumentError(cat("a mesh of tensor ", tensor, " x pipeline ", pipeline,
+                                          " does not divide the world of ", w, " ranks"));
+  }
+  const MeshShape shape{w / (tensor * pipeline), tensor, pipeline};
+  const MeshCoordinates c = mesh_coordinates(shape, world.rank());
+  std::unique_ptr<DeviceMesh> mesh(new DeviceMesh(world, shape, c));
+  // A group the size of the world is the world; a group of one rank needs
+  // no peer (a single-process communicator: every collective the identity);
+  // the others are splits. Every rank takes the same branches in the same
+  // order, as a split is collective.
+  auto group = [&](int size, int color, int key, std::unique_ptr<Communicator>& owned) -> absl::StatusOr<Communicator*> {
+    if (size == w) return &world;
+    if (size == 1) {
+      owned = make_local_communicator();
+    } else {
+      ZE_ASSIGN_OR_RETURN(owned, world.split(color, key));
+    }
+    return owned.get();
+  };
+  ZE_ASSIGN_OR_RETURN(mesh->data_, group(shape.data, c.pipeline * tensor + c.tensor, c.data, mesh->owned_data_));
+  ZE_ASSIGN_OR_RETURN(mesh->tensor_,
+                      group(shape.tensor, c.pipeline * shape.data + c.data, c.tensor, mesh->owned_tensor_));
+  ZE_ASSIGN_OR_RETURN(mesh->pipeline_,
+                      group(shape.pipeline, c.data * tensor + c.tensor, c.pipeline, mesh->owned_pipeline_));
+  return mesh;
+}
+
+}  // namespace zero

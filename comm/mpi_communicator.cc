@@ -1,0 +1,259 @@
+// Open MPI collectives; see mpi_communicator.h.
+#include "comm/mpi_communicator.h"
+
+#include <malloc.h>
+#include <mpi.h>
+#include <omp.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "comm/comm_thread.h"
+#include "core/check.h"
+#include "core/memory_tracker.h"
+#include "core/signals.h"
+#include "core/status.h"
+#include "core/strings.h"
+
+namespace zero {
+
+namespace {
+
+// The one place MPI return codes become Status.
+absl::Status mpi_status(int rc, const char* call) {
+  if (rc == MPI_SUCCESS) return absl::OkStatus();
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  return absl::UnavailableError(cat(call, " failed: ", std::string(text, static_cast<size_t>(len))));
+}
+
+template <typename F>
+void sum_16bit(void* in, void* inout, int* len, F to_float, uint16_t (*from_float)(float)) {
+  const auto* a = static_cast<const uint16_t*>(in);
+  auto* b = static_cast<uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = from_float(to_float(a[i]) + to_float(b[i]));
+}
+void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) { sum_16bit(in, inout, len, bf16_to_float, float_to_bf16); }
+void fp16_sum(void* in, void* inout, int* len, MPI_Datatype*) { sum_16bit(in, inout, len, fp16_to_float, float_to_fp16); }
+
+MPI_Op g_bf16_sum = MPI_OP_NULL, g_fp16_sum = MPI_OP_NULL;
+
+MPI_Datatype mpi_type(DType t) {
+  switch (t) {
+    case DType::kF32: return MPI_FLOAT;
+    case DType::kBF16:
+    case DType::kF16: return MPI_UINT16_T;
+    case DType::kI32: return MPI_INT32_T;
+  }
+  return MPI_DATATYPE_NULL;
+}
+
+MPI_Op mpi_op(DType t, ReduceOp op) {
+  if (t == DType::kBF16) {
+    ZE_CHECK(op == ReduceOp::kSum);
+    return g_bf16_sum;
+  }
+  if (t == DType::kF16) {
+    ZE_CHECK(op == ReduceOp::kSum);
+    return g_fp16_sum;
+  }
+  return op == ReduceOp::kSum ? MPI_SUM : MPI_MAX;
+}
+
+int checked_count(int64_t n) {
+  ZE_CHECK(n >= 0 && n <= INT_MAX) << "MPI count " << n << " exceeds int; split the collective";
+  return static_cast<int>(n);
+}
+
+std::string describe(const char* op, int64_t count, DType t) {
+  return cat(op, " of ", format_bytes(count * static_cast<int64_t>(dtype_size(t))), " ", dtype_name(t));
+}
+
+int env_int(const char* name, int def) {
+  const char* v = std::getenv(name);
+  return v ? std::atoi(v) : def;
+}
+
+}  // namespace
+
+struct MpiCommHandle {
+  MPI_Comm comm = MPI_COMM_WORLD;
+};
+
+MpiCommunicator::MpiCommunicator() : comm_(std::make_unique<MpiCommHandle>()) {}
+
+bool launched_by_mpi() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMIX_RANK") != nullptr ||
+         std::getenv("PMI_RANK") != nullptr;
+}
+
+absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::create(double timeout_s) {
+  // Keep freed heap memory for reuse (Open MPI's reduction temporaries).
+  mallopt(M_MMAP_MAX, 0);
+  mallopt(M_TRIM_THRESHOLD, INT_MAX);
+  mallopt(M_ARENA_MAX, 1);  // the communication thread's temporaries come from the main (unbounded) heap
+
+  std::unique_ptr<MpiCommunicator> c(new MpiCommunicator());
+  c->thread_ = std::make_shared<CommThread>(env_int("OMPI_COMM_WORLD_RANK", 0), timeout_s);
+  absl::Status init = c->thread_
+                          ->enqueue("MPI_Init_thread",
+                                    [&c]() -> absl::Status {
+                                      int provided = 0;
+                                      absl::Status s = mpi_status(
+                                          MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided),
+                                          "MPI_Init_thread");
+                                      if (!s.ok()) return s;
+                                      MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+                                      MPI_Comm_rank(MPI_COMM_WORLD, &c->rank_);
+                                      MPI_Comm_size(MPI_COMM_WORLD, &c->world_);
+                                      MPI_Comm node;
+                                      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL,
+                                                          &node);
+                                      MPI_Comm_size(node, &c->local_size_);
+                                      MPI_Comm_free(&node);
+                                      MPI_Op_create(bf16_sum, 1, &g_bf16_sum);
+                                      MPI_Op_create(fp16_sum, 1, &g_fp16_sum);
+                                      return absl::OkStatus();
+                                    })
+                          ->wait();
+  if (!init.ok()) return init;
+  // Share the cores among the ranks of this node (oversubscribed: one each).
+  const int cores = omp_get_num_procs();
+  omp_set_num_threads(std::max(1, cores / std::max(1, c->local_size_)));
+  if (c->world_ > 1) {
+    // What mpirun sends the survivors when a rank dies: they say which
+    // collective they were in (core/signals.h).
+    install_signal_handlers(c->rank_);
+    set_operation_probe(&CommThread::current_operation);
+  }
+  return c;
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  if (thread_ == nullptr) return;
+  if (!world_comm_) {
+    thread_
+        ->enqueue("MPI_Comm_free",
+                  [comm = comm_->comm]() mutable { return mpi_status(MPI_Comm_free(&comm), "MPI_Comm_free"); })
+        ->wait()
+        .IgnoreError();
+    return;
+  }
+  thread_->enqueue("MPI_Finalize", [] {
+          MPI_Op_free(&g_bf16_sum);
+          MPI_Op_free(&g_fp16_sum);
+          return mpi_status(MPI_Finalize(), "MPI_Finalize");
+        })
+      ->wait()
+      .IgnoreError();
+  thread_.reset();
+}
+
+CommHandle MpiCommunicator::all_reduce_async(void* buf, int64_t count, DType dtype, ReduceOp op) {
+  count_all_reduce(count, dtype);
+  return thread_->enqueue(describe("all_reduce", count, dtype), [=, comm = comm_->comm] {
+    return mpi_status(MPI_Allreduce(MPI_IN_PLACE, buf, checked_count(count), mpi_type(dtype), mpi_op(dtype, op),
+                                    comm),
+                      "MPI_Allreduce");
+  });
+}
+
+CommHandle MpiCommunicator::reduce_scatter_async(const void* send, void* recv, std::vector<int64_t> recv_counts,
+                                                 DType dtype) {
+  ZE_CHECK_EQ(static_cast<int>(recv_counts.size()), world_);
+  count_reduce_scatter(recv_counts, dtype);
+  int64_t total = 0;
+  for (int64_t c : recv_counts) total += c;
+  return thread_->enqueue(describe("reduce_scatter", total, dtype),
+                          [=, comm = comm_->comm, counts = std::move(recv_counts)] {
+    std::vector<int> c(counts.size());
+    for (size_t i = 0; i < counts.size(); ++i) c[i] = checked_count(counts[i]);
+    return mpi_status(MPI_Reduce_scatter(send, recv, c.data(), mpi_type(dtype), mpi_op(dtype, ReduceOp::kSum),
+                                         comm),
+                      "MPI_Reduce_scatter");
+  });
+}
+
+CommHandle MpiCommunicator::all_gather_async(void* buf, int64_t block, int64_t stride, DType dtype) {
+  ZE_CHECK_GE(stride, block);
+  count_all_gather(block, dtype);
+  return thread_->enqueue(describe("all_gather", block * world_, dtype), [=, comm = comm_->comm] {
+    // One block of `block` elements whose extent is `stride` elements, so
+    // rank r's block lands at buf + r * stride (no staging copy).
+    MPI_Datatype contiguous, strided;
+    MPI_Type_contiguous(checked_count(block), mpi_type(dtype), &contiguous);
+    MPI_Type_create_resized(contiguous, 0, static_cast<MPI_Aint>(stride * static_cast<int64_t>(dtype_size(dtype))),
+                            &strided);
+    MPI_Type_commit(&strided);
+    const int rc = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, 1, strided, comm);
+    MPI_Type_free(&strided);
+    MPI_Type_free(&contiguous);
+    return mpi_status(rc, "MPI_Allgather");
+  });
+}
+
+CommHandle MpiCommunicator::broadcast_async(void* buf, int64_t count, DType dtype, int root) {
+  count_broadcast(count, dtype, root);
+  return thread_->enqueue(describe("broadcast", count, dtype), [=, comm = comm_->comm] {
+    return mpi_status(MPI_Bcast(buf, checked_count(count), mpi_type(dtype), root, comm), "MPI_Bcast");
+  });
+}
+
+CommHandle MpiCommunicator::barrier_async() {
+  return thread_->enqueue("barrier", [comm = comm_->comm] { return mpi_status(MPI_Barrier(comm), "MPI_Barrier"); });
+}
+
+absl::Status MpiCommunicator::all_reduce_doubles(double* values, int64_t count, ReduceOp op) {
+  return thread_
+      ->enqueue(cat(op == ReduceOp::kSum ? "all_reduce (sum)" : "all_reduce (max)", " of ", count, " scalar(s)"),
+                [=, comm = comm_->comm] {
+                  return mpi_status(MPI_Allreduce(MPI_IN_PLACE, values, checked_count(count), MPI_DOUBLE,
+                                                  op == ReduceOp::kSum ? MPI_SUM : MPI_MAX, comm),
+                                    "MPI_Allreduce");
+                })
+      ->wait();
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> MpiCommunicator::split(int color, int key) {
+  std::unique_ptr<MpiCommunicator> c(new MpiCommunicator());
+  c->thread_ = thread_;
+  c->world_comm_ = false;
+  c->local_size_ = local_size_;
+  MpiCommunicator* out = c.get();
+  ZE_RETURN_IF_ERROR(thread_
+                         ->enqueue(cat("MPI_Comm_split (color ", color, ", key ", key, ")"),
+                                   [this, out, color, key]() -> absl::Status {
+                                     absl::Status s = mpi_status(
+                                         MPI_Comm_split(comm_->comm, color, key, &out->comm_->comm), "MPI_Comm_split");
+                                     if (!s.ok()) return s;
+                                     MPI_Comm_set_errhandler(out->comm_->comm, MPI_ERRORS_RETURN);
+                                     MPI_Comm_rank(out->comm_->comm, &out->rank_);
+                                     MPI_Comm_size(out->comm_->comm, &out->world_);
+                                     return absl::OkStatus();
+                                   })
+                         ->wait());
+  return std::unique_ptr<Communicator>(std::move(c));
+}
+
+CommHandle MpiCommunicator::send_async(const void* buf, int64_t count, DType dtype, int peer) {
+  if (absl::Status s = check_peer("send to", peer); !s.ok()) return completed_work(s);
+  count_send(count, dtype);
+  return thread_->enqueue(cat(describe("send", count, dtype), " to rank ", peer), [=, comm = comm_->comm] {
+    return mpi_status(MPI_Send(buf, checked_count(count), mpi_type(dtype), peer, 0, comm), "MPI_Send");
+  });
+}
+
+CommHandle MpiCommunicator::recv_async(void* buf, int64_t count, DType dtype, int peer) {
+  if (absl::Status s = check_peer("receive from", peer); !s.ok()) return completed_work(s);
+  return thread_->enqueue(cat(describe("receive", count, dtype), " from rank ", peer), [=, comm = comm_->comm] {
+    return mpi_status(MPI_Recv(buf, checked_count(count), mpi_type(dtype), peer, 0, comm, MPI_STATUS_IGNORE),
+                      "MPI_Recv");
+  });
+}
+
+}  // namespace zero

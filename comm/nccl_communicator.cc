@@ -1,0 +1,202 @@
+// NCCL collectives; see nccl_communicator.h.
+#include "comm/nccl_communicator.h"
+
+#include <chrono>
+#include <thread>
+
+#include "core/check.h"
+#include "core/status.h"
+#include "core/strings.h"
+
+namespace zero {
+
+namespace {
+
+// The one place NCCL and CUDA return codes become Status.
+absl::Status nccl_status(ncclResult_t r, const char* call) {
+  if (r == ncclSuccess) return absl::OkStatus();
+  return absl::UnavailableError(cat(call, " failed: ", ncclGetErrorString(r)));
+}
+absl::Status cuda_status(cudaError_t e, const char* call) {
+  if (e == cudaSuccess) return absl::OkStatus();
+  return absl::UnavailableError(cat(call, " failed: ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")"));
+}
+#define ZE_NCCL_CHECK(expr) ZE_CHECK_OK(nccl_status((expr), #expr))
+#define ZE_CUDA_CHECK_OK(expr) ZE_CHECK_OK(cuda_status((expr), #expr))
+
+ncclDataType_t nccl_type(DType t) {
+  switch (t) {
+    case DType::kF32: return ncclFloat32;
+    case DType::kBF16: return ncclBfloat16;
+    case DType::kF16: return ncclFloat16;
+    case DType::kI32: return ncclInt32;
+  }
+  return ncclFloat32;
+}
+
+char* at(void* p, int64_t elems, DType t) { return static_cast<char*>(p) + elems * static_cast<int64_t>(dtype_size(t)); }
+
+class EventWork final : public CommWork {
+ public:
+  EventWork(cudaEvent_t e, ncclComm_t comm, std::string what, double timeout_s)
+      : event_(e), comm_(comm), what_(std::move(what)), timeout_s_(timeout_s) {}
+  ~EventWork() override { cudaEventDestroy(event_); }
+  bool done() const override { return cudaEventQuery(event_) == cudaSuccess; }
+  absl::Status wait() override {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (;;) {
+      const cudaError_t q = cudaEventQuery(event_);
+      if (q == cudaSuccess) return absl::OkStatus();
+      if (q != cudaErrorNotReady) return cuda_status(q, what_.c_str());
+      ncclResult_t async = ncclSuccess;
+      ncclCommGetAsyncError(comm_, &async);
+      if (async != ncclSuccess) {
+        ncclCommAbort(comm_);
+        return nccl_status(async, what_.c_str());
+      }
+      if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeout_s_) {
+        ncclCommAbort(comm_);
+        return absl::DeadlineExceededError(cat(what_, " did not finish within ", timeout_s_,
+                                               " s: a peer rank is not responding"));
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+
+ private:
+  cudaEvent_t event_;
+  ncclComm_t comm_;
+  std::string what_;
+  double timeout_s_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create(std::unique_ptr<Communicator> bootstrap,
+                                                                           int device, cudaStream_t compute_stream,
+                                                                           double timeout_s) {
+  std::unique_ptr<NcclCommunicator> c(new NcclCommunicator());
+  c->bootstrap_ = std::move(bootstrap);
+  c->device_ = device;
+  c->compute_ = compute_stream;
+  c->timeout_s_ = timeout_s;
+  ncclUniqueId id;
+  if (c->bootstrap_->rank() == 0) ZE_RETURN_IF_ERROR(nccl_status(ncclGetUniqueId(&id), "ncclGetUniqueId"));
+  static_assert(sizeof(ncclUniqueId) % 4 == 0);
+  ZE_RETURN_IF_ERROR(c->bootstrap_->broadcast(&id, sizeof(id) / 4, DType::kI32, 0));
+  ZE_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device), "cudaSetDevice"));
+  ZE_RETURN_IF_ERROR(cuda_status(cudaStreamCreateWithFlags(&c->stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
+  ZE_RETURN_IF_ERROR(nccl_status(ncclCommInitRank(&c->comm_, c->bootstrap_->world_size(), id, c->bootstrap_->rank()),
+                                 "ncclCommInitRank"));
+  return c;
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  if (comm_ != nullptr) ncclCommDestroy(comm_);
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+template <typename Launch>
+CommHandle NcclCommunicator::run(const char* what, Launch launch) {
+  ZE_CUDA_CHECK_OK(cudaSetDevice(device_));
+  cudaEvent_t ready, finished;
+  ZE_CUDA_CHECK_OK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
+  ZE_CUDA_CHECK_OK(cudaEventRecord(ready, compute_));
+  ZE_CUDA_CHECK_OK(cudaStreamWaitEvent(stream_, ready, 0));
+  ZE_CUDA_CHECK_OK(cudaEventDestroy(ready));
+  launch();
+  ZE_CUDA_CHECK_OK(cudaEventCreateWithFlags(&finished, cudaEventDisableTiming));
+  ZE_CUDA_CHECK_OK(cudaEventRecord(finished, stream_));
+  return std::make_shared<EventWork>(finished, comm_, what, timeout_s_);
+}
+
+CommHandle NcclCommunicator::all_reduce_async(void* buf, int64_t count, DType dtype, ReduceOp op) {
+  count_all_reduce(count, dtype);
+  return run("ncclAllReduce", [&] {
+    ZE_NCCL_CHECK(ncclAllReduce(buf, buf, static_cast<size_t>(count), nccl_type(dtype),
+                                op == ReduceOp::kSum ? ncclSum : ncclMax, comm_, stream_));
+  });
+}
+
+CommHandle NcclCommunicator::reduce_scatter_async(const void* send, void* recv, std::vector<int64_t> counts,
+                                                  DType dtype) {
+  count_reduce_scatter(counts, dtype);
+  const bool even = std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c == counts[0]; });
+  return run("reduce_scatter", [&] {
+    if (even) {
+      ZE_NCCL_CHECK(ncclReduceScatter(send, recv, static_cast<size_t>(counts[0]), nccl_type(dtype), ncclSum, comm_,
+                                      stream_));
+      return;
+    }
+    // Uneven parts: one reduce per owner, grouped into a single launch.
+    ZE_NCCL_CHECK(ncclGroupStart());
+    int64_t offset = 0;
+    for (int r = 0; r < world_size(); ++r) {
+      if (counts[r] > 0) {
+        ZE_NCCL_CHECK(ncclReduce(at(const_cast<void*>(send), offset, dtype), r == rank() ? recv : nullptr,
+                                 static_cast<size_t>(counts[r]), nccl_type(dtype), ncclSum, r, comm_, stream_));
+      }
+      offset += counts[r];
+    }
+    ZE_NCCL_CHECK(ncclGroupEnd());
+  });
+}
+
+CommHandle NcclCommunicator::all_gather_async(void* buf, int64_t block, int64_t stride, DType dtype) {
+  count_all_gather(block, dtype);
+  return run("all_gather", [&] {
+    if (stride == block) {
+      ZE_NCCL_CHECK(ncclAllGather(at(buf, rank() * block, dtype), buf, static_cast<size_t>(block), nccl_type(dtype),
+                                  comm_, stream_));
+      return;
+    }
+    // Strided blocks: every rank broadcasts its block in place, grouped.
+    ZE_NCCL_CHECK(ncclGroupStart());
+    for (int r = 0; r < world_size(); ++r) {
+      char* p = at(buf, r * stride, dtype);
+      ZE_NCCL_CHECK(ncclBroadcast(p, p, static_cast<size_t>(block), nccl_type(dtype), r, comm_, stream_));
+    }
+    ZE_NCCL_CHECK(ncclGroupEnd());
+  });
+}
+
+CommHandle NcclCommunicator::broadcast_async(void* buf, int64_t count, DType dtype, int root) {
+  count_broadcast(count, dtype, root);
+  return run("ncclBroadcast", [&] {
+    ZE_NCCL_CHECK(ncclBroadcast(buf, buf, static_cast<size_t>(count), nccl_type(dtype), root, comm_, stream_));
+  });
+}
+
+CommHandle NcclCommunicator::barrier_async() {
+  // A device-side barrier: everyone's stream passes a tiny all-reduce.
+  return bootstrap_->barrier_async();
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::split(int color, int key) {
+  std::unique_ptr<NcclCommunicator> c(new NcclCommunicator());
+  ZE_ASSIGN_OR_RETURN(c->bootstrap_, bootstrap_->split(color, key));
+  c->device_ = device_;
+  c->compute_ = compute_;
+  c->timeout_s_ = timeout_s_;
+  ZE_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device_), "cudaSetDevice"));
+  ZE_RETURN_IF_ERROR(cuda_status(cudaStreamCreateWithFlags(&c->stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
+  ZE_RETURN_IF_ERROR(nccl_status(ncclCommSplit(comm_, color, key, &c->comm_, nullptr), "ncclCommSplit"));
+  return std::unique_ptr<Communicator>(std::move(c));
+}
+
+CommHandle NcclCommunicator::send_async(const void* buf, int64_t count, DType dtype, int peer) {
+  if (absl::Status s = check_peer("send to", peer); !s.ok()) return completed_work(s);
+  count_send(count, dtype);
+  return run("ncclSend", [&] {
+    ZE_NCCL_CHECK(ncclSend(buf, static_cast<size_t>(count), nccl_type(dtype), peer, comm_, stream_));
+  });
+}
+
+CommHandle NcclCommunicator::recv_async(void* buf, int64_t count, DType dtype, int peer) {
+  if (absl::Status s = check_peer("receive from", peer); !s.ok()) return completed_work(s);
+  return run("ncclRecv", [&] {
+    ZE_NCCL_CHECK(ncclRecv(buf, static_cast<size_t>(count), nccl_type(dtype), peer, comm_, stream_));
+  });
+}
+
+}  // namespace zero

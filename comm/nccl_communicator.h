@@ -1,0 +1,71 @@
+// Collectives over NCCL for GPU ranks, bootstrapped through MPI: rank 0
+// creates the ncclUniqueId and the MPI communicator broadcasts it; every
+// rank then joins with ncclCommInitRank on its CUDA device.
+//
+// Streams: collectives run on the communicator's own CUDA stream. Each one
+// first makes that stream wait for an event recorded on the compute stream
+// (so it reads what the compute stream wrote before the call), and its
+// CommWork is an event recorded after it: wait() synchronises on that event
+// only (no device-wide sync) and fails, after aborting the NCCL
+// communicator, when the collective has not finished within the timeout or
+// NCCL reports an asynchronous error (a peer died).
+//
+// Uneven reduce-scatter parts are a grouped ncclReduce per owner; strided
+// all-gather is a grouped ncclBroadcast per block. Host scalars (norms,
+// losses, flags) go through the MPI communicator.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <memory>
+
+#include "comm/communicator.h"
+
+namespace zero {
+
+class NcclCommunicator final : public Communicator {
+ public:
+  // bootstrap: the MPI communicator of the same ranks (kept for host scalars).
+  static absl::StatusOr<std::unique_ptr<NcclCommunicator>> create(std::unique_ptr<Communicator> bootstrap,
+                                                                  int device, cudaStream_t compute_stream,
+                                                                  double timeout_s);
+  ~NcclCommunicator() override;
+
+  int rank() const override { return bootstrap_->rank(); }
+  int world_size() const override { return bootstrap_->world_size(); }
+  int local_size() const override { return bootstrap_->local_size(); }
+  std::string_view name() const override { return "nccl"; }
+
+  CommHandle all_reduce_async(void* buf, int64_t count, DType dtype, ReduceOp op) override;
+  CommHandle reduce_scatter_async(const void* send, void* recv, std::vector<int64_t> recv_counts,
+                                  DType dtype) override;
+  CommHandle all_gather_async(void* buf, int64_t block, int64_t stride, DType dtype) override;
+  CommHandle broadcast_async(void* buf, int64_t count, DType dtype, int root) override;
+  CommHandle barrier_async() override;
+  absl::Status all_reduce_doubles(double* values, int64_t count, ReduceOp op) override {
+    return bootstrap_->all_reduce_doubles(values, count, op);
+  }
+  // ncclCommSplit beside a split of the bootstrap (same color and key), so
+  // the group's host scalars go through its own MPI group.
+  absl::StatusOr<std::unique_ptr<Communicator>> split(int color, int key) override;
+  // ncclSend / ncclRecv on the communicator's stream.
+  CommHandle send_async(const void* buf, int64_t count, DType dtype, int peer) override;
+  CommHandle recv_async(void* buf, int64_t count, DType dtype, int peer) override;
+
+ private:
+  NcclCommunicator() = default;
+  // Orders the comm stream after the compute stream, runs `launch`, and
+  // returns the completion event as a CommHandle.
+  template <typename Launch>
+  CommHandle run(const char* what, Launch launch);
+
+  std::unique_ptr<Communicator> bootstrap_;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  cudaStream_t compute_ = nullptr;
+  int device_ = 0;
+  double timeout_s_ = 600;
+};
+
+}  // namespace zero

@@ -1,0 +1,203 @@
+// Context: hooks around module calls and saved-activation frames.
+#include "graph/context.h"
+
+#include <chrono>
+#include <utility>
+
+#include "core/strings.h"
+
+namespace zero {
+
+absl::StatusOr<std::vector<std::vector<Module*>>> split_checkpoint_segments(const std::vector<Module*>& layers,
+                                                                            int64_t k) {
+  if (layers.empty()) {
+    return absl::InvalidArgumentError(
+        "activation_checkpointing.number_checkpoints: this model has no checkpointable layers; mark segments with "
+        "Engine::set_checkpoint_segments");
+  }
+  if (k < 1 || k > static_cast<int64_t>(layers.size())) {
+    return absl::InvalidArgumentError(cat("activation_checkpointing.number_checkpoints: ", k,
+                                          " must be between 1 and the model's ", layers.size(), " layers"));
+  }
+  std::vector<std::vector<Module*>> segments(static_cast<size_t>(k));
+  for (size_t i = 0; i < layers.size(); ++i) segments[i * static_cast<size_t>(k) / layers.size()].push_back(layers[i]);
+  return segments;
+}
+
+void Context::set_checkpoint_segments(std::vector<std::vector<Module*>> segments) {
+  segments_.clear();
+  first_of_.clear();
+  last_of_.clear();
+  for (auto& mods : segments) {
+    if (mods.empty()) continue;
+    first_of_[mods.front()] = segments_.size();
+    last_of_[mods.back()] = segments_.size();
+    segments_.push_back({std::move(mods), Tensor(), false, Tensor(), nullptr, nullptr});
+  }
+  forward_segments_.clear();
+}
+
+void Context::set_checkpoint_offload(Backend* host) {
+  ZE_CHECK(host == nullptr || forward_segments_.empty()) << "set_checkpoint_offload between forward and backward";
+  ZE_CHECK(host == nullptr || host->compute_tier() == Tier::kHost || host == &backend_)
+      << "checkpoint host copies on " << host->name();
+  host_ = host;
+  if (host_ != nullptr && copy_stream_ < 0) copy_stream_ = backend_.create_stream();
+}
+
+double Context::take_recompute_seconds() { return std::exchange(recompute_seconds_, 0.0); }
+
+// The copy out waits for the compute that produced the input (an event on the
+// compute stream); the input stays referenced until the copy has landed
+// (Context::forward waits for copied_out before dropping it).
+void Context::start_copy_out(Segment& s) {
+  s.host_input = host_->empty(s.input.shape(), s.input.dtype(), MemCategory::kActivations, Tier::kHost);
+  backend_.wait_event(copy_stream_, backend_.record_event(kComputeStream));
+  backend_.copy_async(s.host_input.data(), s.input.data(), s.input.nbytes(), copy_stream_);
+  s.copied_out = backend_.record_event(copy_stream_);
+}
+
+// The host copy is complete (forward waited for it), so the copy back waits
+// for nothing; the new buffer's memory is free for any stream (the caching
+// allocators hand a block out again only once the compute stream has passed
+// its release). Whoever reads `input` waits for copied_back first.
+void Context::start_copy_back(Segment& s) {
+  if (s.input.defined()) return;
+  ZE_CHECK(s.host_input.defined()) << "checkpoint segment of " << s.modules.front()->name() << " has no saved input";
+  s.input = backend_.empty(s.host_input.shape(), s.host_input.dtype(), MemCategory::kActivations);
+  backend_.copy_async(s.input.data(), s.host_input.data(), s.host_input.nbytes(), copy_stream_);
+  s.copied_back = backend_.record_event(copy_stream_);
+}
+
+void Context::wait_copies(Segment& s) {
+  if (s.copied_out) backend_.synchronize(std::exchange(s.copied_out, nullptr));
+  if (s.copied_back) backend_.synchronize(std::exchange(s.copied_back, nullptr));
+}
+
+void Context::recompute(Segment& s) {
+  const auto t0 = std::chrono::steady_clock::now();
+  recomputing_ = true;
+  Tensor x = s.input;
+  for (Module* m : s.modules) x = forward(*m, x);
+  recomputing_ = false;
+  s.recomputed = true;
+  recompute_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+Tensor Context::forward(Module& m, const Tensor& x) {
+  // Entering a checkpoint segment (not while recomputing it): keep its input only.
+  auto seg_first = grad_enabled_ && !recomputing_ ? first_of_.find(&m) : first_of_.end();
+  if (seg_first != first_of_.end()) {
+    Segment& s = segments_[seg_first->second];
+    s.input = x;
+    s.recomputed = false;
+    ++no_save_depth_;
+    if (host_ != nullptr) {
+      forward_segments_.push_back(seg_first->second);
+      start_copy_out(s);
+    }
+  }
+  if (hooks_) note(hooks_->pre_forward(m));
+  Frame* frame = nullptr;
+  if (grad_enabled_ && no_save_depth_ == 0) {
+    std::deque<Frame>& stack = frames_[&m];
+    stack.emplace_back();
+    frame = &stack.back();
+  }
+  current_.push_back(frame);
+  Tensor y = m.forward(*this, x);
+  current_.pop_back();
+  if (hooks_) note(hooks_->post_forward(m));
+  if (grad_enabled_ && !recomputing_ && no_save_depth_ > 0) {
+    auto seg_last = last_of_.find(&m);
+    if (seg_last != last_of_.end()) {
+      --no_save_depth_;
+      // Offload: the input is in host memory once its copy has landed.
+      Segment& s = segments_[seg_last->second];
+      if (host_ != nullptr && s.host_input.defined()) {
+        wait_copies(s);
+        s.input = Tensor();
+      }
+    }
+  }
+  return y;
+}
+
+Tensor Context::backward(Module& m, const Tensor& dy) {
+  ZE_CHECK(grad_enabled_) << "backward with grad disabled";
+  // The last module of a checkpoint segment: rebuild the segment's frames first.
+  auto seg_last = last_of_.find(&m);
+  if (seg_last != last_of_.end() && !segments_[seg_last->second].recomputed) {
+    Segment& s = segments_[seg_last->second];
+    if (host_ != nullptr && s.host_input.defined()) {
+      // Its input back on the compute tier (unless prefetched), and the next
+      // segment's in backward order on its way while this one recomputes.
+      start_copy_back(s);
+      ZE_CHECK(!forward_segments_.empty() && forward_segments_.back() == seg_last->second)
+          << "checkpoint segments' backward out of forward order at " << m.name();
+      if (forward_segments_.size() >= 2) {
+        Segment& next = segments_[forward_segments_[forward_segments_.size() - 2]];
+        if (next.host_input.defined()) start_copy_back(next);
+      }
+      backend_.wait_event(kComputeStream, s.copied_back);
+    }
+    recompute(s);
+  }
+  auto it = frames_.find(&m);
+  ZE_CHECK(it != frames_.end() && !it->second.empty())
+      << "backward of " << m.name() << " without a matching forward";
+  if (hooks_) note(hooks_->pre_backward(m));
+  current_.push_back(&it->second.back());
+  Tensor dx = m.backward(*this, dy);
+  current_.pop_back();
+  // Re-find: nested calls may have rehashed the map.
+  it = frames_.find(&m);
+  it->second.pop_back();
+  if (it->second.empty()) frames_.erase(it);
+  if (hooks_) note(hooks_->post_backward(m));
+  // Leaving a segment's backward (at its first module): its input is no longer needed.
+  auto seg_first = first_of_.find(&m);
+  if (seg_first != first_of_.end()) {
+    Segment& s = segments_[seg_first->second];
+    wait_copies(s);
+    s.input = Tensor();
+    s.host_input = Tensor();
+    s.recomputed = false;
+    if (!forward_segments_.empty() && forward_segments_.back() == seg_first->second) forward_segments_.pop_back();
+  }
+  return dx;
+}
+
+void Context::save(const Tensor& t) {
+  ZE_CHECK(!current_.empty()) << "save() outside a module call";
+  if (current_.back() != nullptr) current_.back()->saved.push_back(t);
+}
+
+const Tensor& Context::saved(size_t i) const {
+  ZE_CHECK(!current_.empty() && current_.back() != nullptr);
+  ZE_CHECK_LT(i, current_.back()->saved.size());
+  return current_.back()->saved[i];
+}
+
+size_t Context::live_frames() const {
+  size_t n = 0;
+  for (const auto& [m, stack] : frames_) n += stack.size();
+  return n;
+}
+
+void Context::clear() {
+  frames_.clear();
+  current_.clear();
+  for (Segment& s : segments_) {
+    wait_copies(s);
+    s.input = Tensor();
+    s.host_input = Tensor();
+    s.recomputed = false;
+  }
+  forward_segments_.clear();
+  no_save_depth_ = 0;
+  recomputing_ = false;
+  status_ = absl::OkStatus();
+}
+
+}  // namespace zero

@@ -1,0 +1,183 @@
+// The Context a forward and backward pass run through. It owns the saved
+// activations (one frame per module call) and is the single place where the
+// engine's hooks run around every module: Context::forward(m, x) runs
+// pre_forward(m), m.forward, post_forward(m); Context::backward(m, dy) runs
+// pre_backward(m), m.backward, post_backward(m), then frees m's frame.
+//
+// Frames are kept per module as a stack, so a module may be called several
+// times in one forward; backward must visit calls in reverse order (which the
+// tree structure of forward/backward gives for free).
+//
+// Activation checkpointing: a checkpoint segment is a run of consecutive
+// module calls (e.g. transformer blocks i..j, each called once per forward).
+// In forward, the segment keeps only its input; its modules save nothing.
+// When backward reaches the segment's last module, the context first runs the
+// segment's forward again from that input, this time saving (the engine's
+// hooks run as in any forward, so ZeRO-3 gathers the parameters again through
+// the same path), and then backward proceeds through the recomputed frames.
+// The kernels are deterministic and the only randomness, dropout, is a pure
+// function of a key the context holds for the whole micro-batch (the run's
+// seed and the global index of the micro-batch's first sample, set by the
+// engine before forward; see kernels/dropout_mask.h), so the recomputed
+// activations — and hence the gradients — are bitwise those of a run without
+// checkpointing. A layer that adds randomness must derive it from that key
+// too, never from state that advances with each call.
+//
+// Segment inputs in host memory (cpu_checkpointing, set_checkpoint_offload):
+// right after a segment's forward is issued, its input is copied to a host
+// buffer (activations, host tier) on a copy stream of the compute backend,
+// ordered after the compute that produced it by an event; when the segment's
+// forward ends the host waits for that copy and drops the compute-tier input.
+// In backward, a segment's recompute first makes sure its input is back on
+// the compute tier (copied host -> compute on the copy stream, the compute
+// stream waiting on its event) and starts the same copy for the segment
+// backward reaches next (the previous one in forward order), so at most two
+// segment inputs are on the compute tier at once. The host copy is dropped
+// when the segment's backward is done. Buffers of a copy in flight are never
+// dropped before its event has completed (clear() waits too).
+#pragma once
+
+#include <deque>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "graph/module.h"
+#include "kernels/backend.h"
+
+namespace zero {
+
+// What the engine does around each module call (ZeRO-3 gathers and releases
+// parameters here; gradient buckets fill in post_backward). A hook that fails
+// (a gather's collective, a parameter read from NVMe) returns the
+// operation's own error; it must still leave the module's parameters
+// defined (values then undefined), so the pass runs to its end, and the
+// Context hands the first error to the engine (Context::take_status).
+class ModuleHooks {
+ public:
+  virtual ~ModuleHooks() = default;
+  virtual absl::Status pre_forward(Module& m) { return absl::OkStatus(); }
+  virtual absl::Status post_forward(Module& m) { return absl::OkStatus(); }
+  virtual absl::Status pre_backward(Module& m) { return absl::OkStatus(); }
+  virtual absl::Status post_backward(Module& m) { return absl::OkStatus(); }
+};
+
+// activation_checkpointing.number_checkpoints = k: `layers` in k contiguous
+// segments of (as) equal (as possible) length (k = layers.size(): every layer
+// its own segment); an error naming the key when k is out of range. The
+// engine and the memory planner both split this way.
+absl::StatusOr<std::vector<std::vector<Module*>>> split_checkpoint_segments(const std::vector<Module*>& layers,
+                                                                            int64_t k);
+
+class Context {
+ public:
+  // param_dtype: the model dtype, which is also the precision GEMMs run in.
+  Context(Backend& backend, DType param_dtype) : backend_(backend), param_dtype_(param_dtype) {}
+
+  Backend& backend() { return backend_; }
+  Ops& ops() { return backend_.ops(); }
+  DType param_dtype() const { return param_dtype_; }
+
+  void set_hooks(ModuleHooks* hooks) { hooks_ = hooks; }
+  // With grad disabled (evaluation), modules save nothing and no frames exist.
+  void set_grad_enabled(bool enabled) { grad_enabled_ = enabled; }
+  bool grad_enabled() const { return grad_enabled_; }
+
+  // Dropout's key for the micro-batch about to run: the run's seed and the
+  // global sample index of its row 0 (runtime/data/data_loader.h's g). Kept
+  // until the next call, so the micro-batch's backward (and any recompute in
+  // it) sees the same key. Dropout is active only with grad enabled.
+  void set_dropout_key(uint64_t seed, int64_t first_sample) {
+    dropout_seed_ = seed;
+    first_sample_ = first_sample;
+  }
+  uint64_t dropout_seed() const { return dropout_seed_; }
+  int64_t first_sample() const { return first_sample_; }
+
+  Tensor forward(Module& m, const Tensor& x);
+  Tensor backward(Module& m, const Tensor& dy);
+
+  // Checkpoint segments: each a list of modules called one after another
+  // (the output of one is the input of the next). Replaces earlier segments.
+  void set_checkpoint_segments(std::vector<std::vector<Module*>> segments);
+  size_t num_checkpoint_segments() const { return segments_.size(); }
+  // Keep segment inputs in host memory between forward and recompute (see
+  // the top of this file): host buffers from `host` (Tier::kHost; the compute
+  // backend itself on a GPU, whose host tier is pinned; a host backend of its
+  // own where the CPU backend stands in for the device), copies on a stream
+  // of this context's backend. nullptr turns it off. `host` must outlive the
+  // saved activations (clear() drops them).
+  void set_checkpoint_offload(Backend* host);
+  // Seconds spent recomputing segment forwards since the last call (then reset).
+  double take_recompute_seconds();
+
+  // ---- for use inside Module::forward / Module::backward
+  // Keeps t for this module call's backward (no-op when grad is disabled).
+  void save(const Tensor& t);
+  // The i-th tensor this module call saved.
+  const Tensor& saved(size_t i) const;
+  // A new fp32 activation (tracked as activations).
+  Tensor activation(const Shape& shape, DType dtype = DType::kF32) {
+    return backend_.empty(shape, dtype, MemCategory::kActivations);
+  }
+
+  // Frames not yet consumed by backward (0 after a full forward + backward).
+  size_t live_frames() const;
+  // Drops every saved activation (e.g. after an evaluation or an aborted
+  // step) and any hook error not yet taken.
+  void clear();
+  // The first hook error since the last call (then OK again): a pass whose
+  // hooks failed ran on undefined values and must not be used.
+  absl::Status take_status() { return std::exchange(status_, absl::OkStatus()); }
+
+ private:
+  void note(absl::Status s) {
+    if (!s.ok() && status_.ok()) status_ = std::move(s);
+  }
+  struct Frame {
+    std::vector<Tensor> saved;
+  };
+
+  struct Segment {
+    std::vector<Module*> modules;
+    // On the compute tier: kept from the forward until the segment's
+    // backward is done; with offload only from forward entry to forward end
+    // and from its upload (recompute, or the prefetch) to backward's end.
+    Tensor input;
+    bool recomputed = false;  // this backward has rebuilt the frames
+    // Offload: the input's host copy (forward end to backward end), and the
+    // events of the copy out (compute -> host) and of the copy back.
+    Tensor host_input;
+    EventPtr copied_out, copied_back;
+  };
+  // Runs the segment's forward again, saving, from its kept input.
+  void recompute(Segment& s);
+  // Offload: starts copying the segment's input to host memory (forward).
+  void start_copy_out(Segment& s);
+  // Offload: starts copying the segment's input back to the compute tier,
+  // unless it is there or on its way.
+  void start_copy_back(Segment& s);
+  // Offload: waits for the segment's copies in flight (before their buffers go).
+  void wait_copies(Segment& s);
+
+  Backend& backend_;
+  DType param_dtype_;
+  ModuleHooks* hooks_ = nullptr;
+  absl::Status status_;  // the first hook error of the pass
+  bool grad_enabled_ = true;
+  uint64_t dropout_seed_ = 0;
+  int64_t first_sample_ = 0;
+  std::vector<Segment> segments_;
+  Backend* host_ = nullptr;     // offload: where host copies of segment inputs live
+  StreamId copy_stream_ = -1;   // offload: the copies' stream (created once)
+  std::vector<size_t> forward_segments_;  // segments entered by this forward, in order, not yet through backward
+  std::unordered_map<const Module*, size_t> first_of_, last_of_;  // module -> segment it starts / ends
+  int no_save_depth_ = 0;  // > 0 inside a checkpointed forward: modules save nothing
+  bool recomputing_ = false;
+  double recompute_seconds_ = 0;
+  std::unordered_map<const Module*, std::deque<Frame>> frames_;  // deque: stable frame addresses
+  std::vector<Frame*> current_;  // the frame of each module call in progress
+};
+
+}  // namespace zero

@@ -1,0 +1,75 @@
+// GPT-2 model and the MLP classifier; see gpt.h.
+#include "graph/gpt.h"
+
+#include <cmath>
+
+#include "core/strings.h"
+
+namespace zero {
+
+int64_t GptConfig::num_parameters() const {
+  const int64_t c = d_model;
+  const int64_t per_block = 2 * c                  // ln_1
+                            + 3 * c * c + 3 * c     // c_attn
+                            + c * c + c             // attn c_proj
+                            + 2 * c                 // ln_2
+                            + 4 * c * c + 4 * c     // c_fc
+                            + 4 * c * c + c;        // mlp c_proj
+  return vocab_size * c + seq_len * c + n_layer * per_block + 2 * c;
+}
+
+double GptConfig::flops_per_token(int64_t seq) const {
+  // 6 FLOPs per parameter per token (forward multiply-add 2, backward 4; the
+  // tied embedding does its multiplies in the LM head), plus attention's
+  // q k^T and P v: 2 T C multiply-adds per token per layer forward, x3 with
+  // backward, counted unmasked as PaLM and llm.c do: 12 L C T.
+  return 6.0 * static_cast<double>(num_parameters()) +
+         12.0 * static_cast<double>(n_layer) * static_cast<double>(d_model) * static_cast<double>(seq);
+}
+
+Gpt::Gpt(const GptConfig& config) : Module(""), config_(config) {
+  const float std = 0.02f;
+  const float proj_std = std / std::sqrt(2.0f * static_cast<float>(config.n_layer));
+  wte_ = add_child<Embedding>("wte", config.vocab_size, config.d_model, std);
+  wpe_ = add_child<PositionalEmbedding>("wpe", config.seq_len, config.d_model, std);
+  // Dropout sites, each its own mask stream: 0 the embeddings, 1 + 2i and
+  // 2 + 2i block i's attention and MLP outputs.
+  if (config.dropout > 0.0f) drop_ = add_child<Dropout>("drop", config.dropout, 0);
+  for (int64_t i = 0; i < config.n_layer; ++i) {
+    blocks_.push_back(add_child<TransformerBlock>(cat("h.", i), config.d_model, config.n_head, std,
+                                                  proj_std, config.dropout, 1 + 2 * i));
+  }
+  ln_f_ = add_child<LayerNorm>("ln_f", config.d_model);
+  lm_head_ = add_child<TiedLMHead>("lm_head", wte_->weight());
+}
+
+Tensor Gpt::forward(Context& ctx, const Tensor& ids) {
+  ZE_CHECK(ids.ndim() == 2 && ids.dim(1) <= config_.seq_len) << ids.debug_string();
+  Tensor x = ctx.forward(*wpe_, ctx.forward(*wte_, ids));
+  if (drop_ != nullptr) x = ctx.forward(*drop_, x);
+  for (TransformerBlock* b : blocks_) x = ctx.forward(*b, x);
+  return ctx.forward(*lm_head_, ctx.forward(*ln_f_, x));
+}
+
+Tensor Gpt::backward(Context& ctx, const Tensor& dlogits) {
+  Tensor d = ctx.backward(*ln_f_, ctx.backward(*lm_head_, dlogits));
+  for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) d = ctx.backward(**it, d);
+  if (drop_ != nullptr) d = ctx.backward(*drop_, d);
+  ctx.backward(*wte_, ctx.backward(*wpe_, d));
+  return Tensor();
+}
+
+std::unique_ptr<Sequential> make_mlp_classifier(int64_t in, const std::vector<int64_t>& hidden,
+                                                int64_t classes, float init_std) {
+  auto model = std::make_unique<Sequential>("");
+  int64_t width = in;
+  for (size_t i = 0; i < hidden.size(); ++i) {
+    model->add<Linear>(cat("fc", i), width, hidden[i], true, init_std);
+    model->add<Gelu>(cat("act", i));
+    width = hidden[i];
+  }
+  model->add<Linear>("out", width, classes, true, init_std);
+  return model;
+}
+
+}  // namespace zero

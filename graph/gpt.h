@@ -1,0 +1,61 @@
+// GPT-2: token + position embeddings, n_layer pre-LN transformer blocks, a
+// final layer norm and an LM head tied to the token embedding.
+// forward(ids int32 [B, T]) -> logits fp32 [B, T, vocab_size].
+// Parameter names follow GPT-2's checkpoints ("wte.weight", "h.0.ln_1.weight",
+// "h.0.attn.c_attn.weight", ...); Linear weights are [out, in].
+// Initialisation as GPT-2: N(0, 0.02) for weights and embeddings, the two
+// residual projections per block N(0, 0.02 / sqrt(2 n_layer)), biases 0,
+// layer-norm weights 1.
+// Dropout (config.dropout > 0) as GPT-2 places it: on the embedding output
+// ("drop") and on each residual branch after its output projection
+// ("h.i.attn.resid_dropout", "h.i.mlp.dropout"); none on the attention
+// probabilities. With dropout 0 there are no Dropout modules at all.
+#pragma once
+
+#include <memory>
+
+#include "graph/transformer.h"
+
+namespace zero {
+
+struct GptConfig {
+  int64_t n_layer = 12;
+  int64_t n_head = 12;
+  int64_t d_model = 768;
+  int64_t vocab_size = 50304;
+  int64_t seq_len = 1024;  // maximum sequence length (size of the position table)
+  float dropout = 0.0f;    // probability, 0 <= p < 1 (0: no dropout layers)
+
+  // Parameters, counted exactly (tied head counted once).
+  int64_t num_parameters() const;
+  // Training FLOPs per token at sequence length seq: 6 per parameter plus
+  // 12 n_layer d_model seq for attention (PaLM's and llm.c's accounting).
+  double flops_per_token(int64_t seq) const;
+};
+
+class Gpt : public Module {
+ public:
+  explicit Gpt(const GptConfig& config);
+  Tensor forward(Context& ctx, const Tensor& ids) override;
+  Tensor backward(Context& ctx, const Tensor& dlogits) override;
+  const GptConfig& config() const { return config_; }
+  std::vector<Module*> checkpointable_layers() override {
+    return std::vector<Module*>(blocks_.begin(), blocks_.end());
+  }
+
+ private:
+  GptConfig config_;
+  Embedding* wte_;
+  PositionalEmbedding* wpe_;
+  Dropout* drop_ = nullptr;  // dropout > 0 only
+  std::vector<TransformerBlock*> blocks_;
+  LayerNorm* ln_f_;
+  TiedLMHead* lm_head_;
+};
+
+// A plain MLP classifier for small tests: Linear(in, h) GELU ... Linear(h, classes).
+// forward(x fp32 [B, in]) -> logits [B, classes].
+std::unique_ptr<Sequential> make_mlp_classifier(int64_t in, const std::vector<int64_t>& hidden,
+                                                int64_t classes, float init_std = 0.1f);
+
+}  // namespace zero

@@ -1,0 +1,210 @@
+// Built-in layers; see layers.h.
+#include "graph/layers.h"
+
+namespace zero {
+
+Tensor as_rows(const Tensor& t, int64_t cols) {
+  ZE_CHECK(cols > 0 && t.numel() % cols == 0 && t.dim(-1) == cols) << t.debug_string();
+  return t.view({t.numel() / cols, cols});
+}
+
+namespace {
+Shape with_last_dim(const Shape& s, int64_t last) {
+  Shape out = s;
+  out.back() = last;
+  return out;
+}
+}  // namespace
+
+// ---- Linear
+Linear::Linear(std::string name, int64_t in_features, int64_t out_features, bool bias,
+               float init_std)
+    : Module(std::move(name)), in_(in_features), out_(out_features) {
+  weight_ = add_parameter("weight", {out_, in_}, ParamInit::normal(init_std));
+  if (bias) bias_ = add_parameter("bias", {out_}, ParamInit::zeros());
+}
+
+Tensor Linear::forward(Context& ctx, const Tensor& x) {
+  Tensor y = ctx.activation(with_last_dim(x.shape(), out_));
+  MatmulSpec spec;
+  spec.trans_b = true;
+  spec.compute = ctx.param_dtype();
+  ctx.ops().matmul(as_rows(x, in_), weight_->data, as_rows(y, out_), spec,
+                   bias_ ? bias_->data : Tensor());
+  ctx.save(x);
+  return y;
+}
+
+Tensor Linear::backward(Context& ctx, const Tensor& dy) {
+  const Tensor& x = ctx.saved(0);
+  const Tensor dy2 = as_rows(dy, out_);
+  Tensor dx = ctx.activation(x.shape());
+  MatmulSpec spec;
+  spec.compute = ctx.param_dtype();
+  ctx.ops().matmul(dy2, weight_->data, as_rows(dx, in_), spec);  // dx = dy W
+  if (weight_->grad.defined()) {                                 // dW += dy^T x
+    MatmulSpec wspec = spec;
+    wspec.trans_a = true;
+    wspec.accumulate = true;
+    ctx.ops().matmul(dy2, as_rows(x, in_), weight_->grad, wspec);
+  }
+  if (bias_ != nullptr && bias_->grad.defined()) ctx.ops().bias_backward(dy2, bias_->grad);
+  return dx;
+}
+
+// ---- Dropout
+Dropout::Dropout(std::string name, float p, int64_t layer_id)
+    : Module(std::move(name)), p_(p), layer_id_(layer_id) {
+  ZE_CHECK(p >= 0.0f && p < 1.0f) << this->name() << ": dropout " << p;
+}
+
+Tensor Dropout::forward(Context& ctx, const Tensor& x) {
+  if (!ctx.grad_enabled()) return x;
+  Tensor y = ctx.activation(x.shape(), x.dtype());
+  ctx.ops().dropout(x, y, p_, key(ctx));
+  return y;
+}
+
+Tensor Dropout::backward(Context& ctx, const Tensor& dy) {
+  Tensor dx = ctx.activation(dy.shape(), dy.dtype());
+  ctx.ops().dropout_backward(dy, dx, p_, key(ctx));
+  return dx;
+}
+
+// ---- LayerNorm
+LayerNorm::LayerNorm(std::string name, int64_t features, float eps)
+    : Module(std::move(name)), features_(features), eps_(eps) {
+  weight_ = add_parameter("weight", {features}, ParamInit::ones());
+  bias_ = add_parameter("bias", {features}, ParamInit::zeros());
+}
+
+Tensor LayerNorm::forward(Context& ctx, const Tensor& x) {
+  const Tensor x2 = as_rows(x, features_);
+  const int64_t rows = x2.dim(0);
+  Tensor y = ctx.activation(x.shape());
+  Tensor mean = ctx.activation({rows});
+  Tensor var = ctx.activation({rows});
+  ctx.ops().layernorm_forward(x2, weight_->data, bias_->data, eps_, as_rows(y, features_), mean,
+                              var);
+  ctx.save(x);
+  ctx.save(mean);
+  ctx.save(var);
+  return y;
+}
+
+Tensor LayerNorm::backward(Context& ctx, const Tensor& dy) {
+  const Tensor& x = ctx.saved(0);
+  Tensor dx = ctx.activation(x.shape());
+  ZE_CHECK(weight_->grad.defined() && bias_->grad.defined()) << "frozen layer norm " << name();
+  ctx.ops().layernorm_backward(as_rows(dy, features_), as_rows(x, features_), weight_->data,
+                               ctx.saved(1), ctx.saved(2), eps_, as_rows(dx, features_),
+                               weight_->grad, bias_->grad);
+  return dx;
+}
+
+// ---- Gelu
+Tensor Gelu::forward(Context& ctx, const Tensor& x) {
+  Tensor y = ctx.activation(x.shape());
+  ctx.ops().gelu_forward(x, y);
+  ctx.save(x);
+  return y;
+}
+
+Tensor Gelu::backward(Context& ctx, const Tensor& dy) {
+  const Tensor& x = ctx.saved(0);
+  Tensor dx = ctx.activation(x.shape());
+  ctx.ops().gelu_backward(x, dy, dx);
+  return dx;
+}
+
+// ---- Embedding
+Embedding::Embedding(std::string name, int64_t num_embeddings, int64_t dim, float init_std)
+    : Module(std::move(name)), num_(num_embeddings), dim_(dim) {
+  weight_ = add_parameter("weight", {num_, dim_}, ParamInit::normal(init_std));
+}
+
+Tensor Embedding::forward(Context& ctx, const Tensor& ids) {
+  ZE_CHECK(ids.dtype() == DType::kI32) << ids.debug_string();
+  Shape out_shape = ids.shape();
+  out_shape.push_back(dim_);
+  Tensor y = ctx.activation(out_shape);
+  ctx.ops().embedding_forward(ids, weight_->data, y);
+  ctx.save(ids);
+  return y;
+}
+
+Tensor Embedding::backward(Context& ctx, const Tensor& dy) {
+  if (weight_->grad.defined()) ctx.ops().embedding_backward(ctx.saved(0), dy, weight_->grad);
+  return Tensor();
+}
+
+// ---- PositionalEmbedding
+PositionalEmbedding::PositionalEmbedding(std::string name, int64_t max_positions, int64_t dim,
+                                         float init_std)
+    : Module(std::move(name)), max_positions_(max_positions), dim_(dim) {
+  weight_ = add_parameter("weight", {max_positions_, dim_}, ParamInit::normal(init_std));
+}
+
+Tensor PositionalEmbedding::forward(Context& ctx, const Tensor& x) {
+  ZE_CHECK(x.ndim() == 3 && x.dim(2) == dim_ && x.dim(1) <= max_positions_) << x.debug_string();
+  Tensor y = ctx.activation(x.shape());
+  // On the compute stream, where the ops run: no host wait (x stays alive
+  // until the copy is done, by the allocator's stream-ordered reuse).
+  ctx.backend().copy_async(y.data(), x.data(), x.nbytes(), kComputeStream);
+  ctx.ops().add_positional(y, weight_->data);
+  return y;
+}
+
+Tensor PositionalEmbedding::backward(Context& ctx, const Tensor& dy) {
+  if (weight_->grad.defined()) ctx.ops().positional_backward(dy, weight_->grad);
+  return dy;
+}
+
+// ---- TiedLMHead
+TiedLMHead::TiedLMHead(std::string name, Parameter* table) : Module(std::move(name)), table_(table) {
+  use_parameter(table);
+}
+
+Tensor TiedLMHead::forward(Context& ctx, const Tensor& x) {
+  const int64_t vocab = table_->shape()[0], dim = table_->shape()[1];
+  Tensor logits = ctx.activation(with_last_dim(x.shape(), vocab));
+  MatmulSpec spec;
+  spec.trans_b = true;
+  spec.compute = ctx.param_dtype();
+  ctx.ops().matmul(as_rows(x, dim), table_->data, as_rows(logits, vocab), spec);
+  ctx.save(x);
+  return logits;
+}
+
+Tensor TiedLMHead::backward(Context& ctx, const Tensor& dy) {
+  const int64_t vocab = table_->shape()[0], dim = table_->shape()[1];
+  const Tensor& x = ctx.saved(0);
+  const Tensor dy2 = as_rows(dy, vocab);
+  Tensor dx = ctx.activation(x.shape());
+  MatmulSpec spec;
+  spec.compute = ctx.param_dtype();
+  ctx.ops().matmul(dy2, table_->data, as_rows(dx, dim), spec);
+  if (table_->grad.defined()) {
+    MatmulSpec wspec = spec;
+    wspec.trans_a = true;
+    wspec.accumulate = true;
+    ctx.ops().matmul(dy2, as_rows(x, dim), table_->grad, wspec);
+  }
+  return dx;
+}
+
+// ---- Sequential
+Tensor Sequential::forward(Context& ctx, const Tensor& x) {
+  Tensor h = x;
+  for (Module* m : children()) h = ctx.forward(*m, h);
+  return h;
+}
+
+Tensor Sequential::backward(Context& ctx, const Tensor& dy) {
+  Tensor d = dy;
+  const auto& kids = children();
+  for (auto it = kids.rbegin(); it != kids.rend(); ++it) d = ctx.backward(**it, d);
+  return d;
+}
+
+}  // namespace zero

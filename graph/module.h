@@ -1,0 +1,125 @@
+// The module API: a tree of modules with named parameters, and forward /
+// backward passes that run through a Context.
+//
+// Who controls what:
+//  * A module declares its parameters (name, shape, how to initialise) and
+//    computes; it never allocates them. The engine owns parameter memory: it
+//    places every Parameter's `data` and `grad` (views into flat buffers) and
+//    decides when they are materialised — under ZeRO-3 a parameter's data is
+//    only defined between the engine's gather before a module runs and its
+//    release after.
+//  * A module calls its children through ctx.forward(child, x) and
+//    ctx.backward(child, dy), never child.forward() directly: those are the
+//    points where the engine's hooks run (gather, release, gradient
+//    reduction, activation checkpointing).
+//  * Tensors a module needs for its backward are saved with ctx.save() into a
+//    frame the Context owns; the Context frees the frame after the module's
+//    backward, or keeps only a checkpoint boundary.
+//
+// Conventions: activations are fp32; parameter gradients accumulate (+=).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace zero {
+
+class Context;
+
+// How a parameter's initial values are drawn (see graph/init.h).
+struct ParamInit {
+  enum class Kind { kNormal, kZeros, kOnes };
+  Kind kind = Kind::kZeros;
+  float std = 0.0f;  // kNormal: N(0, std^2)
+
+  static ParamInit normal(float std) { return {Kind::kNormal, std}; }
+  static ParamInit zeros() { return {Kind::kZeros, 0.0f}; }
+  static ParamInit ones() { return {Kind::kOnes, 0.0f}; }
+};
+
+class Parameter {
+ public:
+  Parameter(std::string name, Shape shape, ParamInit init)
+      : name_(std::move(name)), shape_(std::move(shape)), numel_(shape_numel(shape_)), init_(init) {}
+
+  const std::string& name() const { return name_; }  // dotted path, e.g. "h.0.attn.c_attn.weight"
+  const Shape& shape() const { return shape_; }
+  int64_t numel() const { return numel_; }
+  const ParamInit& init() const { return init_; }
+  // Position in Module::parameters() of the root (set when the engine registers the model).
+  int64_t index() const { return index_; }
+  void set_index(int64_t i) { index_ = i; }
+
+  // Set by the engine. `data` in the model dtype; `grad` in the gradient dtype.
+  Tensor data;
+  Tensor grad;
+  bool requires_grad = true;
+
+ private:
+  std::string name_;
+  Shape shape_;
+  int64_t numel_;
+  ParamInit init_;
+  int64_t index_ = -1;
+};
+
+class Module {
+ public:
+  explicit Module(std::string name) : name_(std::move(name)) {}
+  virtual ~Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  const std::string& name() const { return name_; }
+
+  // y = f(x). Called by Context::forward, which has already run the engine's
+  // pre-forward hook (this module's parameters are materialised).
+  virtual Tensor forward(Context& ctx, const Tensor& x) = 0;
+  // dx from dy, accumulating into the gradients of this module's parameters.
+  // Called by Context::backward after the pre-backward hook.
+  virtual Tensor backward(Context& ctx, const Tensor& dy) = 0;
+
+  // Parameters this module uses directly (its own, then shared ones), not its
+  // children's. These are what the engine gathers around this module.
+  const std::vector<Parameter*>& direct_parameters() const { return direct_; }
+  const std::vector<Module*>& children() const { return children_view_; }
+  // Every parameter owned in this subtree, depth-first in registration order,
+  // each once (shared parameters are listed where they are owned).
+  std::vector<Parameter*> parameters() const;
+  // Every module of this subtree, depth-first pre-order (this one first).
+  std::vector<Module*> modules();
+  // The layers activation checkpointing maps onto, in forward order, each
+  // called once per forward with the previous one's output (a GPT's blocks).
+  // Empty: the model offers none (segments can still be set by hand).
+  virtual std::vector<Module*> checkpointable_layers() { return {}; }
+
+ protected:
+  Parameter* add_parameter(const std::string& local_name, Shape shape, ParamInit init);
+  // Uses a parameter owned by another module (weight tying).
+  void use_parameter(Parameter* p) { direct_.push_back(p); }
+  template <typename M, typename... Args>
+  M* add_child(const std::string& local_name, Args&&... args) {
+    auto child = std::make_unique<M>(child_name(local_name), std::forward<Args>(args)...);
+    M* raw = child.get();
+    children_view_.push_back(raw);
+    children_.push_back(std::move(child));
+    return raw;
+  }
+  std::string child_name(const std::string& local_name) const {
+    return name_.empty() ? local_name : name_ + "." + local_name;
+  }
+
+ private:
+  void collect_owned(std::vector<Parameter*>& out) const;
+
+  std::string name_;
+  std::vector<std::unique_ptr<Parameter>> owned_;
+  std::vector<Parameter*> direct_;
+  std::vector<std::unique_ptr<Module>> children_;
+  std::vector<Module*> children_view_;
+};
+
+}  // namespace zero

@@ -1,0 +1,65 @@
+// The transformer pieces of GPT-2: causal self-attention, the GELU MLP and
+// the pre-LN block.
+//
+// CausalSelfAttention, for x [B, T, C] with H heads of D = C / H:
+//   qkv = c_attn(x) [B, T, 3C] -> q, k, v [B, H, T, D]
+//   P = causal_softmax(q k^T / sqrt(D)) [B*H, T, T];  y = P v -> [B, T, C]
+//   out = c_proj(y)
+// Saves q, k, v and P (B*H*T*T floats per layer; the memory that flash-style
+// recomputation would trade away). With dropout > 0, out = resid_dropout(out).
+#pragma once
+
+#include "graph/layers.h"
+
+namespace zero {
+
+class CausalSelfAttention : public Module {
+ public:
+  // proj_std: init std of the output projection (GPT-2 scales it by 1/sqrt(2 n_layer)).
+  // dropout > 0: a Dropout "resid_dropout" (mask stream dropout_id) on the output.
+  CausalSelfAttention(std::string name, int64_t d_model, int64_t n_head, float init_std,
+                      float proj_std, float dropout = 0.0f, int64_t dropout_id = 0);
+  Tensor forward(Context& ctx, const Tensor& x) override;
+  Tensor backward(Context& ctx, const Tensor& dy) override;
+
+ private:
+  int64_t d_model_, n_head_, head_dim_;
+  Linear* c_attn_;
+  Linear* c_proj_;
+  Dropout* resid_dropout_ = nullptr;
+};
+
+// c_fc (C -> 4C), GELU, c_proj (4C -> C), then with dropout > 0 a Dropout
+// "dropout" (mask stream dropout_id).
+class Mlp : public Module {
+ public:
+  Mlp(std::string name, int64_t d_model, float init_std, float proj_std, float dropout = 0.0f,
+      int64_t dropout_id = 0);
+  Tensor forward(Context& ctx, const Tensor& x) override;
+  Tensor backward(Context& ctx, const Tensor& dy) override;
+
+ private:
+  Linear* c_fc_;
+  Gelu* gelu_;
+  Linear* c_proj_;
+  Dropout* dropout_ = nullptr;
+};
+
+// x + attn(ln_1(x)), then + mlp(ln_2(.)). Saves nothing itself.
+class TransformerBlock : public Module {
+ public:
+  // dropout > 0: residual dropout on attention (mask stream dropout_id) and
+  // MLP (dropout_id + 1) outputs.
+  TransformerBlock(std::string name, int64_t d_model, int64_t n_head, float init_std,
+                   float proj_std, float dropout = 0.0f, int64_t dropout_id = 0);
+  Tensor forward(Context& ctx, const Tensor& x) override;
+  Tensor backward(Context& ctx, const Tensor& dy) override;
+
+ private:
+  LayerNorm* ln_1_;
+  CausalSelfAttention* attn_;
+  LayerNorm* ln_2_;
+  Mlp* mlp_;
+};
+
+}  // namespace zero

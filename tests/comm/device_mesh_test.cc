@@ -1,0 +1,139 @@
+// The device mesh on 1-4 ranks: the coordinate formulas (Megatron's order:
+// tensor fastest, then data, then pipeline), communicator splits whose
+// groups reduce only among their members, every mesh layout the world
+// divides into, point-to-point send and receive around a ring, and the
+// engine refusing tensor or pipeline groups it cannot use yet.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "comm/device_mesh.h"
+#include "core/strings.h"
+#include "graph/gpt.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "runtime/engine/engine.h"
+#include "tests/testing/mpi_test_main.h"
+
+namespace zero {
+namespace {
+
+using testing::world;
+
+// Sum over a group of each member's world rank + 1, by all-reduce.
+double group_rank_sum(Communicator& group) {
+  return group.all_reduce_sum(static_cast<double>(world().rank() + 1)).value();
+}
+
+TEST(DeviceMeshTest, CoordinatesFollowMegatronsOrder) {
+  const MeshShape s{.data = 2, .tensor = 2, .pipeline = 2};  // 8 ranks
+  std::set<std::tuple<int, int, int>> seen;
+  for (int r = 0; r < s.world(); ++r) {
+    const MeshCoordinates c = mesh_coordinates(s, r);
+    EXPECT_EQ(c.tensor, r % 2) << r;
+    EXPECT_EQ(c.data, (r / 2) % 2) << r;
+    EXPECT_EQ(c.pipeline, r / 4) << r;
+    EXPECT_EQ(r, (c.pipeline * s.data + c.data) * s.tensor + c.tensor);
+    seen.insert({c.data, c.tensor, c.pipeline});
+  }
+  EXPECT_EQ(seen.size(), 8u);  // a bijection
+}
+
+TEST(DeviceMeshTest, SplitGroupsReduceAmongTheirMembersOnly) {
+  const int w = world().world_size(), r = world().rank();
+  // Even and odd ranks, each group ranked in reverse world order.
+  auto group = world().split(r % 2, -r);
+  ASSERT_TRUE(group.ok()) << group.status();
+  int members = 0, before_me_in_key_order = 0;
+  double want = 0;
+  for (int q = 0; q < w; ++q) {
+    if (q % 2 != r % 2) continue;
+    ++members;
+    want += q + 1;
+    if (q > r) ++before_me_in_key_order;
+  }
+  EXPECT_EQ((*group)->world_size(), members);
+  EXPECT_EQ((*group)->rank(), before_me_in_key_order);
+  EXPECT_EQ(group_rank_sum(**group), want);
+  EXPECT_EQ(group_rank_sum(world()), w * (w + 1) / 2.0);  // the world is untouched
+}
+
+TEST(DeviceMeshTest, EveryLayoutTheWorldDividesInto) {
+  const int w = world().world_size();
+  for (int tensor = 1; tensor <= w; ++tensor) {
+    for (int pipeline = 1; tensor * pipeline <= w; ++pipeline) {
+      if (w % (tensor * pipeline) != 0) continue;
+      auto mesh = DeviceMesh::create(world(), tensor, pipeline);
+      ASSERT_TRUE(mesh.ok()) << mesh.status();
+      const MeshShape& s = (*mesh)->shape();
+      const MeshCoordinates c = (*mesh)->coordinates();
+      const std::string where = cat("tensor ", tensor, " pipeline ", pipeline);
+      EXPECT_EQ(s.data, w / (tensor * pipeline)) << where;
+      EXPECT_EQ((*mesh)->data().world_size(), s.data) << where;
+      EXPECT_EQ((*mesh)->tensor().world_size(), tensor) << where;
+      EXPECT_EQ((*mesh)->pipeline().world_size(), pipeline) << where;
+      EXPECT_EQ((*mesh)->data().rank(), c.data) << where;
+      EXPECT_EQ((*mesh)->tensor().rank(), c.tensor) << where;
+      EXPECT_EQ((*mesh)->pipeline().rank(), c.pipeline) << where;
+      // Each group's members by the formulas, and their reduction.
+      double data_sum = 0, tensor_sum = 0, pipeline_sum = 0;
+      for (int q = 0; q < w; ++q) {
+        const MeshCoordinates o = mesh_coordinates(s, q);
+        if (o.tensor == c.tensor && o.pipeline == c.pipeline) data_sum += q + 1;
+        if (o.data == c.data && o.pipeline == c.pipeline) tensor_sum += q + 1;
+        if (o.data == c.data && o.tensor == c.tensor) pipeline_sum += q + 1;
+      }
+      EXPECT_EQ(group_rank_sum((*mesh)->data()), data_sum) << where;
+      EXPECT_EQ(group_rank_sum((*mesh)->tensor()), tensor_sum) << where;
+      EXPECT_EQ(group_rank_sum((*mesh)->pipeline()), pipeline_sum) << where;
+    }
+  }
+  EXPECT_EQ(DeviceMesh::create(world(), w + 1).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(DeviceMeshTest, SendAndReceiveAroundARing) {
+  const int w = world().world_size(), r = world().rank();
+  if (w == 1) {
+    int v = 0;
+    const absl::Status s = world().send_async(&v, 1, DType::kI32, 0)->wait();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("send to rank 0: not a peer of rank 0"), std::string_view::npos) << s;
+    return;
+  }
+  const int next = (r + 1) % w, prev = (r + w - 1) % w;
+  std::vector<float> out(1000), in(1000, -1.0f);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<float>(r * 1000 + static_cast<int>(i));
+  // Even ranks send first, odd ranks receive first: no two neighbours both
+  // wait in a send.
+  if (r % 2 == 0) {
+    ASSERT_TRUE(world().send_async(out.data(), 1000, DType::kF32, next)->wait().ok());
+    ASSERT_TRUE(world().recv_async(in.data(), 1000, DType::kF32, prev)->wait().ok());
+  } else {
+    ASSERT_TRUE(world().recv_async(in.data(), 1000, DType::kF32, prev)->wait().ok());
+    ASSERT_TRUE(world().send_async(out.data(), 1000, DType::kF32, next)->wait().ok());
+  }
+  for (size_t i = 0; i < in.size(); ++i) ASSERT_EQ(in[i], static_cast<float>(prev * 1000 + static_cast<int>(i))) << i;
+}
+
+TEST(DeviceMeshTest, TheEngineShardsOverTheDataGroupAndRefusesModelParallelGroups) {
+  const int w = world().world_size();
+  CpuBackend backend;
+  EngineConfig ec;
+  ec.zero.stage = 2;
+  const GptConfig g{.n_layer = 1, .n_head = 2, .d_model = 16, .vocab_size = 17, .seq_len = 8};
+  auto mesh = DeviceMesh::create(world());
+  ASSERT_TRUE(mesh.ok());
+  auto engine = Engine::create(std::make_unique<Gpt>(g), ec, backend, **mesh);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  EXPECT_EQ(&(*engine)->comm(), &(*mesh)->data());
+  EXPECT_EQ((*engine)->comm().world_size(), w);
+  if (w % 2 == 0) {
+    auto tp = DeviceMesh::create(world(), 2);
+    ASSERT_TRUE(tp.ok());
+    auto refused = Engine::create(std::make_unique<Gpt>(g), ec, backend, **tp);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnimplemented);
+    EXPECT_NE(refused.status().message().find("tensor 2"), std::string_view::npos) << refused.status();
+  }
+}
+
+}  // namespace
+}  // namespace zero

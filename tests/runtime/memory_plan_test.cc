@@ -1,0 +1,682 @@
+// The memory planner against the ZeRO paper and against the engine itself.
+//
+//  * Table 1 of the ZeRO paper (7.5B, 128B, 1T parameters at DP 1-1024,
+//    stages P_os, P_os+g, P_os+g+p) from model_state_bytes(), within the
+//    paper's rounding.
+//  * Planned vs measured: real training steps through the engine on this
+//    process's ranks (1 in-process, 2 and 3 under mpirun), at stages 0-3,
+//    fp32 and bf16, with and without activation checkpointing (and with
+//    cpu_checkpointing on the device path), with several buckets, overlap
+//    and stage-3 prefetch/persistence settings, NVMe and ZeRO-Offload. The
+//    plan is the engine's own dry run, so every category's peak in the
+//    tracking allocator must equal it byte for byte, oneDNN's scratchpads in
+//    the workspace included, and so must each tier's total.
+//  * zero-estimate as a user runs it: exit codes, the table's numbers are the
+//    planner's, errors name the bad argument (one rank only).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/strings.h"
+#include "graph/gpt.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "offload/swap_layout.h"
+#include "runtime/config/memory_preflight.h"
+#include "runtime/config/run_config.h"
+#include "runtime/engine/engine.h"
+#include "runtime/engine/model_state_bytes.h"
+#include "tests/testing/mpi_test_main.h"
+#include "tests/testing/run_command.h"
+
+namespace zero {
+namespace {
+
+using testing::world;
+
+// ---- the ZeRO paper's Table 1
+
+struct PaperRow {
+  double dp;
+  double gb[3][3];  // [model: 7.5B, 128B, 1T][stage 1..3]
+};
+
+// deepspeed-behaviour.md §8, as printed in the paper (GB = 1e9 bytes).
+const PaperRow kTable1[] = {
+    {1, {{120, 120, 120}, {2048, 2048, 2048}, {16000, 16000, 16000}}},
+    {4, {{52.5, 41.3, 30}, {896, 704, 512}, {7000, 5500, 4000}}},
+    {16, {{35.6, 21.6, 7.5}, {608, 368, 128}, {4750, 2875, 1000}}},
+    {64, {{31.4, 16.6, 1.88}, {536, 284, 32}, {4187, 2218, 250}}},
+    {256, {{30.4, 15.4, 0.47}, {518, 263, 8}, {4046, 2054, 62.5}}},
+    {1024, {{30.1, 15.1, 0.12}, {513, 257, 2}, {4011, 2013, 15.6}}},
+};
+
+// The unit of the last digit the paper prints for a value.
+double printed_unit(double v) {
+  if (v == std::floor(v)) return 1.0;
+  if (v * 10 == std::floor(v * 10)) return 0.1;
+  return 0.01;
+}
+
+TEST(MemoryPlanTest, ReproducesTheZeroPaperTable1) {
+  const double psi[3] = {7.5e9, 128e9, 1e12};
+  for (const PaperRow& row : kTable1) {
+    for (int m = 0; m < 3; ++m) {
+      for (int stage = 1; stage <= 3; ++stage) {
+        const double gb = model_state_bytes(psi[m], static_cast<int64_t>(row.dp), stage).total() / 1e9;
+        const double paper = row.gb[m][stage - 1];
+        // The paper rounds to its last printed digit, or truncates (4187.5 -> 4187).
+        EXPECT_LT(std::abs(gb - paper), printed_unit(paper))
+            << psi[m] << " params, DP " << row.dp << ", stage " << stage << ": " << gb << " GB vs " << paper;
+      }
+    }
+  }
+  // The paper's example: GPT-2 1.5B needs 24 GB of model states without ZeRO.
+  EXPECT_DOUBLE_EQ(model_state_bytes(1.5e9, 1, 0).total(), 24e9);
+}
+
+TEST(MemoryPlanTest, FactorsFollowTheConfig) {
+  EngineConfig e;
+  e.param_dtype = DType::kBF16;
+  EXPECT_EQ(model_state_factors(e).optimizer_bytes, 12);  // master + m + v
+  e.param_dtype = DType::kF32;
+  EXPECT_EQ(model_state_factors(e).optimizer_bytes, 8);  // stage 0 fp32: the master is the parameters
+  e.zero.stage = 1;
+  EXPECT_EQ(model_state_factors(e).optimizer_bytes, 12);
+  e.optimizer.type = OptimizerType::kSGD;
+  EXPECT_EQ(model_state_factors(e).optimizer_bytes, 4);
+  e.optimizer.momentum = 0.9f;
+  EXPECT_EQ(model_state_factors(e).optimizer_bytes, 8);
+  // DeepSpeed's padding: 2W at stages 1-2.
+  e = EngineConfig();
+  e.param_dtype = DType::kBF16;
+  const ModelStateBytes b = engine_model_state_bytes(1001, 4, 1, e);
+  EXPECT_EQ(b.parameters, 2 * 1008);
+  EXPECT_EQ(b.optimizer_state, 12 * 1008 / 4);
+}
+
+// ---- planned vs measured
+
+const GptConfig kModel{.n_layer = 4, .n_head = 2, .d_model = 32, .vocab_size = 97, .seq_len = 16};
+constexpr int64_t kMicroBatch = 2;
+
+struct Case {
+  std::string name;
+  int stage = 0;
+  DType dtype = DType::kF32;
+  std::optional<int64_t> segments;
+  bool cpu_checkpointing = false;  // segment inputs to host memory on the device path (forced: graph/context.h)
+  int64_t gas = 1;
+  int64_t bucket = 500000000;
+  bool overlap = false;
+  int64_t persistence = 100000;
+  int64_t reuse = 1000000000;
+  int64_t prefetch = 50000000;
+  OptimizerType optimizer = OptimizerType::kAdamW;
+  std::string nvme_dir;  // offload_optimizer to NVMe swap files here
+  int64_t param_buffers = 0;  // > 0: offload_param to NVMe too, with this many read buffers
+  bool params_alone = false;  // ... with the optimizer state resident (the shard in a file of its own)
+  bool cpu_offload = false;         // offload_optimizer "cpu" on the device path (forced: zero/host_step.h)
+  bool cpu_offload_params = false;  // and offload_param "cpu"
+  bool device_path = false;         // force_offload_path: NVMe offload through the host step too
+  float dropout = 0.0f;             // model.dropout (Dropout modules' outputs and gradients)
+  OptimizerPrecision precision;     // 16-bit master weights / states (bf16_master_weights_and_grads, ...)
+};
+
+EngineConfig engine_config(const Case& c) {
+  EngineConfig e;
+  e.param_dtype = c.dtype;
+  e.micro_batch_size = kMicroBatch;
+  e.gradient_accumulation_steps = c.gas;
+  e.pre_divide = world().world_size();
+  e.zero.stage = c.stage;
+  e.zero.reduce_bucket_size = c.bucket;
+  e.zero.overlap_comm = c.overlap;
+  e.zero.param_persistence_threshold = c.persistence;
+  e.zero.max_reuse_distance = c.reuse;
+  e.zero.prefetch_bucket_size = c.prefetch;
+  e.optimizer.type = c.optimizer;
+  e.optimizer_precision = c.precision;
+  e.activation_checkpointing.number_checkpoints = c.segments;
+  if (!c.nvme_dir.empty() && !c.params_alone) {
+    e.zero.offload_optimizer.device = OffloadDevice::kNvme;
+    e.zero.offload_optimizer.nvme_path = c.nvme_dir;
+    e.zero.offload_optimizer.buffer_count = 3;
+    e.zero.sub_group_size = 4000;
+  }
+  if (c.param_buffers > 0) {
+    e.zero.offload_param.device = OffloadDevice::kNvme;
+    e.zero.offload_param.nvme_path = c.nvme_dir;
+    e.zero.offload_param.buffer_count = c.param_buffers;
+    if (c.params_alone) e.zero.offload_param.buffer_size = 6000;  // records smaller than the shard
+  }
+  e.force_offload_path = c.device_path;
+  if (c.cpu_offload) {
+    e.force_offload_path = true;
+    e.zero.offload_optimizer.device = OffloadDevice::kCpu;
+    e.zero.sub_group_size = 4000;
+    if (c.cpu_offload_params) e.zero.offload_param.device = OffloadDevice::kCpu;
+  }
+  if (c.cpu_checkpointing) {
+    e.force_offload_path = true;
+    e.activation_checkpointing.cpu_checkpointing = true;
+  }
+  return e;
+}
+
+using Peaks = std::array<std::array<int64_t, kNumMemCategories>, kNumTiers>;
+
+struct Measured {
+  Peaks peak{};
+  std::array<int64_t, kNumTiers> total{};
+};
+
+// Peaks of a real run of `steps` optimizer steps, from engine creation on,
+// relative to what was allocated before it.
+Measured measure(const EngineConfig& e, int steps, const GptConfig& model = kModel) {
+  MemoryTracker::global().reset_peaks();
+  const MemorySnapshot before = MemoryTracker::global().snapshot();
+  {
+    CpuBackend backend;
+    auto engine = initialize(std::make_unique<Gpt>(model), e, backend, &world());
+    EXPECT_TRUE(engine.ok()) << engine.status();
+    if (!engine.ok()) return {};
+    const int64_t n = kMicroBatch * kModel.seq_len;
+    std::vector<int32_t> ids(n), targets(n);
+    for (int step = 0; step < steps; ++step) {
+      for (int64_t micro = 0; micro < e.gradient_accumulation_steps; ++micro) {
+        for (int64_t i = 0; i < n; ++i) {
+          ids[i] = static_cast<int32_t>((i * 5 + step * 3 + micro + world().rank() * 7) % kModel.vocab_size);
+          targets[i] = (ids[i] + 1) % static_cast<int32_t>(kModel.vocab_size);
+        }
+        (*engine)->forward({Tensor::wrap(ids.data(), {kMicroBatch, kModel.seq_len}, DType::kI32),
+                            Tensor::wrap(targets.data(), {kMicroBatch, kModel.seq_len}, DType::kI32)}).value();
+        EXPECT_TRUE((*engine)->backward().ok());
+        EXPECT_TRUE((*engine)->step().ok());
+      }
+    }
+  }
+  const MemorySnapshot after = MemoryTracker::global().snapshot();
+  Measured m;
+  for (int t = 0; t < kNumTiers; ++t) {
+    for (int c = 0; c < kNumMemCategories; ++c)
+      m.peak[t][c] = after.by_category[t][c].peak - before.by_category[t][c].current;
+    m.total[t] = after.allocated[t].peak - before.allocated[t].current;
+  }
+  return m;
+}
+
+void expect_plan_matches(const Case& c) {
+  PlanInput in;
+  in.model = kModel;
+  in.model.dropout = c.dropout;
+  in.micro_batch = kMicroBatch;
+  in.engine = engine_config(c);
+  in.world = world().world_size();
+  in.rank = world().rank();
+  absl::StatusOr<MemoryPlan> plan = plan_memory(in);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const Measured got = measure(in.engine, 3, in.model);
+  const std::string where = cat(c.name, " (rank ", in.rank, " of ", in.world, ")");
+  for (int t = 0; t < kNumTiers; ++t) {
+    for (int ci = 0; ci < kNumMemCategories; ++ci) {
+      const MemCategory cat_ = static_cast<MemCategory>(ci);
+      const int64_t want = plan->peak[t][ci], have = got.peak[t][ci];
+      EXPECT_EQ(have, want) << where << ": " << tier_name(static_cast<Tier>(t)) << " " << mem_category_name(cat_);
+    }
+    EXPECT_EQ(got.total[t], plan->total_peak[t]) << where << ": total";
+  }
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  for (int stage = 0; stage <= 3; ++stage) {
+    for (DType dtype : {DType::kF32, DType::kBF16}) {
+      for (std::optional<int64_t> k : {std::optional<int64_t>(), std::optional<int64_t>(1),
+                                       std::optional<int64_t>(2), std::optional<int64_t>(4)}) {
+        Case c;
+        c.stage = stage;
+        c.dtype = dtype;
+        c.segments = k;
+        c.name = cat("stage ", stage, " ", dtype_name(dtype), k ? cat(", ", *k, " segments") : "");
+        out.push_back(c);
+      }
+    }
+  }
+  return out;
+}
+
+TEST(MemoryPlanTest, PlanEqualsMeasuredPeaksAtEveryStage) {
+  for (const Case& c : cases()) expect_plan_matches(c);
+}
+
+// cpu_checkpointing on the device path (forced on the CPU backend): the
+// segment inputs' host copies and the transient compute-tier copies (the
+// recomputing segment's and the prefetched next one's) are activations of
+// the host tier here, both mirrored allocation by allocation.
+TEST(MemoryPlanTest, PlanEqualsMeasuredWithCpuCheckpointing) {
+  for (int stage : {0, 1, 3}) {
+    for (int64_t k : {1, 2, 4}) {
+      Case c;
+      c.stage = stage;
+      c.dtype = stage == 1 ? DType::kF32 : DType::kBF16;
+      c.segments = k;
+      c.cpu_checkpointing = true;
+      c.gas = stage == 3 ? 2 : 1;
+      c.name = cat("stage ", stage, " ", dtype_name(c.dtype), ", ", k, " segments, cpu_checkpointing");
+      expect_plan_matches(c);
+    }
+  }
+  // Planned for a GPU (no forcing): host activations are exactly the K
+  // segment inputs, and the device's activation peak is lower than with
+  // checkpointing alone (4 segments: backward holds two inputs, not four).
+  PlanInput in;
+  in.model = kModel;
+  in.micro_batch = kMicroBatch;
+  in.world = world().world_size();
+  in.rank = world().rank();
+  in.compute_tier = Tier::kDevice;
+  Case c;
+  c.segments = 4;
+  in.engine = engine_config(c);
+  const absl::StatusOr<MemoryPlan> alone = plan_memory(in);
+  in.engine.activation_checkpointing.cpu_checkpointing = true;
+  const absl::StatusOr<MemoryPlan> offloaded = plan_memory(in);
+  ASSERT_TRUE(alone.ok() && offloaded.ok());
+  const int64_t input_bytes = kMicroBatch * kModel.seq_len * kModel.d_model * 4;
+  EXPECT_EQ(alone->at(Tier::kHost, MemCategory::kActivations), 0);
+  EXPECT_EQ(offloaded->at(Tier::kHost, MemCategory::kActivations), 4 * input_bytes);
+  EXPECT_LT(offloaded->at(Tier::kDevice, MemCategory::kActivations),
+            alone->at(Tier::kDevice, MemCategory::kActivations));
+}
+
+// Dropout's outputs (and gradients in backward) are activations the planner
+// mirrors module by module; the masks take no memory.
+TEST(MemoryPlanTest, PlanEqualsMeasuredWithDropout) {
+  for (int stage : {0, 3}) {
+    for (std::optional<int64_t> k : {std::optional<int64_t>(), std::optional<int64_t>(2)}) {
+      Case c;
+      c.stage = stage;
+      c.dtype = stage == 3 ? DType::kBF16 : DType::kF32;
+      c.segments = k;
+      c.dropout = 0.1f;
+      c.name = cat("stage ", stage, " ", dtype_name(c.dtype), k ? cat(", ", *k, " segments") : "", ", dropout 0.1");
+      expect_plan_matches(c);
+    }
+  }
+  // Dropout holds more activations than none (planned, and so measured).
+  PlanInput in;
+  in.model = kModel;
+  in.micro_batch = kMicroBatch;
+  in.engine = engine_config(Case{});
+  in.world = world().world_size();
+  in.rank = world().rank();
+  const int64_t without = plan_memory(in).value().at(Tier::kHost, MemCategory::kActivations);
+  in.model.dropout = 0.1f;
+  EXPECT_GT(plan_memory(in).value().at(Tier::kHost, MemCategory::kActivations), without);
+}
+
+TEST(MemoryPlanTest, PlanEqualsMeasuredWithBucketsOverlapAndAccumulation) {
+  std::vector<Case> more;
+  for (int stage = 0; stage <= 3; ++stage) {
+    for (bool overlap : {false, true}) {
+      Case c;
+      c.stage = stage;
+      c.dtype = DType::kBF16;
+      c.bucket = 3000;  // several buckets (stages 0-2) / a bounded in-flight window (stage 3)
+      c.overlap = overlap;
+      c.gas = 2;
+      c.segments = 2;
+      c.name = cat("stage ", stage, " bf16, 3000-element buckets, overlap ", overlap, ", 2 micro-steps");
+      more.push_back(c);
+    }
+  }
+  // Stage 3: release everything at once, persistence off, a small prefetch window.
+  for (int64_t reuse : {int64_t{0}, int64_t{5000}}) {
+    Case c;
+    c.stage = 3;
+    c.dtype = DType::kBF16;
+    c.reuse = reuse;
+    c.persistence = reuse == 0 ? 0 : 100;
+    c.prefetch = 2000;
+    c.segments = 4;
+    c.name = cat("stage 3, reuse distance ", reuse, ", persistence ", c.persistence, ", prefetch 2000");
+    more.push_back(c);
+  }
+  Case sgd;
+  sgd.stage = 1;
+  sgd.optimizer = OptimizerType::kSGD;
+  sgd.name = "stage 1 SGD";
+  more.push_back(sgd);
+  // 16-bit master weights (and states): the arrays in their dtypes, the
+  // optimizer's fp32 staging as workspace; also through the host step.
+  for (const OptimizerPrecision& p : {OptimizerPrecision{DType::kBF16, DType::kF32},
+                                      OptimizerPrecision{DType::kBF16, DType::kBF16}}) {
+    for (int stage = 1; stage <= 3; ++stage) {
+      Case c;
+      c.stage = stage;
+      c.dtype = DType::kBF16;
+      c.precision = p;
+      c.cpu_offload = stage == 2;
+      c.name = cat("stage ", stage, " bf16 master, ", dtype_name(p.states), " states",
+                   c.cpu_offload ? ", through the host step" : "");
+      more.push_back(c);
+    }
+  }
+#ifdef ZE_HAVE_NVME_OFFLOAD
+  // Optimizer state in swap files: the file on the NVMe tier, the buffers as
+  // host swap buffers, no optimizer state in host memory.
+  const std::string dir = ::testing::TempDir() + "/memory_plan_test.swap";
+  std::filesystem::create_directories(dir);
+  for (int stage = 1; stage <= 3; ++stage) {
+    Case c;
+    c.stage = stage;
+    c.dtype = DType::kBF16;
+    c.nvme_dir = dir;
+    c.name = cat("stage ", stage, " bf16, optimizer state on NVMe");
+    more.push_back(c);
+    c.precision = {DType::kBF16, DType::kBF16};
+    c.name = cat("stage ", stage, " bf16, bf16 master and states on NVMe");
+    more.push_back(c);
+  }
+  // Parameters in the swap records too: no parameter shard in memory, read
+  // buffers beside the record buffers; with one read buffer every prefetch
+  // is skipped, with five they run ahead (a small window, no reuse).
+  for (int64_t buffers : {1, 5}) {
+    Case c;
+    c.stage = 3;
+    c.dtype = DType::kBF16;
+    c.nvme_dir = dir;
+    c.param_buffers = buffers;
+    c.prefetch = 3000;
+    c.reuse = 0;
+    c.persistence = 0;
+    c.name = cat("stage 3 bf16, optimizer state and parameters on NVMe, ", buffers, " read buffers");
+    more.push_back(c);
+  }
+  // Parameters alone on NVMe: the optimizer state resident (on the device
+  // path: on the host backend beside the host step's staging), the shard in
+  // a swap file of its own (parameters on the NVMe tier), its write and read
+  // buffers as host swap buffers.
+  for (bool device_path : {false, true}) {
+    for (int64_t buffers : {1, 5}) {
+      Case c;
+      c.stage = 3;
+      c.dtype = DType::kBF16;
+      c.nvme_dir = dir;
+      c.param_buffers = buffers;
+      c.params_alone = true;
+      c.cpu_offload = device_path;
+      c.prefetch = 3000;
+      c.reuse = 0;
+      c.persistence = 0;
+      c.name = cat("stage 3 bf16, parameters alone on NVMe, ", buffers, " read buffers",
+                   device_path ? ", optimizer state on the host step" : "");
+      more.push_back(c);
+    }
+  }
+  // The same on the device path (ZeRO-Infinity through the host step, forced
+  // on the CPU backend): the file on the NVMe tier, its buffers as host swap
+  // buffers, the host step's staging (and at stage 3 the gathers' read
+  // staging) as host comm buffers, no optimizer state in memory.
+  for (int stage = 1; stage <= 3; ++stage) {
+    for (int64_t buffers : {int64_t{0}, int64_t{2}}) {
+      if (buffers > 0 && stage != 3) continue;
+      Case c;
+      c.stage = stage;
+      c.dtype = stage == 2 ? DType::kF32 : DType::kBF16;
+      c.nvme_dir = dir;
+      c.device_path = true;
+      c.param_buffers = buffers;
+      if (buffers > 0) {
+        c.prefetch = 3000;
+        c.reuse = 0;
+        c.persistence = 0;
+      }
+      c.name = cat("stage ", stage, " ", dtype_name(c.dtype), ", optimizer state", buffers > 0 ? " and parameters" : "",
+                   " on NVMe through the host step");
+      more.push_back(c);
+    }
+  }
+#endif
+  // ZeRO-Offload's device path (forced on the CPU backend): the optimizer
+  // state on the host backend, the pinned staging as comm buffers; at stage
+  // 3 with offload_param "cpu" the parameter shard in host memory and no
+  // weight staging.
+  for (int stage = 1; stage <= 3; ++stage) {
+    for (DType dtype : {DType::kF32, DType::kBF16}) {
+      Case c;
+      c.stage = stage;
+      c.dtype = dtype;
+      c.cpu_offload = true;
+      c.name = cat("stage ", stage, " ", dtype_name(dtype), ", optimizer state offloaded to the CPU");
+      more.push_back(c);
+    }
+  }
+  Case params;
+  params.stage = 3;
+  params.dtype = DType::kBF16;
+  params.cpu_offload = params.cpu_offload_params = true;
+  params.prefetch = 3000;
+  params.reuse = 0;
+  params.name = "stage 3 bf16, optimizer state and parameters offloaded to the CPU";
+  more.push_back(params);
+  for (const Case& c : more) expect_plan_matches(c);
+}
+
+// The activation peak on its own: the prediction for every checkpoint policy
+// equals what the tracking allocator sees, and it falls as segments shrink.
+TEST(MemoryPlanTest, ActivationPeakEqualsPredictionForEveryPolicy) {
+  int64_t previous = INT64_MAX;
+  for (int64_t k : {int64_t{0}, int64_t{1}, int64_t{2}, int64_t{4}}) {
+    Case c;
+    c.segments = k == 0 ? std::nullopt : std::optional<int64_t>(k);
+    PlanInput in;
+    in.model = kModel;
+    in.micro_batch = kMicroBatch;
+    in.engine = engine_config(c);
+    in.world = world().world_size();
+    in.rank = world().rank();
+    const MemoryPlan plan = plan_memory(in).value();
+    const int64_t predicted = plan.at(Tier::kHost, MemCategory::kActivations);
+    EXPECT_EQ(measure(in.engine, 1).peak[0][static_cast<int>(MemCategory::kActivations)], predicted) << k;
+    if (k > 1) {
+      EXPECT_LT(predicted, previous) << k << " segments";
+    }
+    if (k > 0) previous = predicted;
+  }
+}
+
+TEST(MemoryPlanTest, RefusesWhatItCannotPlan) {
+  PlanInput in;
+  in.model = kModel;
+  in.engine.activation_checkpointing.number_checkpoints = 5;
+  EXPECT_NE(plan_memory(in).status().message().find("number_checkpoints"), std::string_view::npos);
+  in.engine.activation_checkpointing.number_checkpoints.reset();
+  in.rank = 1;
+  EXPECT_FALSE(plan_memory(in).ok());
+  in.rank = 0;
+  in.engine.zero.stage = 4;
+  EXPECT_NE(plan_memory(in).status().message().find("zero_optimization.stage"), std::string_view::npos);
+  in.engine.zero.stage = 0;
+  in.engine.zero.offload_optimizer.device = OffloadDevice::kNvme;  // refused by the config at stage 0
+  EXPECT_NE(plan_memory(in).status().message().find("offload_optimizer"), std::string_view::npos);
+}
+
+// ZeRO-Offload on a device backend: the optimizer state moves from device to
+// host memory, beside the host step's pinned staging; at stage 3 with
+// offload_param "cpu" the parameter shard moves too. What the path does not
+// run is refused as the engine refuses it.
+TEST(MemoryPlanTest, CpuOffloadOnADeviceMovesStateToHostMemory) {
+  PlanInput in;
+  in.model = kModel;
+  in.compute_tier = Tier::kDevice;
+  in.engine.param_dtype = DType::kBF16;
+  in.engine.zero.stage = 2;
+  in.world = 2;
+  in.engine.zero.sub_group_size = 10000;
+  const MemoryPlan resident = plan_memory(in).value();
+  in.engine.zero.offload_optimizer.device = OffloadDevice::kCpu;
+  const MemoryPlan offloaded = plan_memory(in).value();
+  const int64_t part = resident.partition_numel;
+  EXPECT_EQ(resident.at(Tier::kDevice, MemCategory::kOptimizerState), 12 * part);
+  EXPECT_EQ(offloaded.at(Tier::kDevice, MemCategory::kOptimizerState), 0);
+  EXPECT_EQ(offloaded.at(Tier::kHost, MemCategory::kOptimizerState), 12 * part);
+  const int64_t chunk = std::min<int64_t>(10000, part);
+  EXPECT_EQ(offloaded.at(Tier::kHost, MemCategory::kCommBuffers), 2 * chunk * (2 + 2));
+  EXPECT_EQ(offloaded.at(Tier::kDevice, MemCategory::kParameters), resident.at(Tier::kDevice, MemCategory::kParameters));
+
+  in.engine.zero.stage = 3;
+  in.engine.zero.param_persistence_threshold = 0;  // nothing gathered at rest
+  in.engine.zero.offload_param.device = OffloadDevice::kCpu;
+  const MemoryPlan params = plan_memory(in).value();
+  EXPECT_EQ(params.after_init[static_cast<int>(Tier::kDevice)][static_cast<int>(MemCategory::kParameters)], 0);
+  EXPECT_EQ(params.at(Tier::kHost, MemCategory::kParameters), 2 * params.partition_numel);
+  EXPECT_EQ(params.at(Tier::kHost, MemCategory::kCommBuffers),
+            2 * std::min<int64_t>(10000, params.partition_numel) * 2);  // gradients only
+
+  in.engine.zero.offload_optimizer.device = OffloadDevice::kNone;
+  EXPECT_NE(plan_memory(in).status().message().find("offload_param.device \"cpu\" needs offload_optimizer"),
+            std::string_view::npos);
+  in.engine.zero.stage = 0;
+  in.engine.zero.offload_param.device = OffloadDevice::kNone;
+  in.engine.zero.offload_optimizer.device = OffloadDevice::kCpu;
+  EXPECT_NE(plan_memory(in).status().message().find("stage 1, 2 or 3"), std::string_view::npos);
+  in.compute_tier = Tier::kHost;  // the CPU backend: "cpu" moves nothing
+  EXPECT_TRUE(plan_memory(in).ok());
+}
+
+TEST(MemoryPlanTest, NvmeOffloadMovesOptimizerStateToSwapFiles) {
+  PlanInput in;
+  in.model = kModel;
+  in.engine.param_dtype = DType::kBF16;
+  in.engine.zero.stage = 2;
+  in.world = 2;
+  in.engine.zero.sub_group_size = 10000;
+  const MemoryPlan host = plan_memory(in).value();
+  in.engine.zero.offload_optimizer.device = OffloadDevice::kNvme;
+  const MemoryPlan nvme = plan_memory(in).value();
+  const SwapLayout layout = SwapLayout::make(host.partition_numel, 10000, 3);
+  EXPECT_EQ(nvme.at(Tier::kHost, MemCategory::kOptimizerState), 0);
+  EXPECT_EQ(nvme.at(Tier::kNvme, MemCategory::kOptimizerState), layout.file_bytes());
+  EXPECT_EQ(nvme.at(Tier::kHost, MemCategory::kSwapBuffers), layout.buffer_bytes(4));
+  EXPECT_EQ(host.at(Tier::kHost, MemCategory::kOptimizerState), 12 * host.partition_numel);
+  EXPECT_EQ(nvme.at(Tier::kHost, MemCategory::kParameters), host.at(Tier::kHost, MemCategory::kParameters));
+}
+
+// ---- zero-estimate end to end (rank 0 of a one-rank run only: it spawns processes)
+
+#ifdef ZE_ESTIMATE_BIN
+using testing::CommandResult;
+
+CommandResult estimate(const std::string& args) {
+  return testing::run_command(std::string(ZE_ESTIMATE_BIN) + " " + args);
+}
+
+std::string write_config(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + "/memory_plan_test." + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+const char* kRunConfig = R"({
+  "model": {"n_layer": 4, "n_head": 2, "d_model": 32, "vocab_size": 97, "seq_len": 16},
+  "train_micro_batch_size_per_gpu": 2,
+  "bf16": {"enabled": true},
+  "zero_optimization": {"stage": 2, "reduce_bucket_size": 3000},
+  "activation_checkpointing": {"number_checkpoints": 2}
+})";
+
+TEST(ZeroEstimateCliTest, TableHoldsThePlannersNumbers) {
+  if (world().world_size() > 1) GTEST_SKIP() << "one rank runs the CLI tests";
+  const std::string config = write_config("run.json", kRunConfig);
+  CommandResult r = estimate("--config " + config + " --world 3");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  RunConfig parsed;
+  {
+    absl::StatusOr<Json> merged = load_merged_config({config}, {});
+    ASSERT_TRUE(merged.ok());
+    parsed = parse_run_config(*merged, {.world_size = 3}).value();
+  }
+  int64_t max_total = -1;
+  int max_rank = -1;
+  for (int rank = 0; rank < 3; ++rank) {
+    const MemoryPlan p = plan_memory(parsed, 3, rank).value();
+    if (p.total(Tier::kHost) > max_total) max_total = p.total(Tier::kHost), max_rank = rank;
+  }
+  const MemoryPlan plan = plan_memory(parsed, 3, max_rank).value();
+  EXPECT_NE(r.output.find(cat("rank ", max_rank, " of 3")), std::string::npos) << r.output;
+  for (int c = 0; c < kNumMemCategories; ++c) {
+    const int64_t b = plan.at(Tier::kHost, static_cast<MemCategory>(c));
+    if (b > 0) {
+      EXPECT_NE(r.output.find(cat(b, " (")), std::string::npos) << b << "\n" << r.output;
+    }
+  }
+  EXPECT_NE(r.output.find(cat(plan.total(Tier::kHost), " (")), std::string::npos) << r.output;
+
+  // --json carries the same numbers for every rank.
+  r = estimate("--config " + config + " --world 3 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  ASSERT_EQ(j["ranks"].size(), 3u);
+  EXPECT_EQ(j["max_rank"], max_rank);
+  EXPECT_EQ(j["ranks"][max_rank]["peak"]["host"]["activations"].get<int64_t>(),
+            plan.at(Tier::kHost, MemCategory::kActivations));
+  EXPECT_EQ(j["ranks"][max_rank]["total"]["host"].get<int64_t>(), plan.total(Tier::kHost));
+
+  // --set overrides a key as zero-train's does.
+  r = estimate("--config " + config + " --world 1 --set zero_optimization.stage=0 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(nlohmann::json::parse(r.output)["stage"], 0);
+}
+
+TEST(ZeroEstimateCliTest, ParamsModePrintsTheZeroFormulas) {
+  if (world().world_size() > 1) GTEST_SKIP() << "one rank runs the CLI tests";
+  CommandResult r = estimate("--params 7.5e9 --world 64");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // Table 1, 7.5B at DP 64: 120 / 31.4 / 16.6 / 1.88 GB.
+  for (const char* gb : {"120.00", "31.41", "16.64", "1.88"}) {
+    EXPECT_NE(r.output.find(gb), std::string::npos) << gb << "\n" << r.output;
+  }
+  r = estimate("--params 1e12 --world 1,4,1024");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("16000.00"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("15.62"), std::string::npos) << r.output;
+}
+
+TEST(ZeroEstimateCliTest, BadArgumentsAreNamed) {
+  if (world().world_size() > 1) GTEST_SKIP() << "one rank runs the CLI tests";
+  struct Bad {
+    std::string args, message;
+    int code;
+  };
+  const std::string config = write_config("run2.json", kRunConfig);
+  const Bad bad[] = {
+      {"", "give --config FILE", 2},
+      {"--params 7.5e9", "--world", 2},
+      {"--params abc --world 4", "--params: \"abc\"", 2},
+      {"--params 7.5e9 --world 0", "--world: \"0\"", 2},
+      {"--params 7.5e9 --world 4 --config " + config, "not both", 2},
+      {"--config " + config + " --world 2 --rank 2", "--rank 2", 2},
+      {"--config /no/such/file.json --world 2", "/no/such/file.json", 2},
+      {"--config " + config + " --world 2 --set zero_optimization.stage=7", "zero_optimization.stage", 2},
+      {"--config " + config + " --world 2 --set activation_checkpointing.number_checkpoints=9",
+       "number_checkpoints", 2},
+      {"--frobnicate", "unknown argument --frobnicate", 2},
+  };
+  for (const Bad& b : bad) {
+    const CommandResult r = estimate(b.args);
+    EXPECT_EQ(r.exit_code, b.code) << b.args << "\n" << r.output;
+    EXPECT_NE(r.output.find(b.message), std::string::npos) << b.args << "\n" << r.output;
+  }
+  EXPECT_EQ(estimate("--help").exit_code, 0);
+}
+#endif
+
+}  // namespace
+}  // namespace zero
