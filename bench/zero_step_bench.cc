@@ -33,7 +33,7 @@ void BM_ZeroStep(benchmark::State& state, int stage, bool overlap, bool regather
   EngineConfig ec;
   ec.micro_batch_size = kMicro;
   ec.pre_divide = w;
-  ec.zero.stage = stage;
+  ec.zero.stage = zero_stage(stage);
   ec.zero.overlap_comm = overlap;
   ec.zero.reduce_bucket_size = 5000000;  // several buckets, so overlap has something to overlap
   ec.zero.allgather_bucket_size = 5000000;

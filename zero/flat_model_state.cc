@@ -18,10 +18,10 @@ absl::Status FlatModelState::init() {
   std::vector<Parameter*> params = model_.parameters();
   for (size_t i = 0; i < params.size(); ++i) params[i]->set_index(static_cast<int64_t>(i));
   // DeepSpeed pads the flat group to a multiple of 2 x world (stages 1-2).
-  layout_ = FlatLayout(params, stage() == 0 ? 1 : 2 * world);
+  layout_ = FlatLayout(params, stage() == ZeroStage::k0 ? 1 : 2 * world);
   num_parameters_ = layout_.real_numel();
   const int64_t n = layout_.numel();
-  part_ = stage() == 0 ? n : n / world;
+  part_ = stage() == ZeroStage::k0 ? n : n / world;
   const Tier tier = backend_.compute_tier();
   auto alloc = [&](int64_t elems, DType t, MemCategory c) -> absl::StatusOr<Tensor> {
     ZE_ASSIGN_OR_RETURN(auto storage, backend_.allocate(static_cast<size_t>(elems) * dtype_size(t), tier, c));
@@ -29,10 +29,10 @@ absl::Status FlatModelState::init() {
   };
 
   ZE_ASSIGN_OR_RETURN(params_, alloc(n, options_.param_dtype, MemCategory::kParameters));
-  const int64_t grad_elems = stage() == 2 ? part_ : n;
+  const int64_t grad_elems = stage() == ZeroStage::k2 ? part_ : n;
   ZE_ASSIGN_OR_RETURN(grads_, alloc(grad_elems, options_.grad_dtype, MemCategory::kGradients));
   backend_.ops().fill(grads_, 0.0f);
-  master_is_params_ = stage() == 0 && options_.param_dtype == DType::kF32;
+  master_is_params_ = stage() == ZeroStage::k0 && options_.param_dtype == DType::kF32;
   backend_.ops().fill(params_, 0.0f);  // padding
   ZE_RETURN_IF_ERROR(init_optimizer_state(part_, master_is_params_ ? params_ : Tensor()));
 
@@ -50,7 +50,7 @@ absl::Status FlatModelState::init() {
   ZE_RETURN_IF_ERROR(store_->flush());
   for (const FlatSegment& seg : layout_.segments()) {
     seg.param->data = layout_.param_view(params_, seg);
-    seg.param->grad = stage() == 2 ? Tensor() : layout_.param_view(grads_, seg);
+    seg.param->grad = stage() == ZeroStage::k2 ? Tensor() : layout_.param_view(grads_, seg);
   }
 
   buckets_ = plan_grad_buckets(layout_, options_.zero.reduce_bucket_size);
@@ -70,7 +70,7 @@ void FlatModelState::begin_backward(bool boundary) {
 }
 
 absl::Status FlatModelState::pre_backward(Module& m) {
-  if (stage() != 2) return absl::OkStatus();
+  if (stage() != ZeroStage::k2) return absl::OkStatus();
   // Stage 2 keeps no full gradient buffer: a bucket's buffer exists from the
   // first use of one of its parameters until its reduce-scatter completes.
   for (Parameter* p : m.direct_parameters()) {
@@ -103,7 +103,7 @@ void FlatModelState::launch(size_t b) {
   const GradBucket& bucket = buckets_[b];
   launched_[b] = true;
   InFlight f;
-  if (stage() == 2) {
+  if (stage() == ZeroStage::k2) {
     Tensor& buf = bucket_buffers_[b];
     if (!buf.defined()) {  // no parameter of this bucket was used: reduce zeros (every rank does)
       buf = backend_.empty({bucket.end - bucket.begin}, options_.grad_dtype, MemCategory::kCommBuffers);
@@ -126,7 +126,7 @@ void FlatModelState::launch(size_t b) {
     }
     buf = Tensor();
     for (Parameter* q : bucket.params) q->grad = Tensor();
-  } else if (stage() == 1 && options_.zero.reduce_scatter && comm_.world_size() > 1) {
+  } else if (stage() == ZeroStage::k1 && options_.zero.reduce_scatter && comm_.world_size() > 1) {
     // Stage 1 needs only its own partition reduced: a reduce-scatter (half
     // an all-reduce's traffic; with the parameters' all-gather after the
     // step, a step moves what stage 0's all-reduce does, as in DeepSpeed).
@@ -155,7 +155,7 @@ void FlatModelState::launch(size_t b) {
 absl::Status FlatModelState::finish(InFlight& f) {
   ZE_RETURN_IF_ERROR(f.handle->wait());
   const float post = options_.post_reduce_scale;
-  if (stage() == 2) {
+  if (stage() == ZeroStage::k2) {
     if (f.recv.numel() > 0) add_reduced(backend_, grads_.slice(f.partition_offset, {f.recv.numel()}), f.recv, post);
   } else if (f.recv.defined()) {  // stage 1's reduce-scatter: the reduced part replaces the local one
     if (f.recv.numel() > 0) {
@@ -191,10 +191,10 @@ absl::Status FlatModelState::end_backward() {
   return s;
 }
 
-double FlatModelState::local_grad_square_sum() { return backend_.ops().sum_squares(stage() == 1 ? grads_.slice(part_begin(), {part_}) : grads_); }
+double FlatModelState::local_grad_square_sum() { return backend_.ops().sum_squares(stage() == ZeroStage::k1 ? grads_.slice(part_begin(), {part_}) : grads_); }
 
 int64_t FlatModelState::local_nonfinite_grads() {
-  return backend_.ops().count_nonfinite(stage() == 1 ? grads_.slice(part_begin(), {part_}) : grads_);
+  return backend_.ops().count_nonfinite(stage() == ZeroStage::k1 ? grads_.slice(part_begin(), {part_}) : grads_);
 }
 
 std::string FlatModelState::nonfinite_gradient_names() {
@@ -204,7 +204,7 @@ std::string FlatModelState::nonfinite_gradient_names() {
   for (const FlatSegment& seg : layout_.segments()) {
     const int64_t a = std::max(lo, seg.offset), b = std::min(hi, seg.offset + seg.param->numel());
     if (a >= b) continue;
-    const Tensor g = stage() == 2 ? grads_.slice(a - lo, {b - a}) : grads_.slice(a, {b - a});
+    const Tensor g = stage() == ZeroStage::k2 ? grads_.slice(a - lo, {b - a}) : grads_.slice(a, {b - a});
     if (backend_.ops().count_nonfinite(g) == 0) continue;
     if (shown++ == 3) return names + ", ...";
     names += cat(names.empty() ? "" : ", ", seg.param->name());
@@ -214,8 +214,8 @@ std::string FlatModelState::nonfinite_gradient_names() {
 
 absl::Status FlatModelState::apply_step(const Optimizer::StepArgs& args) {
   const int64_t lo = part_begin();
-  if (stage() == 0) return step_sub_groups(grads_, master_is_params_ ? Tensor() : params_, args);
-  const Tensor grads = stage() == 1 ? grads_.slice(lo, {part_}) : grads_;
+  if (stage() == ZeroStage::k0) return step_sub_groups(grads_, master_is_params_ ? Tensor() : params_, args);
+  const Tensor grads = stage() == ZeroStage::k1 ? grads_.slice(lo, {part_}) : grads_;
   ZE_RETURN_IF_ERROR(step_sub_groups(grads, params_.slice(lo, {part_}), args));
   return all_gather_parameters();
 }
@@ -249,30 +249,30 @@ std::vector<StateRange> FlatModelState::ranges_in(int64_t lo, int64_t hi) const 
 }
 
 std::vector<StateRange> FlatModelState::held_ranges() const {
-  return stage() == 0 ? ranges_in(0, layout_.numel()) : ranges_in(part_begin(), part_begin() + part_);
+  return stage() == ZeroStage::k0 ? ranges_in(0, layout_.numel()) : ranges_in(part_begin(), part_begin() + part_);
 }
 
 std::vector<StateRange> FlatModelState::written_ranges(int rank) const {
   // Stage 0 holds everything on every rank: split the writing evenly.
   const int64_t n = layout_.numel(), world = comm_.world_size();
-  const int64_t part = stage() == 0 ? (n + world - 1) / world : part_;
+  const int64_t part = stage() == ZeroStage::k0 ? (n + world - 1) / world : part_;
   const int64_t lo = std::min(n, rank * part), hi = std::min(n, lo + part);
   std::vector<StateRange> out = ranges_in(lo, hi);
-  if (stage() == 0)
+  if (stage() == ZeroStage::k0)
     for (StateRange& r : out) r.offset += lo;  // offsets into the full buffers
   return out;
 }
 
 absl::Status FlatModelState::refresh_parameters() {
   if (master_is_params_) return absl::OkStatus();
-  if (stage() == 0) return cast_master_into(params_);
+  if (stage() == ZeroStage::k0) return cast_master_into(params_);
   ZE_RETURN_IF_ERROR(cast_master_into(params_.slice(part_begin(), {part_})));
   return all_gather_parameters();
 }
 
 absl::StatusOr<std::vector<float>> FlatModelState::gather_master(const Parameter& p) {
   const FlatSegment& seg = layout_.segments().at(p.index());
-  if (stage() == 0) return store_->read(0, seg.offset, p.numel());
+  if (stage() == ZeroStage::k0) return store_->read(0, seg.offset, p.numel());
   Tensor full = backend_.zeros({layout_.numel()}, DType::kF32, MemCategory::kWorkspace);
   ZE_RETURN_IF_ERROR(copy_master(0, full.slice(part_begin(), {part_})));
   ZE_RETURN_IF_ERROR(comm_.all_gather(full.data(), part_, part_, DType::kF32));

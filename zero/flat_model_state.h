@@ -29,7 +29,7 @@ class FlatModelState final : public ModelState {
 
   double local_grad_square_sum() override;
   int64_t local_nonfinite_grads() override;
-  bool grads_replicated() const override { return stage() == 0; }
+  bool grads_replicated() const override { return stage() == ZeroStage::k0; }
   std::string nonfinite_gradient_names() override;
   absl::Status apply_step(const Optimizer::StepArgs& args) override;
   void zero_grads() override;
@@ -56,9 +56,9 @@ class FlatModelState final : public ModelState {
   // Finishes the oldest in-flight reductions until at most `cap` remain.
   absl::Status finish_beyond(size_t cap);
   absl::Status finish_all() { return finish_beyond(0); }
-  bool reduces_now() const { return stage() == 2 || boundary_; }
+  bool reduces_now() const { return stage() == ZeroStage::k2 || boundary_; }
   // This rank's partition of the flat layout (the whole layout at stage 0).
-  int64_t part_begin() const { return stage() == 0 ? 0 : comm_.rank() * part_; }
+  int64_t part_begin() const { return stage() == ZeroStage::k0 ? 0 : comm_.rank() * part_; }
 
   Module& model_;
   FlatLayout layout_;

@@ -25,14 +25,14 @@ HostOffload host_offload_for(const ZeroConfig& zero, Tier compute_tier, bool for
   const OffloadDevice od = zero.offload_optimizer.device;
   o.optimizer = applies && (od == OffloadDevice::kCpu || od == OffloadDevice::kNvme);
   o.optimizer_on_nvme = o.optimizer && od == OffloadDevice::kNvme;
-  o.parameters = applies && zero.stage == 3 && zero.offload_param.device == OffloadDevice::kCpu;
-  o.parameters_on_nvme = applies && zero.stage == 3 && zero.offload_param.device == OffloadDevice::kNvme;
+  o.parameters = applies && zero.stage == ZeroStage::k3 && zero.offload_param.device == OffloadDevice::kCpu;
+  o.parameters_on_nvme = applies && zero.stage == ZeroStage::k3 && zero.offload_param.device == OffloadDevice::kNvme;
   return o;
 }
 
 absl::Status check_offload(const ZeroConfig& zero, const HostOffload& offload) {
   const bool optimizer_on_nvme = zero.offload_optimizer.device == OffloadDevice::kNvme;
-  if ((optimizer_on_nvme || offload.optimizer) && zero.stage == 0) {
+  if ((optimizer_on_nvme || offload.optimizer) && zero.stage == ZeroStage::k0) {
     return absl::InvalidArgumentError(cat(
         "zero_optimization.offload_optimizer.device \"", optimizer_on_nvme ? "nvme" : "cpu",
         "\" needs ZeRO stage 1, 2 or 3", optimizer_on_nvme ? "" : " on a device backend",

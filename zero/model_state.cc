@@ -13,14 +13,12 @@ namespace zero {
 
 absl::StatusOr<std::unique_ptr<ModelState>> ModelState::create(Module& model, const ModelStateOptions& options,
                                                                Backend& backend, Communicator& comm) {
-  const int stage = options.zero.stage;
-  if (stage < 0 || stage > 3)
-    return absl::InvalidArgumentError(cat("zero_optimization.stage: ", stage, " does not exist (0-3)"));
+  const ZeroStage stage = options.zero.stage;
   ZE_RETURN_IF_ERROR(check_offload(
       options.zero, host_offload_for(options.zero, backend.compute_tier(), options.force_offload_path)));
   ZE_RETURN_IF_ERROR(
-      check_optimizer_precision(options.optimizer_precision, stage, options.param_dtype, options.grad_dtype));
-  if (stage == 3) {
+      check_optimizer_precision(options.optimizer_precision, stage_number(stage), options.param_dtype, options.grad_dtype));
+  if (stage == ZeroStage::k3) {
     auto s = std::make_unique<Stage3ModelState>(model, options, backend, comm);
     ZE_RETURN_IF_ERROR(s->init());
     return std::unique_ptr<ModelState>(std::move(s));
@@ -39,7 +37,7 @@ absl::Status ModelState::init_optimizer_state(int64_t numel, Tensor master, int6
   ZE_CHECK(host_backend_ == nullptr || !master.defined());
   ZE_ASSIGN_OR_RETURN(optimizer_, make_optimizer(options_.optimizer, state_backend, options_.optimizer_precision));
   StateStoreOptions so;
-  so.stage = options_.zero.stage;
+  so.stage = stage_number(options_.zero.stage);
   so.sub_group_size = options_.zero.sub_group_size;
   so.offload_optimizer = options_.zero.offload_optimizer;
   so.offload_param = options_.zero.offload_param;

@@ -77,7 +77,7 @@ class ModelState : public ModuleHooks {
   static absl::StatusOr<std::unique_ptr<ModelState>> create(Module& model, const ModelStateOptions& options,
                                                             Backend& backend, Communicator& comm);
 
-  int stage() const { return options_.zero.stage; }
+  ZeroStage stage() const { return options_.zero.stage; }
   int64_t num_parameters() const { return num_parameters_; }
 
   // Bracket of one micro-step's backward. `boundary`: the last micro-step of

@@ -5,12 +5,25 @@
 #include <cstdint>
 #include <string>
 
+#include "core/check.h"
 #include "offload/offload_config.h"
 
 namespace zero {
 
+// ZeRO's stages: what the data-parallel ranks partition (1: optimizer
+// state; 2: and gradients; 3: and parameters). Ordered, so `stage >=
+// ZeroStage::k2` reads as "gradients are partitioned".
+enum class ZeroStage { k0 = 0, k1 = 1, k2 = 2, k3 = 3 };
+inline int stage_number(ZeroStage s) { return static_cast<int>(s); }
+// Stage n (0-3; anything else is a programming error: configs are checked
+// against the schema's bounds when parsed).
+inline ZeroStage zero_stage(int64_t n) {
+  ZE_CHECK(n >= 0 && n <= 3) << "ZeRO stage " << n;
+  return static_cast<ZeroStage>(n);
+}
+
 struct ZeroConfig {
-  int stage = 0;
+  ZeroStage stage = ZeroStage::k0;
   bool contiguous_gradients = true;
   bool overlap_comm = false;  // DeepSpeed: None -> True at stage 3, else False
   bool overlap_comm_given = false;  // the config set it (else DeepSpeed's default, which zero-train may revise)

@@ -146,7 +146,7 @@ absl::StatusOr<std::string> save_checkpoint(Engine& engine, const SaveOptions& o
     Manifest m;
     m.tag = tag;
     m.world_size = world;
-    m.zero_stage = state.stage();
+    m.zero_stage = stage_number(state.stage());
     m.model_dtype = std::string(dtype_name(engine.config().param_dtype));
     m.optimizer = std::string(state.optimizer_name());
     m.optimizer_states.assign(kinds.begin() + 1, kinds.end());

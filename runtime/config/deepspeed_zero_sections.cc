@@ -26,7 +26,7 @@ void parse_zero_section(ConfigReader& root, RunConfig& c) {
   if (raw.is_boolean()) {
     // DeepSpeed's legacy form: true means stage 1 with allgather bucket 5e8.
     root.warn("zero_optimization", "the boolean form is deprecated; use {\"stage\": 1}");
-    z.stage = raw.get<bool>() ? 1 : 0;
+    z.stage = raw.get<bool>() ? ZeroStage::k1 : ZeroStage::k0;
     return;
   }
   ConfigReader r = root.section("zero_optimization");
@@ -37,7 +37,7 @@ void parse_zero_section(ConfigReader& root, RunConfig& c) {
   // DeepSpeed: unset -> True at stage 3, False below.
   const Json& overlap = r.get_raw("overlap_comm");
   z.overlap_comm_given = !(overlap.is_null() || (overlap.is_string() && overlap.get<std::string>() == "auto"));
-  z.overlap_comm = z.overlap_comm_given ? r.get_bool("overlap_comm", z.stage == 3) : z.stage == 3;
+  z.overlap_comm = z.overlap_comm_given ? r.get_bool("overlap_comm", z.stage == ZeroStage::k3) : z.stage == ZeroStage::k3;
   r.set_effective("overlap_comm", z.overlap_comm);
   const std::string gather_key =
       r.pick("gather_16bit_weights_on_model_save", "stage3_gather_16bit_weights_on_model_save");
@@ -70,11 +70,11 @@ void parse_zero_section(ConfigReader& root, RunConfig& c) {
     parse_offload(r.section("offload_param"), c, z.offload_param);
   }
   r.mark_known("offload_param");
-  if (z.offload_optimizer.device == OffloadDevice::kNvme && z.stage == 0) {
+  if (z.offload_optimizer.device == OffloadDevice::kNvme && z.stage == ZeroStage::k0) {
     r.error("offload_optimizer", "device \"nvme\" requires stage 1, 2 or 3 (stage 0 has no partitioned optimizer "
                                  "state to offload)");
   }
-  if (z.offload_param.device != OffloadDevice::kNone && z.stage != 3) {
+  if (z.offload_param.device != OffloadDevice::kNone && z.stage != ZeroStage::k3) {
     r.error("offload_param", "requires stage 3 (parameters are only partitioned at stage 3)");
   }
   if (!z.contiguous_gradients) {

@@ -161,16 +161,16 @@ absl::StatusOr<RunConfig> parse_run_config(const Json& config, const ConfigOptio
                      "\" to communicate in it)"));
     }
   }
-  if (absl::Status s = check_optimizer_precision(out.engine.optimizer_precision, z.stage, out.engine.param_dtype,
+  if (absl::Status s = check_optimizer_precision(out.engine.optimizer_precision, stage_number(z.stage), out.engine.param_dtype,
                                                  out.engine.gradient_dtype());
       !s.ok()) {
     root.diagnostics().errors.emplace_back(s.message());
   }
-  if (z.stage >= 2 && z.reduce_scatter && (prescale || predivide != 1.0)) {
+  if (z.stage >= ZeroStage::k2 && z.reduce_scatter && (prescale || predivide != 1.0)) {
     root.error(prescale ? "prescale_gradients" : "gradient_predivide_factor",
                "must be false / 1.0 with ZeRO stage 2 or 3 and reduce_scatter (as in DeepSpeed)");
   }
-  if (sum_op && z.stage == 3) root.error("gradient_allreduce_op", "\"sum\" is not supported with ZeRO stage 3 (as in DeepSpeed)");
+  if (sum_op && z.stage == ZeroStage::k3) root.error("gradient_allreduce_op", "\"sum\" is not supported with ZeRO stage 3 (as in DeepSpeed)");
   const double world = options.world_size;
   if (sum_op) {
     out.engine.pre_divide = 1.0;

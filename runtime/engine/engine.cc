@@ -296,7 +296,7 @@ std::vector<float> Engine::master_values(const Parameter& p) {
 }
 
 std::vector<float> Engine::grad_values(const Parameter& p) {
-  ZE_CHECK(p.grad.defined()) << p.name() << " has no full gradient on this rank (stage " << state_->stage() << ")";
+  ZE_CHECK(p.grad.defined()) << p.name() << " has no full gradient on this rank (stage " << stage_number(state_->stage()) << ")";
   return download_fp32(backend_, p.grad.view({p.numel()}));
 }
 

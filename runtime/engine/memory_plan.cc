@@ -81,7 +81,7 @@ absl::StatusOr<MemoryPlan> plan_memory(const PlanInput& in) {
     plan.notes.push_back("cpu_checkpointing: segment inputs in host memory (host activations), copied back to "
                          "the compute tier one segment ahead of their recompute");
   }
-  if (e.zero.stage == 3)
+  if (e.zero.stage == ZeroStage::k3)
     plan.notes.push_back("stage 3: peaks of a run of 2+ steps (from the second step on, the coordinator prefetches)");
   const HostOffload offload = engine->state().host_offload();
   if (offload.optimizer) {

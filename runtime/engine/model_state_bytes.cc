@@ -25,7 +25,7 @@ ModelStateFactors model_state_factors(const EngineConfig& e) {
   absl::StatusOr<std::unique_ptr<Optimizer>> optimizer = make_optimizer(e.optimizer, dry);
   ZE_CHECK(optimizer.ok()) << optimizer.status().ToString();
   const double arrays = static_cast<double>((*optimizer)->state_names().size());
-  const bool aliased = e.zero.stage == 0 && e.param_dtype == DType::kF32;
+  const bool aliased = e.zero.stage == ZeroStage::k0 && e.param_dtype == DType::kF32;
   const double master = aliased ? 0.0 : static_cast<double>(dtype_size(e.optimizer_precision.master));
   const double states = static_cast<double>(dtype_size(e.optimizer_precision.states));
   return {static_cast<double>(dtype_size(e.param_dtype)), static_cast<double>(dtype_size(e.gradient_dtype())),
@@ -34,7 +34,7 @@ ModelStateFactors model_state_factors(const EngineConfig& e) {
 
 ModelStateBytes engine_model_state_bytes(int64_t params, int64_t world, int stage, const EngineConfig& engine) {
   EngineConfig e = engine;
-  e.zero.stage = stage;
+  e.zero.stage = zero_stage(stage);
   const int64_t pad = stage == 0 ? 1 : stage == 3 ? world : 2 * world;
   const int64_t padded = (params + pad - 1) / pad * pad;
   return model_state_bytes(static_cast<double>(padded), world, stage, model_state_factors(e));

@@ -62,7 +62,7 @@ absl::StatusOr<int> run_training(const RunConfig& c, Backend& backend, Communica
   out << "data: " << data->source().describe() << "\n";
   out << absl::StrFormat("batch: %d sequences/step = micro %d x accumulation %d x %d rank%s; ZeRO stage %d%s\n",
                          c.train_batch_size, c.engine.micro_batch_size, c.engine.gradient_accumulation_steps,
-                         comm.world_size(), comm.world_size() == 1 ? "" : "s", c.engine.zero.stage,
+                         comm.world_size(), comm.world_size() == 1 ? "" : "s", stage_number(c.engine.zero.stage),
                          c.engine.zero.overlap_comm ? " (overlap_comm)" : "");
   if (backend.compute_tier() == Tier::kHost) {
     out << absl::StrFormat("backend: %s, %d threads per rank, %s kernels; communicator: %s\n", backend.name(),

@@ -114,7 +114,7 @@ int params_mode(const Args& a) {
   for (int64_t w : a.worlds) {
     for (int stage = 0; stage <= 3; ++stage) {
       zero::EngineConfig es = e;
-      es.zero.stage = stage;
+      es.zero.stage = zero::zero_stage(stage);
       const zero::ModelStateBytes formula = zero::model_state_bytes(a.params, w, stage, zero::model_state_factors(es));
       const zero::ModelStateBytes ours = zero::engine_model_state_bytes(params, w, stage, e);
       std::string ds = "-";
@@ -189,7 +189,7 @@ int config_mode(const Args& a) {
   if (a.json) {
     zero::Json j;
     j["world"] = world;
-    j["stage"] = e.zero.stage;
+    j["stage"] = zero::stage_number(e.zero.stage);
     j["num_parameters"] = plans[0].num_parameters;
     j["max_rank"] = max_rank;
     j["ranks"] = zero::Json::array();
@@ -208,7 +208,7 @@ int config_mode(const Args& a) {
   std::printf("run: micro-batch %lld x accumulation %lld x %d rank%s; ZeRO stage %d%s; %s parameters, %s gradients, %s;"
               " activation checkpointing: %s%s\n",
               static_cast<long long>(e.micro_batch_size), static_cast<long long>(e.gradient_accumulation_steps), world,
-              world == 1 ? "" : "s", e.zero.stage, e.zero.overlap_comm ? " (overlap_comm)" : "",
+              world == 1 ? "" : "s", zero::stage_number(e.zero.stage), e.zero.overlap_comm ? " (overlap_comm)" : "",
               std::string(zero::dtype_name(e.param_dtype)).c_str(),
               std::string(zero::dtype_name(e.gradient_dtype())).c_str(), std::string(zero::optimizer_type_name(e.optimizer.type)).c_str(),
               plan.checkpoint_segments > 0 ? zero::cat(plan.checkpoint_segments, " segments").c_str() : "off",
@@ -222,7 +222,7 @@ int config_mode(const Args& a) {
                                   : zero::cat(" (rank ", max_rank, " has the largest total)"));
   std::fputs(zero::format_memory_plan(plan, title).c_str(), stdout);
   const zero::ModelStateBytes formula =
-      zero::model_state_bytes(static_cast<double>(plan.num_parameters), world, e.zero.stage,
+      zero::model_state_bytes(static_cast<double>(plan.num_parameters), world, zero::stage_number(e.zero.stage),
                               zero::model_state_factors(e));
   // Over every tier: offloaded state counts where it went.
   auto init = [&](zero::MemCategory c) {

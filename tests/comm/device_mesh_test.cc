@@ -118,7 +118,7 @@ TEST(DeviceMeshTest, TheEngineShardsOverTheDataGroupAndRefusesModelParallelGroup
   const int w = world().world_size();
   CpuBackend backend;
   EngineConfig ec;
-  ec.zero.stage = 2;
+  ec.zero.stage = ZeroStage::k2;
   const GptConfig g{.n_layer = 1, .n_head = 2, .d_model = 16, .vocab_size = 17, .seq_len = 8};
   auto mesh = DeviceMesh::create(world());
   ASSERT_TRUE(mesh.ok());

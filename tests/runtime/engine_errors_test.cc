@@ -30,7 +30,7 @@ struct FaultyRun {
     comm = std::make_unique<FaultyCommunicator>(make_local_communicator(), which, nth, std::move(error));
     EngineConfig ec;
     ec.micro_batch_size = 2;
-    ec.zero.stage = stage;
+    ec.zero.stage = zero_stage(stage);
     ec.zero.param_persistence_threshold = 0;  // every stage-3 parameter is gathered around its use
     auto e = initialize(std::make_unique<Gpt>(kModel), ec, backend, comm.get());
     EXPECT_TRUE(e.ok()) << e.status();

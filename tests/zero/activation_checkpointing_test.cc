@@ -57,7 +57,7 @@ TrainRun train(int stage, std::optional<int64_t> segments, bool cpu_checkpointin
   ec.activation_checkpointing.cpu_checkpointing = cpu_checkpointing;
   ec.micro_batch_size = 2;
   ec.pre_divide = w;
-  ec.zero.stage = stage;
+  ec.zero.stage = zero_stage(stage);
   ec.zero.param_persistence_threshold = 0;
   ec.zero.max_reuse_distance = 0;  // release everything: recompute must gather again
   ec.activation_checkpointing.number_checkpoints = segments;

@@ -90,7 +90,7 @@ void advance(GatherTrace& trace, const Model& m, size_t position) {
 
 ZeroConfig with_reuse_distance(int64_t d) {
   ZeroConfig config;
-  config.stage = 3;
+  config.stage = ZeroStage::k3;
   config.max_reuse_distance = d;
   return config;
 }

@@ -129,7 +129,7 @@ Trained train(const EngineConfig& ec) {
   out.staging_bytes = backend.memory().at(Tier::kHost, MemCategory::kCommBuffers).current;
   out.host_path = state.host_step() != nullptr;
   if (out.host_path) out.chunk = state.host_step()->chunk_elems();
-  if (ec.zero.stage == 3) {
+  if (ec.zero.stage == ZeroStage::k3) {
     const ParamCoordinator& c = dynamic_cast<const Stage3ModelState&>(state).coordinator();
     out.host_copies = c.host_copies();
     out.prefetches = c.prefetches();

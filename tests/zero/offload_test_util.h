@@ -40,7 +40,7 @@ inline EngineConfig base_config(int stage, DType dtype) {
   ec.pre_divide = world().world_size();
   ec.param_dtype = dtype;
   ec.check_grad_overflow = false;
-  ec.zero.stage = stage;
+  ec.zero.stage = zero_stage(stage);
   ec.zero.sub_group_size = kSubGroup;
   ec.zero.param_persistence_threshold = 0;
   ec.optimizer = {.type = OptimizerType::kAdamW, .lr = 1e-2f, .weight_decay = 0.01f};

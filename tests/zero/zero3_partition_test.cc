@@ -63,7 +63,7 @@ TEST(Zero3PartitionTest, GradientChunksMatchHandComputedValues) {
   ec.micro_batch_size = 2;
   ec.gradient_accumulation_steps = 2;
   ec.pre_divide = 2;
-  ec.zero.stage = 3;
+  ec.zero.stage = ZeroStage::k3;
   ec.zero.param_persistence_threshold = 0;
   ec.gradient_clipping = 0;
   auto made = initialize(std::make_unique<ThreeWeights>(), ec, backend, &world());

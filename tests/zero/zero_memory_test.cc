@@ -51,7 +51,7 @@ EngineConfig config(int stage, int w) {
   ec.param_dtype = DType::kBF16;
   ec.micro_batch_size = 2;
   ec.pre_divide = w;
-  ec.zero.stage = stage;
+  ec.zero.stage = zero_stage(stage);
   ec.zero.reduce_bucket_size = 400;
   return ec;
 }

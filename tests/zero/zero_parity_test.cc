@@ -159,7 +159,7 @@ class ZeroParityTest : public ::testing::TestWithParam<Case> {};
 TEST_P(ZeroParityTest, MatchesOneRankOnTheSameGlobalBatch) {
   const Case c = GetParam();
   EngineConfig ec;
-  ec.zero.stage = c.stage;
+  ec.zero.stage = zero_stage(c.stage);
   ec.zero.overlap_comm = c.overlap;
   ec.zero.reduce_bucket_size = c.bucket;
   ec.zero.allgather_bucket_size = c.bucket;
@@ -192,7 +192,7 @@ TEST(ZeroDropoutParityTest, EveryStageMatchesOneRankWithDropout) {
   EXPECT_NE(ref.losses, reference(2).losses) << "dropout changes nothing";
   for (int stage : {0, 1, 2, 3}) {
     EngineConfig ec;
-    ec.zero.stage = stage;
+    ec.zero.stage = zero_stage(stage);
     ec.zero.reduce_bucket_size = ec.zero.allgather_bucket_size = ec.zero.prefetch_bucket_size = 500;
     ec.zero.param_persistence_threshold = 20;
     const RunResult got = train(ec, &world(), 2, 0, p);
@@ -203,16 +203,16 @@ TEST(ZeroDropoutParityTest, EveryStageMatchesOneRankWithDropout) {
 
 TEST(ZeroVariantsTest, ReduceScatterOffAndPrescaleGiveTheSameTraining) {
   EngineConfig ec;
-  ec.zero.stage = 2;
+  ec.zero.stage = ZeroStage::k2;
   ec.zero.reduce_scatter = false;  // all-reduce each bucket, keep this rank's part
   ec.zero.reduce_bucket_size = 700;
   expect_matches(train(ec, &world(), 1), reference(1), "stage 2 reduce_scatter=false");
-  ec.zero.stage = 3;
+  ec.zero.stage = ZeroStage::k3;
   ec.zero.param_persistence_threshold = 0;
   expect_matches(train(ec, &world(), 1), reference(1), "stage 3 reduce_scatter=false");
   // prescale_gradients with gradient_predivide_factor 2: / 2 before, x 2/W after.
   EngineConfig pre;
-  pre.zero.stage = 1;
+  pre.zero.stage = ZeroStage::k1;
   expect_matches(train(pre, &world(), 1, 2.0), reference(1), "stage 1 prescale_gradients");
 }
 

@@ -117,7 +117,7 @@ EngineConfig training_config(DType dtype, int stage, bool offload_optimizer = fa
   ec.micro_batch_size = kMicroBatch;
   ec.optimizer = {.type = OptimizerType::kAdamW, .lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .weight_decay = 0.01f};
   ec.gradient_clipping = 1.0f;
-  ec.zero.stage = stage;
+  ec.zero.stage = zero_stage(stage);
   ec.seed = 42;
   return ec;
 }
