@@ -2,14 +2,18 @@
 // gather in forward, a gradient reduction in backward) reaches the caller of
 // Engine::forward / backward as that collective's own error, code and
 // message, prefixed by the micro-step, instead of an abort further on. The
-// fault is injected by tests/testing/faulty_communicator.h.
+// fault is injected by tests/testing/faulty_communicator.h. A store that
+// fails is a real fault: the NVMe swap file truncated under a running engine
+// fails the next step with the I/O engine's own error naming the file.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <vector>
 
 #include "graph/gpt.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "runtime/engine/engine.h"
+#include "tests/offload/offload_test_util.h"
 #include "tests/testing/faulty_communicator.h"
 
 namespace zero {
@@ -75,6 +79,46 @@ TEST(EngineErrorsTest, AFailedGradientReductionIsTheBackwardsError) {
     EXPECT_EQ(s.message(), "backward of micro-step 0: MPI_Allreduce: MPI_ERR_TRUNCATE (injected)") << "stage " << stage;
   }
 }
+
+#ifdef ZE_HAVE_NVME_OFFLOAD
+TEST(EngineErrorsTest, ATruncatedSwapFileIsTheStepsErrorNamingTheFile) {
+  testing::ScratchDir dir("engine_errors_swap");
+  ASSERT_TRUE(dir.ok());
+  CpuBackend backend;
+  EngineConfig ec;
+  ec.micro_batch_size = 2;
+  ec.zero.stage = ZeroStage::k1;
+  ec.zero.sub_group_size = 1000;  // several sub-groups: each step reads the file back
+  ec.zero.offload_optimizer.device = OffloadDevice::kNvme;
+  ec.zero.offload_optimizer.nvme_path = dir.path();
+  ec.zero.offload_optimizer.buffer_count = 2;
+  std::unique_ptr<Communicator> comm = make_local_communicator();
+  auto e = initialize(std::make_unique<Gpt>(kModel), ec, backend, comm.get());
+  ASSERT_TRUE(e.ok()) << e.status();
+  std::vector<int32_t> ids(16), targets(16);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ids[i] = static_cast<int32_t>(i % kModel.vocab_size);
+    targets[i] = static_cast<int32_t>((i + 1) % kModel.vocab_size);
+  }
+  const Batch batch{Tensor::wrap(ids.data(), {2, 8}, DType::kI32), Tensor::wrap(targets.data(), {2, 8}, DType::kI32)};
+  auto step = [&]() -> absl::Status {
+    if (absl::StatusOr<float> l = (*e)->forward(batch); !l.ok()) return l.status();
+    if (absl::Status s = (*e)->backward(); !s.ok()) return s;
+    return (*e)->step().status();
+  };
+  ASSERT_TRUE(step().ok());
+  std::string swap;
+  for (const auto& f : std::filesystem::recursive_directory_iterator(dir.path())) {
+    if (f.is_regular_file()) swap = f.path().string();
+  }
+  ASSERT_FALSE(swap.empty()) << "no swap file under " << dir.path();
+  std::filesystem::resize_file(swap, 4096);  // the header only: someone truncated it
+  const absl::Status s = step();
+  EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange) << s;
+  EXPECT_NE(s.message().find("reading " + swap), std::string::npos) << s;
+  EXPECT_NE(s.message().find("shorter than expected"), std::string::npos) << s;
+}
+#endif
 
 }  // namespace
 }  // namespace zero
