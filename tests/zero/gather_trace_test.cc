@@ -23,23 +23,13 @@
 #include <utility>
 #include <vector>
 
+#include "tests/testing/leaf_module.h"
 #include "zero/gather_trace.h"
 
 namespace zero {
 namespace {
 
-// A module with parameters of its own, shared ones and children; no compute.
-class Leaf : public Module {
- public:
-  explicit Leaf(std::string name) : Module(std::move(name)) {}
-  Parameter* own(const std::string& name, Shape shape) {
-    return add_parameter(name, std::move(shape), ParamInit::zeros());
-  }
-  void tie(Parameter* p) { use_parameter(p); }
-  using Module::add_child;
-  Tensor forward(Context&, const Tensor& x) override { return x; }
-  Tensor backward(Context&, const Tensor& dy) override { return dy; }
-};
+using testing::Leaf;
 
 // root -> a (a.w: 10, a.b: 3 persistent), b (b.w: 7), c (c.w: 6, and a.w tied),
 // partitioned over 2 ranks: chunks a.w 5, a.b 2, b.w 4 (7 padded to 8), c.w 3.

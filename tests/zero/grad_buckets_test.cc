@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "tests/testing/leaf_module.h"
 #include "zero/grad_buckets.h"
 
 namespace zero {
@@ -146,7 +147,7 @@ TEST(PlanGradBucketsTest, BucketsCoverEveryElementAndParameterExactlyOnce) {
     for (int64_t pad : {1, 2, 4, 6, 8}) {
       const FlatLayout layout(ps.ptrs(), pad);
       for (int64_t limit : {0, 1, 2, 3, 4, 5, 7, 8, 10, 16, 19, 32, 1000}) {
-        SCOPED_TRACE(testing::Message() << "layout of " << sizes.size() << " (first " << sizes[0] << "), pad "
+        SCOPED_TRACE(::testing::Message() << "layout of " << sizes.size() << " (first " << sizes[0] << "), pad "
                                         << pad << ", limit " << limit);
         const std::vector<GradBucket> buckets = plan_grad_buckets(layout, limit);
         ASSERT_FALSE(buckets.empty());
@@ -213,18 +214,7 @@ TEST(PartitionCountsTest, TheBucketsOfAPaddedLayoutSplitIntoEveryRanksPartition)
   EXPECT_EQ(partition_counts(buckets[2].begin, buckets[2].end, part, 4), (std::vector<int64_t>{3, 0, 0, 0}));
 }
 
-// A module with parameters of its own, shared ones and children; no compute.
-class Leaf : public Module {
- public:
-  explicit Leaf(std::string name) : Module(std::move(name)) {}
-  Parameter* own(const std::string& name, Shape shape) {
-    return add_parameter(name, std::move(shape), ParamInit::zeros());
-  }
-  void tie(Parameter* p) { use_parameter(p); }
-  using Module::add_child;
-  Tensor forward(Context&, const Tensor& x) override { return x; }
-  Tensor backward(Context&, const Tensor& dy) override { return dy; }
-};
+using testing::Leaf;
 
 TEST(CountParameterUsesTest, ATiedParameterIsUsedOncePerModule) {
   Leaf root("");
