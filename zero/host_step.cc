@@ -31,6 +31,10 @@ HostOffload host_offload_for(const ZeroConfig& zero, Tier compute_tier, bool for
 }
 
 absl::Status check_offload(const ZeroConfig& zero, const HostOffload& offload) {
+  if (zero.offload_param.device != OffloadDevice::kNone && zero.stage != ZeroStage::k3) {
+    return absl::InvalidArgumentError(
+        "zero_optimization.offload_param: requires stage 3 (parameters are only partitioned at stage 3)");
+  }
   const bool optimizer_on_nvme = zero.offload_optimizer.device == OffloadDevice::kNvme;
   if ((optimizer_on_nvme || offload.optimizer) && zero.stage == ZeroStage::k0) {
     return absl::InvalidArgumentError(cat(

@@ -69,9 +69,10 @@ struct HostOffload {
 // file of its own (offload/nvme_param_store.h), written the same way.
 HostOffload host_offload_for(const ZeroConfig& zero, Tier compute_tier, bool forced);
 // The offload combinations no path runs, named by their keys; the one check
-// the engine, the planner and zero-train's backend check share. On any
-// backend: NVMe optimizer state at stage 0 (nothing partitioned to offload,
-// as DeepSpeed). Where the host path applies (`offload`): "cpu" at stage 0,
+// the config parser (for run.backend), the engine, the planner and
+// zero-train's backend check share. On any backend: offload_param below stage
+// 3 (only stage 3 partitions parameters), NVMe optimizer state at stage 0
+// (nothing partitioned to offload, as DeepSpeed). Where the host path applies (`offload`): "cpu" at stage 0,
 // offload_param "cpu" or "nvme" without offload_optimizer on the host (the
 // step, on the CPU, writes the host shard or the parameter swap file).
 absl::Status check_offload(const ZeroConfig& zero, const HostOffload& offload);

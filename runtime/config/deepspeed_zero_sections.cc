@@ -5,6 +5,7 @@
 #include "core/strings.h"
 #include "runtime/config/config_schema.h"
 #include "runtime/config/deepspeed_sections.h"
+#include "zero/host_step.h"
 
 namespace zero {
 
@@ -70,12 +71,10 @@ void parse_zero_section(ConfigReader& root, RunConfig& c) {
     parse_offload(r.section("offload_param"), c, z.offload_param);
   }
   r.mark_known("offload_param");
-  if (z.offload_optimizer.device == OffloadDevice::kNvme && z.stage == ZeroStage::k0) {
-    r.error("offload_optimizer", "device \"nvme\" requires stage 1, 2 or 3 (stage 0 has no partitioned optimizer "
-                                 "state to offload)");
-  }
-  if (z.offload_param.device != OffloadDevice::kNone && z.stage != ZeroStage::k3) {
-    r.error("offload_param", "requires stage 3 (parameters are only partitioned at stage 3)");
+  // Which offload combinations run is the engine's rule (zero/host_step.h), asked here for the run's backend.
+  const Tier tier = c.run.backend == "cuda" ? Tier::kDevice : Tier::kHost;
+  if (absl::Status s = check_offload(z, host_offload_for(z, tier, c.engine.force_offload_path)); !s.ok()) {
+    r.diagnostics().errors.emplace_back(s.message());
   }
   if (!z.contiguous_gradients) {
     r.warn("contiguous_gradients", "false has no effect: gradients always live in contiguous buckets here");
