@@ -135,6 +135,11 @@ class Ops {
   virtual void sgd(const Tensor& master, const Tensor& grad, const Tensor& momentum_buf,
                    const Tensor& param_out, const SgdHyper& hyper) = 0;
 
+  // One Lion step (LionHyper) on fp32 master weights with the fp32 momentum
+  // exp_avg; grad in any float dtype; param_out as for adamw.
+  virtual void lion(const Tensor& master, const Tensor& grad, const Tensor& exp_avg, const Tensor& param_out,
+                    const LionHyper& hyper) = 0;
+
   // Sum of squares of x (any float dtype), accumulated in double. Waits.
   virtual double sum_squares(const Tensor& x) = 0;
   // Number of inf/NaN elements of x (any float dtype). Waits.

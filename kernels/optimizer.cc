@@ -1,4 +1,4 @@
-// AdamW/Adam and SGD over flat buffers; see optimizer.h.
+// AdamW/Adam, SGD and Lion over flat buffers; see optimizer.h.
 #include "kernels/optimizer.h"
 
 #include <algorithm>
@@ -67,6 +67,31 @@ class SgdOptimizer final : public Optimizer {
  private:
   Backend& backend_;
   SgdHyper hyper_;
+};
+
+// Lion (LionHyper): one state, the momentum exp_avg, as DeepSpeed's FusedLion.
+class LionOptimizer final : public Optimizer {
+ public:
+  LionOptimizer(const OptimizerConfig& c, Backend& backend) : backend_(backend) {
+    hyper_.beta1 = c.beta1;
+    hyper_.beta2 = c.beta2;
+    hyper_.weight_decay = c.weight_decay;
+  }
+  std::string_view name() const override { return "Lion"; }
+  std::vector<std::string> state_names() const override { return {"exp_avg"}; }
+  void step(const Tensor& master, const Tensor& grad, absl::Span<const Tensor> state, const Tensor& param_out,
+            const StepArgs& args) override {
+    LionHyper h = hyper_;
+    h.lr = args.lr;
+    h.grad_scale = args.grad_scale;
+    if (args.betas) std::tie(h.beta1, h.beta2) = *args.betas;
+    backend_.ops().lion(master, grad, state[0], param_out, h);
+  }
+  bool has_betas() const override { return true; }
+
+ private:
+  Backend& backend_;
+  LionHyper hyper_;
 };
 
 // An fp32 optimizer over bf16 master weights and/or states: each piece of
@@ -154,6 +179,8 @@ std::string_view optimizer_type_name(OptimizerType type) {
       return "AdamW";
     case OptimizerType::kSGD:
       return "SGD";
+    case OptimizerType::kLion:
+      return "Lion";
   }
   return "?";
 }
@@ -171,6 +198,9 @@ absl::StatusOr<std::unique_ptr<Optimizer>> make_optimizer(const OptimizerConfig&
     }
     case OptimizerType::kSGD:
       fp32 = std::make_unique<SgdOptimizer>(config, backend);
+      break;
+    case OptimizerType::kLion:
+      fp32 = std::make_unique<LionOptimizer>(config, backend);
       break;
   }
   ZE_CHECK(fp32 != nullptr) << "optimizer type " << static_cast<int>(config.type);

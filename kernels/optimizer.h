@@ -1,11 +1,12 @@
 // Optimizers over a flat master buffer (the whole model at stage 0, this
 // rank's shard under ZeRO). An optimizer names the state arrays it needs
-// beside the master weights (Adam: exp_avg, exp_avg_sq) but does not own
-// them: the model state's store keeps them in memory or streams them through
-// NVMe (offload/optimizer_state_store.h) and hands each step a slice of master
-// and states. A step is one fused kernel: update, then write the model-dtype
-// copy of the new weights. Every optimizer here is elementwise, so a buffer
-// may be updated in pieces with bitwise the same result.
+// beside the master weights (Adam: exp_avg, exp_avg_sq; Lion: exp_avg) but
+// does not own them: the model state's store keeps them in memory or streams
+// them through NVMe (offload/optimizer_state_store.h) and hands each step a
+// slice of master and states. A step is one fused kernel: update, then write
+// the model-dtype copy of the new weights. Every optimizer here is
+// elementwise, so a buffer may be updated in pieces with bitwise the same
+// result.
 //
 // Master weights and states are fp32, or 16-bit (DeepSpeed's
 // bf16.bf16_master_weights_and_grads and bf16_optimizer_states,
@@ -29,16 +30,16 @@
 namespace zero {
 
 // The optimizers, by DeepSpeed's names for them (optimizer.type).
-enum class OptimizerType { kAdam, kAdamW, kSGD };
-// "Adam", "AdamW", "SGD".
+enum class OptimizerType { kAdam, kAdamW, kSGD, kLion };
+// "Adam", "AdamW", "SGD", "Lion".
 std::string_view optimizer_type_name(OptimizerType type);
 
 struct OptimizerConfig {
   OptimizerType type = OptimizerType::kAdamW;
   float lr = 1e-3f;
-  float beta1 = 0.9f, beta2 = 0.999f;
+  float beta1 = 0.9f, beta2 = 0.999f;  // Adam's; Lion's are (0.9, 0.99) (the config sets them)
   float eps = 1e-8f;
-  float weight_decay = 0.0f;
+  float weight_decay = 0.0f;  // decoupled for AdamW and Lion
   bool adam_w_mode = true;  // "Adam" is AdamW unless adam_w_mode is false (DeepSpeed)
   bool bias_correction = true;
   float momentum = 0.0f, dampening = 0.0f;  // SGD
@@ -82,7 +83,7 @@ class Optimizer {
     float lr = 1e-3f;
     // The gradient is multiplied by this first: 1 / (loss scale x clip coefficient).
     float grad_scale = 1.0f;
-    // Adam's (beta1, beta2) for this step, when a schedule drives them (OneCycle).
+    // Adam's or Lion's (beta1, beta2) for this step, when a schedule drives them (OneCycle).
     std::optional<std::pair<float, float>> betas;
   };
 
@@ -97,7 +98,7 @@ class Optimizer {
   // same pass.
   virtual void step(const Tensor& master, const Tensor& grad, absl::Span<const Tensor> state,
                     const Tensor& param_out, const StepArgs& args) = 0;
-  // Whether the optimizer has betas a schedule may drive (Adam) or not (SGD).
+  // Whether the optimizer has betas a schedule may drive (Adam, Lion) or not (SGD).
   virtual bool has_betas() const = 0;
 };
 

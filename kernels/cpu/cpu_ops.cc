@@ -225,6 +225,15 @@ void CpuOps::sgd(const Tensor& master, const Tensor& grad, const Tensor& momentu
             hyper);
 }
 
+void CpuOps::lion(const Tensor& master, const Tensor& grad, const Tensor& exp_avg, const Tensor& param_out,
+                  const LionHyper& hyper) {
+  check_f32(master), check_f32(exp_avg), check_float(grad);
+  check_same_numel(master, grad), check_same_numel(master, exp_avg);
+  if (param_out.defined()) check_float(param_out), check_same_numel(master, param_out);
+  simd_.lion(master.f32(), grad.data(), grad.dtype(), exp_avg.f32(),
+             param_out.defined() ? param_out.data() : nullptr, param_out.dtype(), master.numel(), hyper);
+}
+
 double CpuOps::sum_squares(const Tensor& x) {
   check_float(x);
   return simd_.sum_squares(x.data(), x.dtype(), x.numel());

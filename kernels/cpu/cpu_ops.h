@@ -51,6 +51,8 @@ class CpuOps final : public Ops {
              const Tensor& param_out, const AdamWHyper& hyper) override;
   void sgd(const Tensor& master, const Tensor& grad, const Tensor& momentum_buf,
            const Tensor& param_out, const SgdHyper& hyper) override;
+  void lion(const Tensor& master, const Tensor& grad, const Tensor& exp_avg, const Tensor& param_out,
+            const LionHyper& hyper) override;
   double sum_squares(const Tensor& x) override;
   int64_t count_nonfinite(const Tensor& x) override;
 

@@ -87,6 +87,13 @@ struct Avx512 {
     return _mm512_castsi512_ps(_mm512_slli_epi32(e, 23));
   }
   static F round(F x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  // torch.sign: 1 for x > 0, -1 for x < 0, 0 for +-0, NaN (x itself) for NaN.
+  static F sign(F x) {
+    const F zero = _mm512_setzero_ps();
+    F r = _mm512_mask_mov_ps(zero, _mm512_cmp_ps_mask(x, zero, _CMP_GT_OQ), _mm512_set1_ps(1.0f));
+    r = _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(x, zero, _CMP_LT_OQ), _mm512_set1_ps(-1.0f));
+    return _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
+  }
 
   // Double lanes for sums that must not lose bits: x widened to double (low and
   // high halves) and squared exactly, then added into lo and hi. (extractf32x8
@@ -185,6 +192,14 @@ struct Avx2 {
     return _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
   }
   static F round(F x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  // torch.sign, as in Avx512.
+  static F sign(F x) {
+    const F zero = _mm256_setzero_ps();
+    const F pos = _mm256_and_ps(_mm256_cmp_ps(x, zero, _CMP_GT_OQ), _mm256_set1_ps(1.0f));
+    const F neg = _mm256_and_ps(_mm256_cmp_ps(x, zero, _CMP_LT_OQ), _mm256_set1_ps(-1.0f));
+    const F nan = _mm256_and_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q), x);
+    return _mm256_or_ps(_mm256_or_ps(pos, neg), nan);
+  }
 
   using D = __m256d;
   static D dzero() { return _mm256_setzero_pd(); }
@@ -253,6 +268,8 @@ struct Scalar {
     return __builtin_bit_cast(float, e);
   }
   static F round(F x) { return __builtin_nearbyintf(x); }
+  // torch.sign, as in the vector structs (a NaN comes back as itself).
+  static F sign(F x) { return x > 0.0f ? 1.0f : x < 0.0f ? -1.0f : x != x ? x : 0.0f; }
 };
 
 // e^x for every lane, relative error within a few ulp. Inputs are clamped to

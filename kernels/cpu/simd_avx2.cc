@@ -2,6 +2,7 @@
 // (kernels/CMakeLists.txt); everything it instantiates has internal linkage.
 #include "kernels/cpu/adamw_impl.h"
 #include "kernels/cpu/elementwise_impl.h"
+#include "kernels/cpu/lion_impl.h"
 #include "kernels/cpu/simd_kernels.h"
 #include "kernels/cpu/softmax_impl.h"
 
@@ -27,6 +28,7 @@ const SimdKernels kAvx2Kernels = {
     .cross_entropy = cross_entropy_impl<Avx2>,
     .adamw = adamw_impl<Avx2>,
     .sgd = sgd_impl<Avx2>,
+    .lion = lion_impl<Avx2>,
 };
 
 }  // namespace zero::cpu

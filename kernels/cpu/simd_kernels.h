@@ -44,11 +44,13 @@ struct SimdKernels {
   void (*cross_entropy)(float* logits, const int32_t* targets, int64_t n, int64_t vocab,
                         float grad_scale, float* losses);
 
-  // ---- optimizers (adamw_impl.h)
+  // ---- optimizers (adamw_impl.h, lion_impl.h)
   void (*adamw)(float* master, const void* grad, DType grad_dtype, float* m, float* v,
                 void* param_out, DType param_dtype, int64_t n, const AdamWHyper& hyper);
   void (*sgd)(float* master, const void* grad, DType grad_dtype, float* momentum_buf,
               void* param_out, DType param_dtype, int64_t n, const SgdHyper& hyper);
+  void (*lion)(float* master, const void* grad, DType grad_dtype, float* exp_avg, void* param_out,
+               DType param_dtype, int64_t n, const LionHyper& hyper);
 };
 
 // The table for this CPU (AVX-512 when present, else AVX2); aborts with a

@@ -103,12 +103,14 @@ void launch_cross_entropy(float* logits, const int32_t* targets, int64_t n, int6
                           float grad_scale, float* losses, cudaStream_t stream);
 
 // ---- optimizer.cu: param_out may be null (then param_dtype is ignored);
-// momentum_buf may be null when hyper.momentum == 0.
+// momentum_buf may be null when hyper.momentum == 0; Lion's exp_avg may not.
 void launch_adamw(float* master, const void* grad, DType grad_dtype, float* m, float* v,
                   void* param_out, DType param_dtype, int64_t n, const AdamWHyper& hyper,
                   cudaStream_t stream);
 void launch_sgd(float* master, const void* grad, DType grad_dtype, float* momentum_buf,
                 void* param_out, DType param_dtype, int64_t n, const SgdHyper& hyper,
                 cudaStream_t stream);
+void launch_lion(float* master, const void* grad, DType grad_dtype, float* exp_avg, void* param_out,
+                 DType param_dtype, int64_t n, const LionHyper& hyper, cudaStream_t stream);
 
 }  // namespace zero::cuda

@@ -316,6 +316,17 @@ void CudaOps::sgd(const Tensor& master, const Tensor& grad, const Tensor& moment
              hyper, stream_);
 }
 
+void CudaOps::lion(const Tensor& master, const Tensor& grad, const Tensor& exp_avg, const Tensor& param_out,
+                   const LionHyper& hyper) {
+  enter();
+  check_f32(master), check_f32(exp_avg), check_float(grad);
+  check_same_numel(master, grad), check_same_numel(master, exp_avg);
+  if (param_out.defined()) check_float(param_out), check_same_numel(master, param_out);
+  launch_lion(f32_ptr(master), grad.data(), grad.dtype(), f32_ptr(exp_avg),
+              param_out.defined() ? param_out.data() : nullptr, param_out.dtype(), master.numel(), hyper,
+              stream_);
+}
+
 double CudaOps::sum_squares(const Tensor& x) {
   enter();
   check_float(x);

@@ -1,13 +1,14 @@
-// Adam/AdamW and SGD steps over flat fp32 master weights, fused with the write
-// of the 16-bit (or fp32) parameter copy: one pass reads p, g, m, v and writes
-// p, m, v and the copy.
+// Adam/AdamW, SGD and Lion steps over flat fp32 master weights, fused with the
+// write of the 16-bit (or fp32) parameter copy: one pass reads p, g and the
+// states and writes p, the states and the copy.
 //
-// The arithmetic is kernels/cpu/adamw_impl.h's, operation for operation, with
-// the same fused multiply-adds and the host-side constants computed the same
-// way (in double, then rounded to float). Every step is spelled with an
-// explicit rounding intrinsic (__fmul_rn, __fdiv_rn, __fsqrt_rn, fmaf), so the
-// compiler cannot contract or approximate differently from the CPU and the
-// two backends produce the same bits for the same inputs.
+// The arithmetic is kernels/cpu/adamw_impl.h's (lion_impl.h's for Lion),
+// operation for operation, with the same fused multiply-adds and the
+// host-side constants computed the same way (in double, then rounded to
+// float). Every step is spelled with an explicit rounding intrinsic
+// (__fmul_rn, __fdiv_rn, __fsqrt_rn, fmaf), so the compiler cannot contract or
+// approximate differently from the CPU and the two backends produce the same
+// bits for the same inputs.
 #include <cmath>
 #include <type_traits>
 
@@ -32,6 +33,18 @@ struct SgdConsts {
   float lr, momentum, one_minus_dampening, weight_decay, grad_scale;
   bool use_momentum, nesterov, first_step;
 };
+
+struct LionConsts {
+  float beta1, one_minus_beta1, beta2, one_minus_beta2, grad_scale;
+  float decay;  // -lr * weight_decay
+  float step;   // -lr
+  bool decoupled;
+};
+
+// torch.sign: 1, -1, 0 for +-0, and a NaN as itself (the CPU's Scalar::sign).
+__device__ __forceinline__ float sign_of(float x) {
+  return x > 0.0f ? 1.0f : x < 0.0f ? -1.0f : x != x ? x : 0.0f;
+}
 
 template <DType G, DType P, bool kWriteParam>
 __global__ void adamw_kernel(float* __restrict__ master, const void* __restrict__ grad,
@@ -71,6 +84,25 @@ __global__ void sgd_kernel(float* __restrict__ master, const void* __restrict__ 
     }
     p = fmaf(d, -k.lr, p);
     master[i] = p;
+    if constexpr (kWriteParam) store_elem<P>(param_out, i, p);
+  }
+}
+
+// One Lion step per element (grid-stride), lion_impl.h's operations in order.
+template <DType G, DType P, bool kWriteParam>
+__global__ void lion_kernel(float* __restrict__ master, const void* __restrict__ grad,
+                            float* __restrict__ exp_avg, void* __restrict__ param_out, int64_t n,
+                            LionConsts k) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    float p = master[i];
+    const float g = __fmul_rn(load_elem<G>(grad, i), k.grad_scale);
+    const float m = exp_avg[i];
+    const float c = fmaf(g, k.one_minus_beta1, __fmul_rn(m, k.beta1));
+    if (k.decoupled) p = fmaf(p, k.decay, p);
+    p = fmaf(sign_of(c), k.step, p);
+    master[i] = p;
+    exp_avg[i] = fmaf(g, k.one_minus_beta2, __fmul_rn(m, k.beta2));
     if constexpr (kWriteParam) store_elem<P>(param_out, i, p);
   }
 }
@@ -134,6 +166,26 @@ void launch_sgd(float* master, const void* grad, DType grad_dtype, float* moment
   with_optimizer_dtypes(grad_dtype, param_out, param_dtype, [&](auto gtag, auto ptag, auto write) {
     sgd_kernel<decltype(gtag)::value, decltype(ptag)::value, decltype(write)::value>
         <<<grid_blocks(n), kBlockThreads, 0, stream>>>(master, grad, momentum_buf, param_out, n, k);
+  });
+  ZE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_lion(float* master, const void* grad, DType grad_dtype, float* exp_avg, void* param_out,
+                 DType param_dtype, int64_t n, const LionHyper& h, cudaStream_t stream) {
+  if (n == 0) return;
+  // Host-side constants exactly as lion_impl.h computes them.
+  LionConsts k;
+  k.beta1 = h.beta1;
+  k.one_minus_beta1 = 1.0f - h.beta1;
+  k.beta2 = h.beta2;
+  k.one_minus_beta2 = 1.0f - h.beta2;
+  k.grad_scale = h.grad_scale;
+  k.decay = -h.lr * h.weight_decay;
+  k.step = -h.lr;
+  k.decoupled = h.weight_decay != 0.0f;
+  with_optimizer_dtypes(grad_dtype, param_out, param_dtype, [&](auto gtag, auto ptag, auto write) {
+    lion_kernel<decltype(gtag)::value, decltype(ptag)::value, decltype(write)::value>
+        <<<grid_blocks(n), kBlockThreads, 0, stream>>>(master, grad, exp_avg, param_out, n, k);
   });
   ZE_CUDA_CHECK_LAUNCH();
 }

@@ -54,6 +54,7 @@ class DryRunOps final : public Ops {
   void adamw(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
              const AdamWHyper&) override {}
   void sgd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const SgdHyper&) override {}
+  void lion(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const LionHyper&) override {}
   double sum_squares(const Tensor&) override { return 0.0; }
   int64_t count_nonfinite(const Tensor&) override { return 0; }
 

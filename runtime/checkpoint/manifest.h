@@ -61,7 +61,7 @@ struct Manifest {
   int world_size = 1;
   int zero_stage = 0;
   std::string model_dtype;
-  std::string optimizer;                    // "AdamW", "Adam", "SGD"
+  std::string optimizer;                    // "AdamW", "Adam", "SGD", "Lion"
   std::vector<std::string> optimizer_states;
   EngineProgress progress;
   std::vector<std::pair<std::string, Shape>> parameters;  // the model, in order

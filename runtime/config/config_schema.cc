@@ -166,7 +166,13 @@ ConfigKey refused(std::string path, Json allowed, std::string why) {
 }
 
 bool is_sgd(const RunConfig& c) { return c.engine.optimizer.type == OptimizerType::kSGD; }
-bool is_adam(const RunConfig& c) { return !is_sgd(c); }
+bool is_lion(const RunConfig& c) { return c.engine.optimizer.type == OptimizerType::kLion; }
+// Adam or AdamW exactly (their eps, adam_w_mode, bias_correction, ...).
+bool is_adam(const RunConfig& c) {
+  return c.engine.optimizer.type == OptimizerType::kAdam || c.engine.optimizer.type == OptimizerType::kAdamW;
+}
+// The optimizers with betas (Adam's params.betas, Lion's).
+bool has_betas(const RunConfig& c) { return is_adam(c) || is_lion(c); }
 auto schedule_is(std::initializer_list<SchedulerType> types) {
   std::vector<SchedulerType> t(types);
   return [t](const RunConfig& c) { return std::find(t.begin(), t.end(), c.engine.scheduler.type) != t.end(); };
@@ -299,13 +305,14 @@ std::vector<ConfigKey> declare() {
   k.push_back(choice("optimizer.type", ZE_FIELD(engine.optimizer.type),
                      std::vector<std::pair<std::string, OptimizerType>>{{"Adam", OptimizerType::kAdam},
                                                                         {"AdamW", OptimizerType::kAdamW},
+                                                                        {"Lion", OptimizerType::kLion},
                                                                         {"SGD", OptimizerType::kSGD}},
-                     "Adam (AdamW unless adam_w_mode is false) and AdamW in any case, SGD as spelt")
+                     "Adam (AdamW unless adam_w_mode is false), AdamW and Lion in any case, SGD as spelt")
                   .read_by_code());
   k.push_back(refused("optimizer.legacy_fusion", false, "legacy fusion belongs to DeepSpeed's old fp16 optimizer"));
   k.push_back(number("optimizer.params.lr", ZE_FIELD(engine.optimizer.lr), kNonNegative, "learning rate"));
   k.push_back(number("optimizer.params.weight_decay", ZE_FIELD(engine.optimizer.weight_decay), kNonNegative,
-                     "weight decay (decoupled for AdamW; L2 for Adam without adam_w_mode and for SGD)"));
+                     "weight decay (decoupled for AdamW and Lion; L2 for Adam without adam_w_mode and for SGD)"));
   k.push_back(number("optimizer.params.momentum", ZE_FIELD(engine.optimizer.momentum), kNonNegative, "SGD momentum")
                   .when(is_sgd));
   k.push_back(number("optimizer.params.dampening", ZE_FIELD(engine.optimizer.dampening), {}, "SGD dampening")
@@ -315,7 +322,7 @@ std::vector<ConfigKey> declare() {
                   .when(is_sgd));
   k.push_back(refused("optimizer.params.maximize", false, "gradient ascent is not supported").when(is_sgd));
   {
-    ConfigKey betas = base("optimizer.params.betas", KeyKind::kNumberList, "Adam's (beta1, beta2)");
+    ConfigKey betas = base("optimizer.params.betas", KeyKind::kNumberList, "Adam's or Lion's (beta1, beta2)");
     betas.list_size = 2;
     betas.range = NumberRange::unit_open();
     betas.get = [](RunConfig& c) {
@@ -325,7 +332,8 @@ std::vector<ConfigKey> declare() {
       c.engine.optimizer.beta1 = static_cast<float>(v.at(0).get<double>());
       c.engine.optimizer.beta2 = static_cast<float>(v.at(1).get<double>());
     };
-    k.push_back(betas.when(is_adam));
+    // (The parser sets Lion's default, (0.9, 0.99), before the params are read.)
+    k.push_back(betas.shown("[0.9, 0.999]; Lion: [0.9, 0.99]").when(has_betas));
   }
   k.push_back(number("optimizer.params.eps", ZE_FIELD(engine.optimizer.eps), kNonNegative, "Adam's epsilon")
                   .when(is_adam));

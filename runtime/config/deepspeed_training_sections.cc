@@ -21,14 +21,18 @@ std::string lower(std::string s) {
 
 void parse_optimizer_section(ConfigReader r, RunConfig& c) {
   OptimizerConfig& o = c.engine.optimizer;
-  // DeepSpeed lower-cases its own optimizer names and looks anything else up
-  // in torch.optim case-sensitively ("SGD").
+  // DeepSpeed lower-cases its own optimizer names ("adam", "adamw", "lion")
+  // and looks anything else up in torch.optim case-sensitively ("SGD").
   const std::string raw_type = r.get_string("type", "AdamW");
   const std::string t = lower(raw_type);
   if (t == "adam") o.type = OptimizerType::kAdam;
   else if (t == "adamw") o.type = OptimizerType::kAdamW;
+  else if (t == "lion") o.type = OptimizerType::kLion;
   else if (raw_type == "SGD") o.type = OptimizerType::kSGD;
-  else r.error("type", cat("\"", raw_type, "\" is not supported (supported: Adam, AdamW, SGD)"));
+  else r.error("type", cat("\"", raw_type, "\" is not supported (supported: Adam, AdamW, Lion, SGD)"));
+  // Lion's betas default to (0.9, 0.99) (DeepSpeed's FusedLion); the params
+  // below read the field's value as the default.
+  if (o.type == OptimizerType::kLion) o.beta2 = 0.99f;
   read_declared_keys(r, c);
 
   ConfigReader p = r.section("params");

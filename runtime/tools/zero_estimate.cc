@@ -44,7 +44,7 @@ planner the tests check against the engine's tracking allocator.
 Model states only, for a parameter count (the ZeRO paper's Table 1):
   --params P             number of parameters, e.g. 7.5e9
   --dtype bf16|fp16|fp32 model dtype of parameters and gradients (default bf16)
-  --optimizer adamw|sgd|sgd-momentum   optimizer state (default adamw: K = 12)
+  --optimizer adamw|lion|sgd|sgd-momentum   optimizer state (default adamw: K = 12; lion: 8)
   --largest-layer N      parameters of the largest layer, for DeepSpeed's stage-3 estimate
   --help                 this text
 )";
@@ -95,12 +95,14 @@ int params_mode(const Args& a) {
     e.optimizer.type = zero::OptimizerType::kSGD;
     e.optimizer.momentum = a.optimizer == "sgd" ? 0.0f : 0.9f;
   }
+  if (a.optimizer == "lion") e.optimizer.type = zero::OptimizerType::kLion;
   const zero::ModelStateFactors f0 = zero::model_state_factors(e);
   std::printf("model states per rank for %.4g parameters: %s parameters and gradients, %s (GB = 1e9 bytes)\n",
               a.params, std::string(zero::dtype_name(a.dtype)).c_str(),
               a.optimizer == "adamw"  ? "fp32 master weights + AdamW's m and v"
-              : a.optimizer == "sgd" ? "fp32 master weights, plain SGD"
-                                     : "fp32 master weights + SGD momentum");
+              : a.optimizer == "lion" ? "fp32 master weights + Lion's m"
+              : a.optimizer == "sgd"  ? "fp32 master weights, plain SGD"
+                                      : "fp32 master weights + SGD momentum");
   std::printf("ZeRO formula: stage 0 (%g+%g+K)Psi, 1: %g Psi + K Psi/W, 2: %g Psi + (%g+K) Psi/W, 3: (%g+%g+K) Psi/W,"
               " K = %g (%s)\n",
               f0.param_bytes, f0.grad_bytes, f0.param_bytes + f0.grad_bytes, f0.param_bytes, f0.grad_bytes,
@@ -307,8 +309,8 @@ int main(int argc, char** argv) {
       if (!t.ok()) return usage_error(zero::cat("--dtype: \"", v, "\" is not bf16, fp16 or fp32"));
       a.dtype = *t;
     } else if (arg == "--optimizer") {
-      if (!value(v) || (v != "adamw" && v != "sgd" && v != "sgd-momentum"))
-        return usage_error("--optimizer must be adamw, sgd or sgd-momentum");
+      if (!value(v) || (v != "adamw" && v != "lion" && v != "sgd" && v != "sgd-momentum"))
+        return usage_error("--optimizer must be adamw, lion, sgd or sgd-momentum");
       a.optimizer = v;
     } else if (arg == "--largest-layer") {
       if (!value(v) || !parse_positive(v, a.largest_layer))

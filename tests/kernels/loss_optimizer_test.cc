@@ -10,6 +10,12 @@
 //    16-bit gradients give the same step as their fp32 values.
 //  * sgd: momentum, dampening, nesterov and weight decay over several steps
 //    against torch.optim.SGD's update written out in double.
+//  * lion: five steps against ref::lion_step (double), with and without
+//    weight decay, grad_scale 0.5, fp32 and bf16 gradients, no copy or an
+//    fp32/bf16/fp16 copy (the rounded master, bit for bit), at sizes with
+//    ragged tails for both vector widths and one large enough to run on
+//    several threads; zero gradients on a zero momentum take sign 0 (only the
+//    decay acts), a NaN gradient gives a NaN weight (torch.sign).
 //
 // Tolerances:
 //  * losses, per element 1e-5 relative + 1e-5 absolute: a loss is log(sum) +
@@ -24,6 +30,9 @@
 //    ~10 fp32 operations; a wrong formula (eps inside the sqrt or before the
 //    bias correction, decay after the update, missing bias correction) moves
 //    the values by 5e-4 relative or more with the numbers chosen here.
+//    Lion's steps are held to the same bound (plus 1e-7 absolute for values
+//    near 0): each is ~6 fp32 operations, and a wrong sign or a decay of the
+//    wrong form moves a weight by lr * wd * |p| >= 1e-5 or by lr = 0.01.
 #include "tests/kernels/kernel_test_util.h"
 
 namespace zero::test {
@@ -238,6 +247,84 @@ INSTANTIATE_TEST_SUITE_P(Variants, SgdTest,
                                            SgdCase{"dampening_decay", 0.9f, 0.3f, 0.01f, false},
                                            SgdCase{"nesterov_decay", 0.9f, 0.0f, 0.01f, true}),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// ------------------------------------------------------------ Lion
+
+struct LionCase {
+  const char* name;
+  int64_t n;  // ragged against both vector widths (16 and 8)
+  DType grad_dtype;
+  bool copy;  // a fused parameter copy, in param_dtype
+  DType param_dtype;
+  float weight_decay;
+};
+
+void PrintTo(const LionCase& c, std::ostream* os) { *os << c.name; }
+
+class LionTest : public KernelTest, public ::testing::WithParamInterface<LionCase> {};
+
+TEST_P(LionTest, StepsMatchReference) {
+  const LionCase c = GetParam();
+  const int64_t n = c.n;
+  Vec p = rounded(random_vec(n, -1.0, 1.0, 541), DType::kF32), m(n, 0.0);
+  Tensor p_t = from_vec(p, {n}), m_t = empty({n}, DType::kF32);
+  ops().fill(m_t, 0.0f);
+  Tensor param_out = c.copy ? empty({n}, c.param_dtype) : Tensor();
+  const LionHyper h{.lr = 0.01f, .beta1 = 0.9f, .beta2 = 0.99f, .weight_decay = c.weight_decay, .grad_scale = 0.5f};
+  const ref::LionParams r{h.lr, h.beta1, h.beta2, h.weight_decay, h.grad_scale};
+  for (int64_t step = 1; step <= 5; ++step) {
+    SCOPED_TRACE(::testing::Message() << "step " << step);
+    Vec grad = rounded(random_vec(n, -1.0, 1.0, 550 + step), c.grad_dtype);
+    // With m = 0, a zero gradient gives c = 0: sign 0, only the decay acts.
+    if (step == 1)
+      for (int64_t i = 0; i < n; i += 7) grad[i] = 0.0;
+    ops().lion(p_t, from_vec(grad, {n}, c.grad_dtype), m_t, param_out, h);
+    ref::lion_step(p, m, grad, r);
+    ASSERT_TRUE(near_each(to_vec(p_t), p, kStepTol, 1e-7)) << "p";
+    ASSERT_TRUE(near_each(to_vec(m_t), m, kStepTol, 1e-7)) << "m";
+    if (c.copy) {
+      Tensor want = empty({n}, c.param_dtype);
+      for (int64_t i = 0; i < n; ++i) store_from_float(want.data(), c.param_dtype, i, p_t.f32()[i]);
+      EXPECT_TRUE(same_bits(param_out, want)) << "param_out";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Variants, LionTest,
+    ::testing::Values(LionCase{"fp32_grads_no_copy_decay", 37, DType::kF32, false, DType::kF32, 0.1f},
+                      LionCase{"fp32_grads_fp32_copy_no_decay", 77, DType::kF32, true, DType::kF32, 0.0f},
+                      LionCase{"bf16_grads_bf16_copy_decay", 1003, DType::kBF16, true, DType::kBF16, 0.1f},
+                      LionCase{"fp32_grads_fp16_copy_decay", 45, DType::kF32, true, DType::kF16, 0.1f},
+                      LionCase{"bf16_grads_bf16_copy_threads", 40005, DType::kBF16, true, DType::kBF16, 0.1f}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+class LionSignTest : public KernelTest {};
+
+// torch.sign's edge cases through the update: -0 gives sign 0 (the weight
+// stays put without decay), a NaN gradient gives a NaN weight, in the vector
+// body (element 3) and in the tail (element 35 of 37).
+TEST_F(LionSignTest, ZeroKeepsAndNanPropagates) {
+  constexpr int64_t n = 37;
+  const Vec p0 = rounded(random_vec(n, -1.0, 1.0, 561), DType::kF32);
+  Vec grad = random_vec(n, -1.0, 1.0, 562);
+  grad[5] = -0.0;
+  grad[3] = grad[35] = std::nan("");
+  Tensor p = from_vec(p0, {n}), m = empty({n}, DType::kF32);
+  ops().fill(m, 0.0f);
+  ops().lion(p, from_vec(grad, {n}), m, Tensor(), LionHyper{.lr = 0.01f});
+  const Vec got = to_vec(p);
+  for (int64_t i = 0; i < n; ++i) {
+    if (i == 3 || i == 35) {
+      EXPECT_TRUE(std::isnan(got[i])) << i;
+    } else if (i == 5) {
+      EXPECT_EQ(got[i], p0[i]);
+    } else {
+      // m = 0: c = 0.1 g, so the weight moves by lr against g's sign (rounded once).
+      EXPECT_EQ(got[i], static_cast<float>(p0[i] - (grad[i] > 0 ? 1.0 : -1.0) * double{0.01f})) << i;
+    }
+  }
+}
 
 }  // namespace
 }  // namespace zero::test

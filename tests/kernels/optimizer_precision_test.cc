@@ -5,7 +5,7 @@
 // round-to-nearest-even back to 16 bits — DeepSpeed's CPU Adam arithmetic
 // (load 16-bit into fp32, update in fp32, store rounded to nearest). Sizes
 // span several of the optimizer's widening pieces (kNarrowStepElems) with a
-// ragged end, for Adam, AdamW and SGD with momentum; the fused 16-bit weights
+// ragged end, for Adam, AdamW, SGD with momentum and Lion; the fused 16-bit weights
 // equal the new master bit for bit. The precision rules name their keys.
 #include <gtest/gtest.h>
 
@@ -109,13 +109,24 @@ OptimizerConfig sgd() {
   return o;
 }
 
+OptimizerConfig lion() {
+  OptimizerConfig o;
+  o.type = OptimizerType::kLion;
+  o.beta2 = 0.99f;
+  o.weight_decay = 0.1f;
+  return o;
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Precisions, NarrowStepTest,
     ::testing::Values(Case{"adamw_bf16_master", adam(true), {DType::kBF16, DType::kF32}},
                       Case{"adamw_bf16_master_bf16_states", adam(true), {DType::kBF16, DType::kBF16}},
                       Case{"adam_l2_bf16_master_bf16_states", adam(false), {DType::kBF16, DType::kBF16}},
                       Case{"adamw_fp16_master", adam(true), {DType::kF16, DType::kF32}},
-                      Case{"sgd_momentum_bf16_master_bf16_states", sgd(), {DType::kBF16, DType::kBF16}}),
+                      Case{"sgd_momentum_bf16_master_bf16_states", sgd(), {DType::kBF16, DType::kBF16}},
+                      Case{"lion_bf16_master", lion(), {DType::kBF16, DType::kF32}},
+                      Case{"lion_bf16_master_bf16_states", lion(), {DType::kBF16, DType::kBF16}},
+                      Case{"lion_fp16_master", lion(), {DType::kF16, DType::kF32}}),
     [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
 // The narrowing is the backend's cast, which must round to nearest, ties to
@@ -141,6 +152,13 @@ TEST(OptimizerPrecisionTest, StagingIsTrackedWorkspace) {
   EXPECT_EQ(narrow_step_staging_bytes({DType::kBF16, DType::kBF16}, 2), 3 * kNarrowStepElems * 4);
   EXPECT_EQ(narrow_step_staging_bytes({DType::kBF16, DType::kF32}, 2), kNarrowStepElems * 4);
   EXPECT_EQ(narrow_step_staging_bytes({}, 2), 0);
+  // Lion keeps one state: one staging array for it beside the master's.
+  const int64_t lion_before = b.memory().at(Tier::kHost, MemCategory::kWorkspace).current;
+  auto l = make_optimizer(lion(), b, {DType::kBF16, DType::kBF16});
+  ASSERT_TRUE(l.ok());
+  EXPECT_EQ(b.memory().at(Tier::kHost, MemCategory::kWorkspace).current - lion_before,
+            narrow_step_staging_bytes({DType::kBF16, DType::kBF16}, 1));
+  EXPECT_EQ(narrow_step_staging_bytes({DType::kBF16, DType::kBF16}, 1), 2 * kNarrowStepElems * 4);
 }
 
 TEST(OptimizerPrecisionTest, RulesNameTheirKeys) {

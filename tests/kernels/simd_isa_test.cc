@@ -179,6 +179,15 @@ void run_sgd(const SimdKernels& k, OptimState& s, int64_t n) {
   k.sgd(s.master.data(), s.grad16.data(), DType::kBF16, s.m.data(), s.param16.data(), DType::kBF16,
         n, kSgdHyper);
 }
+const LionHyper kLionHyper{.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.99f, .weight_decay = 0.1f, .grad_scale = 0.7f};
+void run_lion(const SimdKernels& k, OptimState& s, int64_t n) {
+  k.lion(s.master.data(), s.grad16.data(), DType::kBF16, s.m.data(), s.param16.data(), DType::kBF16, n,
+         kLionHyper);
+}
+// The name of one of the steps above, for failure messages.
+const char* step_name(void (*step)(const SimdKernels&, OptimState&, int64_t)) {
+  return step == &run_adamw ? "adamw" : step == &run_sgd ? "sgd" : "lion";
+}
 
 // The first `n` elements of every buffer of a and b are identical.
 ::testing::AssertionResult same_prefix(const OptimState& a, const OptimState& b, size_t n) {
@@ -190,10 +199,10 @@ void run_sgd(const SimdKernels& k, OptimState& s, int64_t n) {
 }
 
 TEST_P(SimdIsaTest, OptimizerTailMatchesVectorBody) {
-  for (auto* step : {&run_adamw, &run_sgd}) {
+  for (auto* step : {&run_adamw, &run_sgd, &run_lion}) {
     OptimState full(64), part(64);
     for (int i = 0; i < 3; ++i) step(*k_, full, 64), step(*k_, part, 37);
-    EXPECT_TRUE(same_prefix(full, part, 37)) << (step == &run_adamw ? "adamw" : "sgd");
+    EXPECT_TRUE(same_prefix(full, part, 37)) << step_name(step);
   }
 }
 
@@ -238,7 +247,15 @@ TEST_P(SimdIsaTest, ThreadedRunMatchesPieces) {
               pieces.m.data() + begin, pieces.v.data() + begin, pieces.param16.data() + begin,
               DType::kBF16, len, kAdamHyper);
   }
-  EXPECT_TRUE(same_prefix(whole, pieces, kN));
+  EXPECT_TRUE(same_prefix(whole, pieces, kN)) << "adamw";
+  OptimState lion_whole(kN), lion_pieces(kN);
+  run_lion(*k_, lion_whole, kN);
+  for (int64_t begin = 0; begin < kN; begin += kPiece) {
+    const int64_t len = std::min(kPiece, kN - begin);
+    k_->lion(lion_pieces.master.data() + begin, lion_pieces.grad16.data() + begin, DType::kBF16,
+             lion_pieces.m.data() + begin, lion_pieces.param16.data() + begin, DType::kBF16, len, kLionHyper);
+  }
+  EXPECT_TRUE(same_prefix(lion_whole, lion_pieces, kN)) << "lion";
 }
 
 // --------------------------------------------- reductions, per table, vs double
@@ -383,10 +400,10 @@ TEST_F(CrossIsaTest, GradientScattersAreIdentical) {
 
 TEST_F(CrossIsaTest, OptimizerStepsAreIdentical) {
   constexpr int64_t kN = 100003;
-  for (auto* step : {&run_adamw, &run_sgd}) {
+  for (auto* step : {&run_adamw, &run_sgd, &run_lion}) {
     OptimState s512(kN), s2(kN);
     for (int i = 0; i < 3; ++i) step(*a512_, s512, kN), step(*a2_, s2, kN);
-    EXPECT_TRUE(same_prefix(s512, s2, kN)) << (step == &run_adamw ? "adamw" : "sgd");
+    EXPECT_TRUE(same_prefix(s512, s2, kN)) << step_name(step);
   }
 }
 

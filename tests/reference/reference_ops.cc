@@ -121,6 +121,16 @@ Vec cross_entropy(const Vec& logits, const std::vector<int32_t>& targets, int64_
   return losses;
 }
 
+void lion_step(Vec& p, Vec& m, const Vec& grad, const LionParams& h) {
+  for (size_t i = 0; i < p.size(); ++i) {
+    const double g = grad[i] * h.grad_scale;
+    const double c = h.beta1 * m[i] + (1.0 - h.beta1) * g;
+    const double sign = c > 0 ? 1.0 : c < 0 ? -1.0 : 0.0;
+    p[i] = p[i] * (1.0 - h.lr * h.weight_decay) - h.lr * sign;
+    m[i] = h.beta2 * m[i] + (1.0 - h.beta2) * g;
+  }
+}
+
 Vec numeric_vjp(const std::function<Vec(const Vec&)>& f, const Vec& x, const Vec& dy, double h) {
   Vec g(x.size());
   Vec xp = x;

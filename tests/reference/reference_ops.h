@@ -28,6 +28,16 @@ Vec embedding(const std::vector<int32_t>& ids, const Vec& table, int64_t cols);
 // Per-row losses -log softmax(logits)[target]; negative targets give 0.
 Vec cross_entropy(const Vec& logits, const std::vector<int32_t>& targets, int64_t vocab);
 
+// One Lion step (Chen et al. 2023; DeepSpeed's FusedLion, decoupled decay) on
+// the weights p and the momentum m, element by element, with
+// g = grad * grad_scale:
+//   c = beta1 m + (1 - beta1) g;  p = p (1 - lr wd) - lr sign(c);  m = beta2 m + (1 - beta2) g
+// where sign(0) = 0 (torch.sign).
+struct LionParams {
+  double lr, beta1, beta2, weight_decay, grad_scale;
+};
+void lion_step(Vec& p, Vec& m, const Vec& grad, const LionParams& h);
+
 // Central-difference vector-Jacobian product: returns d(sum_j dy[j] * f(x)[j])/dx.
 Vec numeric_vjp(const std::function<Vec(const Vec&)>& f, const Vec& x, const Vec& dy,
                 double h = 1e-6);

@@ -6,6 +6,7 @@
 
 #include <fstream>
 
+#include "core/strings.h"
 #include "runtime/config/run_config.h"
 
 namespace zero {
@@ -166,11 +167,47 @@ TEST(ConfigTest, OptimizerKeysFollowDeepSpeed) {
                       "\"gradient_clipping\""),
             std::string::npos);
   EXPECT_NE(error_of(R"({"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "Lamb"}})")
-                .find("optimizer.type: \"Lamb\" is not supported (supported: Adam, AdamW, SGD)"),
+                .find("optimizer.type: \"Lamb\" is not supported (supported: Adam, AdamW, Lion, SGD)"),
             std::string::npos);
   EXPECT_NE(error_of(R"({"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "SGD", "params": {"betas": [0.9, 0.99]}}})")
                 .find("unknown key \"optimizer.params.betas\""),
             std::string::npos);
+}
+
+// Lion: DeepSpeed's name in any case, its betas defaulting to (0.9, 0.99),
+// weight_decay shared with the others, Adam's and SGD's keys unknown.
+TEST(ConfigTest, LionFollowsDeepSpeed) {
+  for (const char* type : {"lion", "Lion", "LION"}) {
+    absl::StatusOr<RunConfig> c =
+        parse(cat(R"({"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": ")", type, R"("}})"));
+    ASSERT_TRUE(c.ok()) << type << ": " << c.status();
+    EXPECT_EQ(c->engine.optimizer.type, OptimizerType::kLion) << type;
+    EXPECT_FLOAT_EQ(c->engine.optimizer.beta1, 0.9f) << type;
+    EXPECT_FLOAT_EQ(c->engine.optimizer.beta2, 0.99f) << type;
+    EXPECT_EQ(c->engine.optimizer.weight_decay, 0.0f) << type;
+  }
+  absl::StatusOr<RunConfig> c = parse(R"({"train_micro_batch_size_per_gpu": 1,
+      "optimizer": {"type": "Lion", "params": {"lr": 1e-4, "betas": [0.95, 0.98], "weight_decay": 0.1}}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FLOAT_EQ(c->engine.optimizer.lr, 1e-4f);
+  EXPECT_FLOAT_EQ(c->engine.optimizer.beta1, 0.95f);
+  EXPECT_FLOAT_EQ(c->engine.optimizer.beta2, 0.98f);
+  EXPECT_FLOAT_EQ(c->engine.optimizer.weight_decay, 0.1f);
+  // "auto" inside the section is Lion's default, not Adam's.
+  c = parse(R"({"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "lion", "params": {"betas": "auto"}}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FLOAT_EQ(c->engine.optimizer.beta2, 0.99f);
+  for (const char* key : {"eps", "adam_w_mode", "bias_correction", "amsgrad", "torch_adam", "momentum", "nesterov"}) {
+    EXPECT_NE(error_of(cat(R"({"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "Lion", "params": {")", key,
+                           R"(": 0}}})"))
+                  .find(cat("unknown key \"optimizer.params.", key, "\"")),
+              std::string::npos)
+        << key;
+  }
+  // Adam keeps its own default.
+  c = parse(R"({"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "Adam"}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FLOAT_EQ(c->engine.optimizer.beta2, 0.999f);
 }
 
 TEST(ConfigTest, LaterFilesAndSetOverridesWin) {

@@ -7,7 +7,9 @@
 //    process's ranks (1 in-process, 2 and 3 under mpirun), at stages 0-3,
 //    fp32 and bf16, with and without activation checkpointing (and with
 //    cpu_checkpointing on the device path), with several buckets, overlap
-//    and stage-3 prefetch/persistence settings, NVMe and ZeRO-Offload. The
+//    and stage-3 prefetch/persistence settings, NVMe and ZeRO-Offload, and
+//    with optimizers other than Adam (SGD; Lion, whose one state an
+//    Adam-shaped planner would count twice). The
 //    plan is the engine's own dry run, so every category's peak in the
 //    tracking allocator must equal it byte for byte, oneDNN's scratchpads in
 //    the workspace included, and so must each tier's total.
@@ -92,6 +94,16 @@ TEST(MemoryPlanTest, FactorsFollowTheConfig) {
   EXPECT_EQ(model_state_factors(e).optimizer_bytes, 4);
   e.optimizer.momentum = 0.9f;
   EXPECT_EQ(model_state_factors(e).optimizer_bytes, 8);
+  // Lion: one state (exp_avg) beside the master.
+  e.optimizer = OptimizerConfig{.type = OptimizerType::kLion};
+  EXPECT_EQ(model_state_factors(e).optimizer_bytes, 8);  // stage 1 fp32: master + exp_avg
+  e.zero.stage = ZeroStage::k0;
+  EXPECT_EQ(model_state_factors(e).optimizer_bytes, 4);  // stage 0 fp32: exp_avg only
+  e.param_dtype = DType::kBF16;
+  EXPECT_EQ(model_state_factors(e).optimizer_bytes, 8);
+  e.zero.stage = ZeroStage::k2;
+  e.optimizer_precision = {DType::kBF16, DType::kBF16};
+  EXPECT_EQ(model_state_factors(e).optimizer_bytes, 4);  // bf16 master + bf16 exp_avg
   // DeepSpeed's padding: 2W at stages 1-2.
   e = EngineConfig();
   e.param_dtype = DType::kBF16;
@@ -211,7 +223,9 @@ Measured measure(const EngineConfig& e, int steps, const GptConfig& model = kMod
   return m;
 }
 
-void expect_plan_matches(const Case& c) {
+// Plans `c` and runs it; every category's and tier's peak must equal the
+// plan. The plan is stored in *out when given.
+void expect_plan_matches(const Case& c, MemoryPlan* out = nullptr) {
   PlanInput in;
   in.model = kModel;
   in.model.dropout = c.dropout;
@@ -221,6 +235,7 @@ void expect_plan_matches(const Case& c) {
   in.rank = world().rank();
   absl::StatusOr<MemoryPlan> plan = plan_memory(in);
   ASSERT_TRUE(plan.ok()) << plan.status();
+  if (out != nullptr) *out = *plan;
   const Measured got = measure(in.engine, 3, in.model);
   const std::string where = cat(c.name, " (rank ", in.rank, " of ", in.world, ")");
   for (int t = 0; t < kNumTiers; ++t) {
@@ -467,6 +482,74 @@ TEST(MemoryPlanTest, PlanEqualsMeasuredWithBucketsOverlapAndAccumulation) {
   params.name = "stage 3 bf16, optimizer state and parameters offloaded to the CPU";
   more.push_back(params);
   for (const Case& c : more) expect_plan_matches(c);
+}
+
+// Lion keeps ONE state array (exp_avg) beside the master where Adam keeps two:
+// planned equals measured in every category and tier at stages 0-3 (the plan
+// is the engine's own dry run, so it asks the optimizer what it keeps), and
+// the optimizer state is 8 bytes per owned parameter with an fp32 master (4 at
+// stage 0 in fp32, where the master is the parameters themselves), not the 12
+// (8) a planner that assumed Adam's state would count; with bf16 master and
+// states, 4.
+TEST(MemoryPlanTest, PlanEqualsMeasuredWithLion) {
+  const int host = static_cast<int>(Tier::kHost), state = static_cast<int>(MemCategory::kOptimizerState);
+  for (int stage = 0; stage <= 3; ++stage) {
+    for (DType dtype : {DType::kF32, DType::kBF16}) {
+      Case c;
+      c.stage = stage;
+      c.dtype = dtype;
+      c.optimizer = OptimizerType::kLion;
+      c.segments = 2;
+      c.name = cat("stage ", stage, " ", dtype_name(dtype), " Lion");
+      MemoryPlan plan;
+      expect_plan_matches(c, &plan);
+      const int64_t master = stage == 0 && dtype == DType::kF32 ? 0 : 4;
+      ASSERT_GT(plan.partition_numel, 0) << c.name;
+      EXPECT_EQ(plan.peak[host][state], (master + 4) * plan.partition_numel) << c.name;
+      // Adam on the same run: a second fp32 state.
+      Case adam = c;
+      adam.optimizer = OptimizerType::kAdamW;
+      PlanInput in;
+      in.model = kModel;
+      in.micro_batch = kMicroBatch;
+      in.engine = engine_config(adam);
+      in.world = world().world_size();
+      in.rank = world().rank();
+      const MemoryPlan adam_plan = plan_memory(in).value();
+      EXPECT_EQ(adam_plan.peak[host][state], (master + 8) * adam_plan.partition_numel) << c.name;
+      EXPECT_EQ(adam_plan.peak[host][state] - plan.peak[host][state], 4 * plan.partition_numel) << c.name;
+    }
+  }
+  // bf16 master weights and states (2 + 2 bytes; one bf16 staging array more
+  // than the master's as workspace), resident and through the host step.
+  for (bool host_step : {false, true}) {
+    Case c;
+    c.stage = 2;
+    c.dtype = DType::kBF16;
+    c.optimizer = OptimizerType::kLion;
+    c.precision = {DType::kBF16, DType::kBF16};
+    c.cpu_offload = host_step;
+    c.name = cat("stage 2 bf16 Lion, bf16 master and states", host_step ? ", through the host step" : "");
+    MemoryPlan plan;
+    expect_plan_matches(c, &plan);
+    EXPECT_EQ(plan.peak[host][state], 4 * plan.partition_numel) << c.name;
+  }
+#ifdef ZE_HAVE_NVME_OFFLOAD
+  // On NVMe: records of two arrays (master, exp_avg), not Adam's three.
+  const std::string dir = ::testing::TempDir() + "/memory_plan_test.lion.swap";
+  std::filesystem::create_directories(dir);
+  Case c;
+  c.stage = 2;
+  c.dtype = DType::kBF16;
+  c.optimizer = OptimizerType::kLion;
+  c.nvme_dir = dir;
+  c.name = "stage 2 bf16 Lion, optimizer state on NVMe";
+  MemoryPlan plan;
+  expect_plan_matches(c, &plan);
+  EXPECT_EQ(plan.peak[host][state], 0);
+  EXPECT_EQ(plan.peak[static_cast<int>(Tier::kNvme)][state],
+            SwapLayout::make(plan.partition_numel, 4000, 2).file_bytes());
+#endif
 }
 
 // The activation peak on its own: the prediction for every checkpoint policy

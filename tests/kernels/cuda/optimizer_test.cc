@@ -1,11 +1,11 @@
-// CUDA AdamW/Adam and SGD steps against the CPU backend, over three steps,
-// every gradient dtype and every parameter-copy dtype (or none), with and
-// without weight decay, bias correction, momentum, dampening and Nesterov.
+// CUDA AdamW/Adam, SGD and Lion steps against the CPU backend, over three
+// steps, every gradient dtype and every parameter-copy dtype (or none), with
+// and without weight decay, bias correction, momentum, dampening and Nesterov.
 //
-// Tolerance: exact. optimizer.cu performs adamw_impl.h's operations in the
-// same order with explicit IEEE rounding (fma, division and square root
-// correctly rounded on both sides), and the 16-bit copies round to nearest
-// even, so master weights, moments and copies must be bit-identical.
+// Tolerance: exact. optimizer.cu performs adamw_impl.h's (and lion_impl.h's)
+// operations in the same order with explicit IEEE rounding (fma, division and
+// square root correctly rounded on both sides), and the 16-bit copies round to
+// nearest even, so master weights, moments and copies must be bit-identical.
 #include "core/strings.h"
 #include "tests/kernels/cuda/cuda_test_util.h"
 
@@ -94,6 +94,34 @@ TEST_F(OptimizerTest, SgdMatchesCpuExactly) {
         }
         expect_exact(values(master.gpu), values(master.cpu), "master");
         if (mode.momentum != 0.0f) expect_exact(values(buf.gpu), values(buf.cpu), "momentum");
+        if (with_copy) expect_exact(values(copy.gpu), values(copy.cpu), "param copy");
+      }
+    }
+  }
+}
+
+TEST_F(OptimizerTest, LionMatchesCpuExactly) {
+  for (float weight_decay : {0.0f, 0.1f}) {
+    for (DType grad_dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+      for (DType param_dtype : {DType::kF32, DType::kBF16, DType::kF16, DType::kI32}) {  // kI32: no copy
+        const bool with_copy = param_dtype != DType::kI32;
+        SCOPED_TRACE(cat("lion wd ", weight_decay, " grad ", dtype_name(grad_dtype), " copy ",
+                         with_copy ? dtype_name(param_dtype) : "none"));
+        Mirrored master = random(Shape{kNumel}, DType::kF32, 6);
+        Mirrored m = mirrored(std::vector<float>(kNumel, 0.0f), Shape{kNumel}, DType::kF32);
+        Mirrored copy;
+        if (with_copy) copy = random(Shape{kNumel}, param_dtype, 7);
+        LionHyper h;
+        h.lr = 1e-3f;
+        h.weight_decay = weight_decay;
+        h.grad_scale = 0.5f;
+        for (int step = 1; step <= 3; ++step) {
+          Mirrored g = grad(grad_dtype, step);
+          cpu_.ops().lion(master.cpu, g.cpu, m.cpu, copy.cpu, h);
+          gpu_->ops().lion(master.gpu, g.gpu, m.gpu, copy.gpu, h);
+        }
+        expect_exact(values(master.gpu), values(master.cpu), "master");
+        expect_exact(values(m.gpu), values(m.cpu), "exp_avg");
         if (with_copy) expect_exact(values(copy.gpu), values(copy.cpu), "param copy");
       }
     }
