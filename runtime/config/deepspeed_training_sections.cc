@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/strings.h"
+#include "runtime/config/config_key_builders.h"
 #include "runtime/config/config_schema.h"
 #include "runtime/config/deepspeed_sections.h"
 
@@ -195,5 +196,210 @@ void parse_unsupported_feature_sections(ConfigReader& root) {
     if (!(v.is_object() && v.empty())) root.error(s.section, cat("is not supported (", s.why, ")"));
   }
 }
+
+namespace config_keys {
+
+bool is_sgd(const RunConfig& c) { return c.engine.optimizer.type == OptimizerType::kSGD; }
+bool is_lion(const RunConfig& c) { return c.engine.optimizer.type == OptimizerType::kLion; }
+// Adam or AdamW exactly (their eps, adam_w_mode, bias_correction, ...).
+bool is_adam(const RunConfig& c) {
+  return c.engine.optimizer.type == OptimizerType::kAdam || c.engine.optimizer.type == OptimizerType::kAdamW;
+}
+// The optimizers with betas (Adam's params.betas, Lion's).
+bool has_betas(const RunConfig& c) { return is_adam(c) || is_lion(c); }
+auto schedule_is(std::initializer_list<SchedulerType> types) {
+  std::vector<SchedulerType> t(types);
+  return [t](const RunConfig& c) { return std::find(t.begin(), t.end(), c.engine.scheduler.type) != t.end(); };
+}
+
+std::vector<ConfigKey> training_keys() {
+  std::vector<ConfigKey> k;
+  // ---- optimizer.
+  k.push_back(enum_choice("optimizer.type", ZE_FIELD(engine.optimizer.type),
+                          {OptimizerType::kAdam, OptimizerType::kAdamW, OptimizerType::kLion, OptimizerType::kSGD},
+                          optimizer_type_name,
+                          "Adam (AdamW unless adam_w_mode is false), AdamW and Lion in any case, SGD as spelt")
+                  .read_by_code());
+  k.push_back(refused("optimizer.legacy_fusion", false, "legacy fusion belongs to DeepSpeed's old fp16 optimizer"));
+  k.push_back(number("optimizer.params.lr", ZE_FIELD(engine.optimizer.lr), kNonNegative, "learning rate"));
+  k.push_back(number("optimizer.params.weight_decay", ZE_FIELD(engine.optimizer.weight_decay), kNonNegative,
+                     "weight decay (decoupled for AdamW and Lion; L2 for Adam without adam_w_mode and for SGD)"));
+  k.push_back(number("optimizer.params.momentum", ZE_FIELD(engine.optimizer.momentum), kNonNegative, "SGD momentum")
+                  .when(is_sgd));
+  k.push_back(number("optimizer.params.dampening", ZE_FIELD(engine.optimizer.dampening), {}, "SGD dampening")
+                  .when(is_sgd));
+  k.push_back(boolean("optimizer.params.nesterov", ZE_FIELD(engine.optimizer.nesterov),
+                      "SGD Nesterov momentum (needs momentum > 0, dampening 0)")
+                  .when(is_sgd));
+  k.push_back(refused("optimizer.params.maximize", false, "gradient ascent is not supported").when(is_sgd));
+  {
+    ConfigKey betas = base("optimizer.params.betas", KeyKind::kNumberList, "Adam's or Lion's (beta1, beta2)");
+    betas.list_size = 2;
+    betas.range = NumberRange::unit_open();
+    betas.get = [](RunConfig& c) {
+      return Json::array({as_double(c.engine.optimizer.beta1), as_double(c.engine.optimizer.beta2)});
+    };
+    betas.set = [](RunConfig& c, const Json& v) {
+      c.engine.optimizer.beta1 = static_cast<float>(v.at(0).get<double>());
+      c.engine.optimizer.beta2 = static_cast<float>(v.at(1).get<double>());
+    };
+    // (The parser sets Lion's default, (0.9, 0.99), before the params are read.)
+    k.push_back(betas.shown("[0.9, 0.999]; Lion: [0.9, 0.99]").when(has_betas));
+  }
+  k.push_back(number("optimizer.params.eps", ZE_FIELD(engine.optimizer.eps), kNonNegative, "Adam's epsilon")
+                  .when(is_adam));
+  {
+    ConfigKey w = boolean("optimizer.params.adam_w_mode", ZE_FIELD(engine.optimizer.adam_w_mode),
+                          "decoupled weight decay for \"Adam\" (\"AdamW\" always has it)");
+    // "Adam" is AdamW unless adam_w_mode is false; "AdamW" always is (DeepSpeed).
+    w.set = [](RunConfig& c, const Json& v) {
+      c.engine.optimizer.adam_w_mode = v.get<bool>() || c.engine.optimizer.type == OptimizerType::kAdamW;
+    };
+    k.push_back(w.when(is_adam));
+  }
+  k.push_back(boolean("optimizer.params.bias_correction", ZE_FIELD(engine.optimizer.bias_correction),
+                      "Adam's bias correction")
+                  .when(is_adam));
+  k.push_back(refused("optimizer.params.amsgrad", false, "AMSGrad is not implemented").when(is_adam));
+  k.push_back(accepted("optimizer.params.torch_adam", KeyKind::kBool, false,
+                       "accepted; one fused kernel either way")
+                  .when(is_adam));
+  k.push_back(accepted("optimizer.params.set_grad_none", KeyKind::kBool, true, "accepted; no effect").when(is_adam));
+  k.push_back(refused("optimizer.params.fp32_optimizer_states", true,
+                      "optimizer state is fp32 unless bf16.bf16_optimizer_states")
+                  .when(is_adam));
+
+  // ---- scheduler (read only when a type is given).
+  k.push_back(enum_choice("scheduler.type", ZE_FIELD(engine.scheduler.type),
+                          {SchedulerType::kWarmupLR, SchedulerType::kWarmupDecayLR, SchedulerType::kWarmupCosineLR,
+                           SchedulerType::kOneCycle, SchedulerType::kLRRangeTest},
+                          scheduler_type_name, "DeepSpeed's schedule, stepped once per applied optimizer step")
+                  .shown("none"));
+  const auto warmup = schedule_is({SchedulerType::kWarmupLR, SchedulerType::kWarmupDecayLR});
+  const auto any_warmup =
+      schedule_is({SchedulerType::kWarmupLR, SchedulerType::kWarmupDecayLR, SchedulerType::kWarmupCosineLR});
+  const auto with_total = schedule_is({SchedulerType::kWarmupDecayLR, SchedulerType::kWarmupCosineLR});
+  const auto cosine = schedule_is({SchedulerType::kWarmupCosineLR});
+  const auto one_cycle = schedule_is({SchedulerType::kOneCycle});
+  const auto range_test = schedule_is({SchedulerType::kLRRangeTest});
+  const std::string sp = "scheduler.params.";
+  k.push_back(number(sp + "warmup_min_lr", ZE_FIELD(engine.scheduler.warmup_min_lr), kNonNegative,
+                     "WarmupLR, WarmupDecayLR: lr at the start of warm-up")
+                  .when(warmup));
+  k.push_back(number(sp + "warmup_max_lr", ZE_FIELD(engine.scheduler.warmup_max_lr), kNonNegative,
+                     "WarmupLR, WarmupDecayLR: lr at the end of warm-up")
+                  .shown("WarmupLR: optimizer lr; WarmupDecayLR: 0.001")
+                  .when(warmup));
+  k.push_back(integer(sp + "warmup_num_steps", ZE_FIELD(engine.scheduler.warmup_num_steps), 1, kMax,
+                      "warm-up steps")
+                  .when(any_warmup));
+  k.push_back(text(sp + "warmup_type", ZE_FIELD(engine.scheduler.warmup_type),
+                   "\"log\" or \"linear\" warm-up (anything else: log, with a warning, as DeepSpeed)")
+                  .when(any_warmup));
+  k.push_back(integer(sp + "total_num_steps", ZE_FIELD(engine.scheduler.total_num_steps), 1, kMax,
+                      "WarmupDecayLR, WarmupCosineLR: steps of the whole schedule (required)")
+                  .shown("—")
+                  .when(with_total));
+  k.push_back(number(sp + "warmup_min_ratio", ZE_FIELD(engine.scheduler.warmup_min_ratio), kRatio,
+                     "WarmupCosineLR: lr ratio at the start of warm-up")
+                  .when(cosine));
+  k.push_back(number(sp + "cos_min_ratio", ZE_FIELD(engine.scheduler.cos_min_ratio), kRatio,
+                     "WarmupCosineLR: lr ratio at the end")
+                  .when(cosine));
+  k.push_back(number(sp + "cycle_min_lr", ZE_FIELD(engine.scheduler.cycle_min_lr), kNonNegative,
+                     "OneCycle: lowest lr (required)")
+                  .when(one_cycle));
+  k.push_back(number(sp + "cycle_max_lr", ZE_FIELD(engine.scheduler.cycle_max_lr), kNonNegative,
+                     "OneCycle: highest lr (required)")
+                  .when(one_cycle));
+  k.push_back(number(sp + "decay_lr_rate", ZE_FIELD(engine.scheduler.decay_lr_rate), kNonNegative,
+                     "OneCycle: lr decay after the cycle")
+                  .when(one_cycle));
+  k.push_back(number(sp + "cycle_first_step_size", ZE_FIELD(engine.scheduler.cycle_first_step_size), kPositive,
+                     "OneCycle: steps of the rising half")
+                  .when(one_cycle));
+  k.push_back(number(sp + "cycle_second_step_size", ZE_FIELD(engine.scheduler.cycle_second_step_size),
+                     kNonNegative, "OneCycle: steps of the falling half")
+                  .shown("cycle_first_step_size")
+                  .when(one_cycle));
+  k.push_back(integer(sp + "cycle_first_stair_count", ZE_FIELD(engine.scheduler.cycle_first_stair_count), 0, kMax,
+                      "OneCycle: stairs in the rising half (0: smooth)")
+                  .when(one_cycle));
+  k.push_back(integer(sp + "cycle_second_stair_count", ZE_FIELD(engine.scheduler.cycle_second_stair_count), 0,
+                      kMax, "OneCycle: stairs in the falling half")
+                  .shown("cycle_first_stair_count")
+                  .when(one_cycle));
+  k.push_back(number(sp + "decay_step_size", ZE_FIELD(engine.scheduler.decay_step_size), kNonNegative,
+                     "OneCycle: steps per decay interval after the cycle")
+                  .when(one_cycle));
+  k.push_back(boolean(sp + "cycle_momentum", ZE_FIELD(engine.scheduler.cycle_momentum),
+                      "OneCycle: cycle Adam's beta1 inversely (beta2 0.99 meanwhile)")
+                  .when(one_cycle));
+  k.push_back(number(sp + "cycle_min_mom", ZE_FIELD(engine.scheduler.cycle_min_mom), NumberRange::unit_open(),
+                     "OneCycle: lowest beta1")
+                  .when(one_cycle));
+  k.push_back(number(sp + "cycle_max_mom", ZE_FIELD(engine.scheduler.cycle_max_mom), NumberRange::unit_open(),
+                     "OneCycle: highest beta1")
+                  .when(one_cycle));
+  k.push_back(number(sp + "decay_mom_rate", ZE_FIELD(engine.scheduler.decay_mom_rate), kNonNegative,
+                     "OneCycle: beta1 decay after the cycle")
+                  .when(one_cycle));
+  k.push_back(number(sp + "lr_range_test_min_lr", ZE_FIELD(engine.scheduler.lr_range_test_min_lr), kNonNegative,
+                     "LRRangeTest: starting lr")
+                  .when(range_test));
+  k.push_back(integer(sp + "lr_range_test_step_size", ZE_FIELD(engine.scheduler.lr_range_test_step_size), 1, kMax,
+                      "LRRangeTest: steps per increase")
+                  .when(range_test));
+  k.push_back(number(sp + "lr_range_test_step_rate", ZE_FIELD(engine.scheduler.lr_range_test_step_rate),
+                     kNonNegative, "LRRangeTest: increase per interval")
+                  .when(range_test));
+  k.push_back(boolean(sp + "lr_range_test_staircase", ZE_FIELD(engine.scheduler.lr_range_test_staircase),
+                      "LRRangeTest: increase in steps")
+                  .when(range_test));
+
+  // ---- precision.
+  k.push_back(boolean("bf16.enabled", ZE_FIELD(switches.bf16),
+                      "bf16 parameters and gradients, fp32 master weights, bf16 GEMMs accumulating in fp32"));
+  k.push_back(boolean("bf16.check_grad_overflow", ZE_FIELD(switches.bf16_check_grad_overflow),
+                      "skip bf16 steps whose gradients hold inf/NaN"));
+  k.push_back(refused("bf16.immediate_grad_update", false, "gradients are applied at the accumulation boundary"));
+  k.push_back(boolean("bf16.bf16_master_weights_and_grads", ZE_FIELD(switches.bf16_master_weights_and_grads),
+                      "bf16 master weights (stages 1-3)"));
+  k.push_back(boolean("bf16.bf16_optimizer_states", ZE_FIELD(switches.bf16_optimizer_states),
+                      "bf16 optimizer states (with the bf16 master)"));
+  k.push_back(boolean("fp16.enabled", ZE_FIELD(switches.fp16),
+                      "fp16 parameters and gradients, fp32 master weights, DeepSpeed's loss scaler"));
+  k.push_back(accepted("fp16.auto_cast", KeyKind::kBool, false,
+                       "accepted; GEMMs run in the model dtype whatever their inputs"));
+  k.push_back(number("fp16.loss_scale", ZE_FIELD(switches.loss_scale), kNonNegative, "static scale; 0: dynamic"));
+  k.push_back(integer("fp16.initial_scale_power", ZE_FIELD(engine.loss_scaler.initial_scale_power), 0, 64,
+                      "dynamic scaling starts at 2^this"));
+  k.push_back(integer("fp16.loss_scale_window", ZE_FIELD(engine.loss_scaler.scale_window), 1, kMax,
+                      "steps without overflow before the scale doubles"));
+  k.push_back(integer("fp16.hysteresis", ZE_FIELD(engine.loss_scaler.hysteresis), 1, kMax,
+                      "overflows tolerated before the scale halves"));
+  k.push_back(boolean("fp16.consecutive_hysteresis", ZE_FIELD(engine.loss_scaler.consecutive_hysteresis),
+                      "hysteresis counts consecutive overflows only"));
+  k.push_back(number("fp16.min_loss_scale", ZE_FIELD(engine.loss_scaler.min_scale), kPositive,
+                     "the run stops with DeepSpeed's message at this scale"));
+  k.push_back(boolean("fp16.fp16_master_weights_and_grads", ZE_FIELD(switches.fp16_master_weights_and_grads),
+                      "fp16 master weights (stages 1-3)"));
+  ConfigKey accum = text_choice("data_types.grad_accum_dtype", ZE_FIELD(switches.grad_accum_dtype),
+                                {"fp32", "fp16", "bf16"}, "gradient buffer dtype");
+  accum.optional = true;
+  k.push_back(accum.shown("model dtype"));
+  k.push_back(refused("data_types.param_dtype", Json(), "parameters are in the model dtype set by fp16/bf16"));
+  k.push_back(refused("data_types.buffer_dtype", Json(), "models here have no buffers"));
+  k.push_back(refused("torch_autocast.enabled", false,
+                      "torch.autocast's per-op choice of dtype has no equivalent here: with bf16.enabled or "
+                      "fp16.enabled the whole model runs in that dtype, GEMMs and reductions accumulating in fp32; "
+                      "set one of them and remove this section"));
+  k.push_back(accepted("torch_autocast.dtype", KeyKind::kString, Json(), "accepted while autocast is off"));
+  k.push_back(accepted("torch_autocast.lower_precision_safe_modules", KeyKind::kString, Json(),
+                       "accepted while autocast is off"));
+  return k;
+}
+
+}  // namespace config_keys
 
 }  // namespace zero

@@ -3,6 +3,7 @@
 // The keys are declared in config_schema.cc; here are the rules that join
 // them and the forms a declaration does not express.
 #include "core/strings.h"
+#include "runtime/config/config_key_builders.h"
 #include "runtime/config/config_schema.h"
 #include "runtime/config/deepspeed_sections.h"
 #include "zero/host_step.h"
@@ -111,5 +112,161 @@ void parse_checkpoint_section(ConfigReader r, RunConfig& c) {
   pw.finish();
   r.finish();
 }
+
+namespace config_keys {
+
+void add_offload_keys(std::vector<ConfigKey>& keys, const std::string& s, bool param) {
+  auto field = [param](RunConfig& c) -> OffloadConfig& {
+    return param ? c.engine.zero.offload_param : c.engine.zero.offload_optimizer;
+  };
+  const std::string what = param ? "the stage-3 parameter shard" : "master weights and optimizer state";
+  keys.push_back(choice(s + ".device", [field](RunConfig& c) -> auto& { return field(c).device; },
+                        std::vector<std::pair<std::string, OffloadDevice>>{
+                            {"none", OffloadDevice::kNone}, {"cpu", OffloadDevice::kCpu}, {"nvme", OffloadDevice::kNvme}},
+                        cat("where ", what, " live", param ? " (stage 3)" : " (nvme: stages 1-3)")));
+  ConfigKey path = text(s + ".nvme_path", [field](RunConfig& c) -> auto& { return field(c).nvme_path; },
+                        "directory of the swap file (required with device \"nvme\")");
+  path.optional = true;
+  keys.push_back(path.shown("—"));
+  keys.push_back(integer(s + ".buffer_count", [field](RunConfig& c) -> auto& { return field(c).buffer_count; }, 1,
+                         kMax,
+                         param ? "host buffers the parameter reads ahead of each all-gather go through"
+                               : "host buffers the swapped sub-groups stream through"));
+  keys.push_back(boolean(s + ".pin_memory", [field](RunConfig& c) -> auto& { return field(c).pin_memory; },
+                         "accepted; staging buffers are always pinned (false is logged)"));
+  if (param) {
+    keys.push_back(integer(s + ".buffer_size", [field](RunConfig& c) -> auto& { return field(c).buffer_size; }, 1,
+                           kMax, "elements per parameter swap record; at least the largest parameter chunk"));
+    keys.push_back(integer(s + ".max_in_cpu", [field](RunConfig& c) -> auto& { return field(c).max_in_cpu; }, 0,
+                           kMax, "accepted; no effect"));
+  } else {
+    keys.push_back(boolean(s + ".pipeline_read", [field](RunConfig& c) -> auto& { return field(c).pipeline_read; },
+                           "accepted; reads, updates and writes always overlap"));
+    keys.push_back(boolean(s + ".pipeline_write", [field](RunConfig& c) -> auto& { return field(c).pipeline_write; },
+                           "accepted; reads, updates and writes always overlap"));
+    keys.push_back(boolean(s + ".fast_init", [field](RunConfig& c) -> auto& { return field(c).fast_init; },
+                           "accepted; no effect"));
+    keys.push_back(refused(s + ".ratio", 1.0, "partial (Twin-Flow) offload is not implemented"));
+    keys.push_back(refused(s + ".super_offload", false, "SuperOffload is not implemented"));
+    keys.push_back(accepted(s + ".cpuadam_cores_perc", KeyKind::kNumber, 0.8, "accepted; no effect"));
+  }
+}
+
+std::vector<ConfigKey> zero_keys() {
+  std::vector<ConfigKey> k;
+  // ---- zero_optimization.
+  const std::string z = "zero_optimization.";
+  k.push_back(integer(z + "stage", ZE_FIELD(engine.zero.stage), 0, 3,
+                      "0: data parallel; 1: optimizer state, 2: + gradients, 3: + parameters partitioned"));
+  k.push_back(boolean(z + "contiguous_gradients", ZE_FIELD(engine.zero.contiguous_gradients),
+                      "gradients always live in contiguous buckets (false warns)"));
+  k.push_back(boolean(z + "reduce_scatter", ZE_FIELD(engine.zero.reduce_scatter),
+                      "reduce-scatter gradients (false: all-reduce and keep the owned part)"));
+  k.push_back(integer(z + "reduce_bucket_size", ZE_FIELD(engine.zero.reduce_bucket_size), 0, kMax,
+                      "gradient elements per reduction bucket"));
+  k.push_back(accepted(z + "allgather_partitions", KeyKind::kBool, true, "accepted; DeepSpeed does not use it either"));
+  k.push_back(integer(z + "allgather_bucket_size", ZE_FIELD(engine.zero.allgather_bucket_size), 0, kMax,
+                      "elements per all-gather chunk after a stage-1/2 step (even)"));
+  k.push_back(boolean(z + "overlap_comm", ZE_FIELD(engine.zero.overlap_comm),
+                      "reduce on the communication thread while backward goes on")
+                  .shown("true at stage 3, else false")
+                  .read_by_code());
+  k.push_back(boolean(z + "load_from_fp32_weights", ZE_FIELD(engine.zero.load_from_fp32_weights),
+                      "checkpoints load the fp32 master weights (else the 16-bit ones)"));
+  k.push_back(refused(z + "round_robin_gradients", false, "buckets follow model order"));
+  k.push_back(boolean(z + "use_multi_rank_bucket_allreduce", ZE_FIELD(engine.zero.use_multi_rank_bucket_allreduce),
+                      "one all-reduce per bucket (else one reduce per owner); same values"));
+  k.push_back(boolean(z + "ignore_unused_parameters", ZE_FIELD(engine.zero.ignore_unused_parameters),
+                      "accepted; every parameter here is used"));
+  k.push_back(integer(z + "sub_group_size", ZE_FIELD(engine.zero.sub_group_size), 0, kMax,
+                      "the optimizer runs over the partition in sub-groups of this many elements (NVMe: the swap "
+                      "unit)"));
+  k.push_back(integer(z + "prefetch_bucket_size", ZE_FIELD(engine.zero.prefetch_bucket_size), 0, kMax,
+                      "stage 3: elements gathered ahead of use")
+                  .also("stage3_prefetch_bucket_size"));
+  k.push_back(integer(z + "param_persistence_threshold", ZE_FIELD(engine.zero.param_persistence_threshold), 0, kMax,
+                      "stage 3: parameters this small stay gathered")
+                  .also("stage3_param_persistence_threshold"));
+  k.push_back(integer(z + "model_persistence_threshold", ZE_FIELD(engine.zero.model_persistence_threshold), 0, kMax,
+                      "stage 3: total elements allowed to persist")
+                  .also("stage3_model_persistence_threshold")
+                  .shown("max"));
+  k.push_back(integer(z + "max_live_parameters", ZE_FIELD(engine.zero.max_live_parameters), 0, kMax,
+                      "stage 3: gathered elements at most")
+                  .also("stage3_max_live_parameters"));
+  k.push_back(integer(z + "max_reuse_distance", ZE_FIELD(engine.zero.max_reuse_distance), 0, kMax,
+                      "stage 3: a parameter used again within this many elements stays gathered")
+                  .also("stage3_max_reuse_distance"));
+  k.push_back(boolean(z + "gather_16bit_weights_on_model_save",
+                      ZE_FIELD(engine.zero.gather_16bit_weights_on_model_save),
+                      "accepted; zero-ckpt consolidate gathers weights from any checkpoint")
+                  .also("stage3_gather_16bit_weights_on_model_save")
+                  .read_by_code());
+  add_offload_keys(k, z + "offload_optimizer", false);
+  add_offload_keys(k, z + "offload_param", true);
+  k.push_back(refused(z + "elastic_checkpoint", false, "superseded by universal checkpoints"));
+  k.push_back(refused(z + "legacy_stage1", false, "DeepSpeed removed it too"));
+  k.push_back(refused(z + "zero_hpz_partition_size", 1, "ZeRO++ hierarchical partitioning is not implemented"));
+  k.push_back(refused(z + "zero_quantized_weights", false, "ZeRO++ quantized weights are not implemented"));
+  k.push_back(refused(z + "zero_quantized_nontrainable_weights", false, "ZeRO++ quantization is not implemented"));
+  k.push_back(refused(z + "zero_quantized_gradients", false, "ZeRO++ quantized gradients are not implemented"));
+  k.push_back(refused(z + "zeropp_loco_param", Json(), "ZeRO++ LoCo is not implemented"));
+  k.push_back(refused(z + "mics_shard_size", -1, "MiCS is not implemented"));
+  k.push_back(refused(z + "mics_hierarchical_params_gather", false, "MiCS is not implemented"));
+  k.push_back(refused(z + "module_granularity_threshold", 0, "leaf-module grouping is not implemented")
+                  .also("stage3_module_granularity_threshold"));
+  k.push_back(refused(z + "use_all_reduce_for_fetch_params", false, "parameters are always gathered with all-gather")
+                  .also("stage3_use_all_reduce_for_fetch_params"));
+  k.push_back(refused(z + "allgather_sequential", false, "parameters are gathered in buckets")
+                  .also("stage3_allgather_sequential"));
+  k.push_back(refused(z + "zenflow", Json(), "ZenFlow is not implemented"));
+  k.push_back(refused(z + "pipeline_loading_checkpoint", false, "there is no pipeline parallelism"));
+  k.push_back(refused(z + "save_muon_momentum_buffer_in_memory", false, "there is no Muon optimizer"));
+  k.push_back(refused(z + "leaf_module", Json::object(), "leaf-module grouping is not implemented"));
+  for (const char* name : {"memory_efficient_linear", "override_module_apply"}) {
+    k.push_back(accepted(z + name, KeyKind::kBool, true, "accepted; about torch modules, no meaning here"));
+  }
+  for (const char* name : {"log_trace_cache_warnings", "enable_sanity_checks"}) {
+    k.push_back(accepted(z + name, KeyKind::kBool, false, "accepted; about torch modules, no meaning here"));
+  }
+
+  // ---- aio, activation checkpointing, checkpoint.
+  k.push_back(integer("aio.block_size", ZE_FIELD(engine.aio.block_size), 1, kMax, "bytes per io_uring request"));
+  k.push_back(integer("aio.queue_depth", ZE_FIELD(engine.aio.queue_depth), 1, kMax, "requests in flight"));
+  k.push_back(integer("aio.intra_op_parallelism", ZE_FIELD(engine.aio.intra_op_parallelism), 1, kMax,
+                      "multiplies the requests in flight (DeepSpeed's worker threads)"));
+  k.push_back(boolean("aio.single_submit", ZE_FIELD(engine.aio.single_submit),
+                      "one submit per request (else per batch)"));
+  k.push_back(boolean("aio.overlap_events", ZE_FIELD(engine.aio.overlap_events),
+                      "refill as each request completes (else per batch)"));
+  k.push_back(refused("aio.use_gds", false, "GPUDirect Storage needs CUDA and cuFile"));
+  const std::string ac = "activation_checkpointing.";
+  k.push_back(refused(ac + "partition_activations", false,
+                      "it splits checkpoints across tensor-parallel ranks, and ZeroEngine has no tensor "
+                      "parallelism"));
+  k.push_back(boolean(ac + "contiguous_memory_optimization",
+                      ZE_FIELD(engine.activation_checkpointing.contiguous_memory_optimization),
+                      "needs partition_activations (DeepSpeed's rule)"));
+  k.push_back(integer(ac + "number_checkpoints", ZE_FIELD(engine.activation_checkpointing.number_checkpoints), 1,
+                      kMax, "the model's blocks in this many recomputed segments")
+                  .shown("off"));
+  k.push_back(boolean(ac + "synchronize_checkpoint_boundary",
+                      ZE_FIELD(engine.activation_checkpointing.synchronize_checkpoint_boundary),
+                      "accepted; ops complete in order"));
+  k.push_back(boolean(ac + "profile", ZE_FIELD(engine.activation_checkpointing.profile),
+                      "recompute time in the wall-clock line"));
+  k.push_back(boolean(ac + "cpu_checkpointing", ZE_FIELD(engine.activation_checkpointing.cpu_checkpointing),
+                      "segment inputs in pinned host memory on GPU ranks"));
+  k.push_back(text_choice("checkpoint.tag_validation", ZE_FIELD(switches.tag_validation),
+                          {"WARN", "IGNORE", "FAIL", "warn", "ignore", "fail"},
+                          "checked; tags are validated by the manifest anyway"));
+  k.push_back(accepted("checkpoint.load_universal", KeyKind::kBool, false,
+                       "accepted; every checkpoint here loads at any world size"));
+  k.push_back(refused("checkpoint.use_node_local_storage", false, "ranks share one checkpoint directory"));
+  k.push_back(refused("checkpoint.parallel_write.pipeline_stage", false, "there is no pipeline parallelism"));
+  return k;
+}
+
+}  // namespace config_keys
 
 }  // namespace zero

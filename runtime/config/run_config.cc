@@ -6,6 +6,7 @@
 
 #include "core/status.h"
 #include "core/strings.h"
+#include "runtime/config/config_key_builders.h"
 #include "runtime/config/config_reader.h"
 #include "runtime/config/config_schema.h"
 #include "runtime/config/deepspeed_sections.h"
@@ -235,5 +236,92 @@ absl::StatusOr<Json> load_merged_config(const std::vector<std::string>& files,
   for (const std::string& o : overrides) ZE_RETURN_IF_ERROR(apply_override(merged, o));
   return merged;
 }
+
+namespace config_keys {
+
+std::vector<ConfigKey> run_config_keys() {
+  std::vector<ConfigKey> k;
+  // ---- ZeroEngine's sections.
+  k.push_back(text_choice("model.type", ZE_FIELD(model.type), {"gpt"}, "the network (GPT-2 architecture)"));
+  k.push_back(integer("model.n_layer", ZE_FIELD(model.gpt.n_layer), 1, 100000, "transformer blocks"));
+  k.push_back(integer("model.n_head", ZE_FIELD(model.gpt.n_head), 1, 65536, "attention heads (divide d_model)"));
+  k.push_back(integer("model.d_model", ZE_FIELD(model.gpt.d_model), 1, int64_t{1} << 20, "hidden width"));
+  k.push_back(integer("model.vocab_size", ZE_FIELD(model.gpt.vocab_size), 1, INT32_MAX,
+                      "vocabulary (token ids must be below it)"));
+  k.push_back(integer("model.seq_len", ZE_FIELD(model.gpt.seq_len), 1, int64_t{1} << 24, "sequence length"));
+  k.push_back(number("model.dropout", ZE_FIELD(model.gpt.dropout), NumberRange::unit_open(),
+                     "GPT-2's dropout (embeddings, attention and MLP outputs); masks are a hash of "
+                     "(run.seed, layer, global sample, position), the same on any number of ranks"));
+  k.push_back(text_choice("data.format", ZE_FIELD(data.format), {"text", "llmc"},
+                          "\"text\": bytes of text files (vocabulary 256); \"llmc\": llm.c token shards"));
+  k.push_back(text("data.path", ZE_FIELD(data.path), "a file, a directory (its files) or a glob")
+                  .shown("(required to train)"));
+  k.push_back(integer("data.seed", ZE_FIELD(data.seed), 0, kMax, "sampling seed"));
+  k.push_back(integer("run.steps", ZE_FIELD(run.steps), 0, int64_t{1} << 40,
+                      "optimizer steps in total (counting those before a resume)"));
+  k.push_back(text("run.metrics", ZE_FIELD(run.metrics), "JSON-lines file, one object per optimizer step"));
+  k.push_back(text("run.save_dir", ZE_FIELD(run.save_dir), "checkpoint directory (\"\": no checkpoints)"));
+  k.push_back(integer("run.save_every", ZE_FIELD(run.save_every), 0, kMax,
+                      "save every N optimizer steps (0: only at the end)"));
+  k.push_back(integer("run.keep", ZE_FIELD(run.keep), 0, kMax, "keep the newest N checkpoints (0: all)"));
+  k.push_back(text("run.resume", ZE_FIELD(run.resume),
+                   "a checkpoint directory, or \"auto\" (save_dir's newest, if any)")
+                  .read_by_code());
+  k.push_back(text("run.init_from", ZE_FIELD(run.init_from), "a safetensors file to initialise the weights from"));
+  k.push_back(integer("run.seed", ZE_FIELD(engine.seed), 0, kMax, "parameter initialisation and dropout seed"));
+  k.push_back(text_choice("run.backend", ZE_FIELD(run.backend), {"cpu", "cuda"},
+                          "where ops run (cuda: one GPU per rank, the node-local rank's)"));
+  k.push_back(integer("run.nonfinite_steps_allowed", ZE_FIELD(run.nonfinite_steps_allowed), 0, INT32_MAX,
+                      "consecutive steps with inf/NaN gradients or loss skipped before the run stops (fp32, bf16)"));
+
+  // ---- DeepSpeed's top level.
+  k.push_back(integer("train_batch_size", ZE_FIELD(train_batch_size), 1, kMax,
+                      "global batch: micro batch x accumulation x ranks (give one or two of the three)")
+                  .shown("derived")
+                  .read_by_code());
+  k.push_back(integer("train_micro_batch_size_per_gpu", ZE_FIELD(engine.micro_batch_size), 1, kMax,
+                      "samples per rank per forward")
+                  .shown("derived")
+                  .read_by_code());
+  k.push_back(integer("gradient_accumulation_steps", ZE_FIELD(engine.gradient_accumulation_steps), 1, kMax,
+                      "micro-steps per optimizer step")
+                  .shown("derived")
+                  .read_by_code());
+  k.push_back(number("gradient_clipping", ZE_FIELD(engine.gradient_clipping), kNonNegative,
+                     "global L2-norm clipping (DeepSpeed's formula); 0 disables"));
+  k.push_back(integer("steps_per_print", ZE_FIELD(steps_per_print), 1, kMax, "progress line period (steps)"));
+  k.push_back(boolean("wall_clock_breakdown", ZE_FIELD(wall_clock_breakdown),
+                      "forward/backward/step times at each print"));
+  k.push_back(boolean("memory_breakdown", ZE_FIELD(memory_breakdown), "every category and tier at each print"));
+  k.push_back(boolean("dump_state", ZE_FIELD(dump_state), "print the effective config at start"));
+  k.push_back(boolean("prescale_gradients", ZE_FIELD(switches.prescale_gradients),
+                      "divide gradients by gradient_predivide_factor before the reduction, the rest after"));
+  k.push_back(number("gradient_predivide_factor", ZE_FIELD(switches.gradient_predivide_factor), kPositive,
+                     "the divisor before the reduction with prescale_gradients"));
+  k.push_back(text_choice("gradient_allreduce_op", ZE_FIELD(switches.gradient_allreduce_op), {"mean", "sum"},
+                          "\"sum\" skips averaging gradients over ranks (not at stage 3)"));
+  ConfigKey comm = text_choice("communication_data_type", ZE_FIELD(switches.communication_data_type),
+                               {"fp32", "fp16", "bf16"},
+                               "must equal the gradient dtype (gradients are reduced in their own dtype)");
+  comm.optional = true;
+  k.push_back(comm.shown("gradient dtype"));
+  k.push_back(accepted("zero_allow_untested_optimizer", KeyKind::kBool, false,
+                       "accepted; every optimizer here is one ZeRO supports"));
+  k.push_back(accepted("zero_force_ds_cpu_optimizer", KeyKind::kBool, true, "accepted; no effect"));
+  k.push_back(accepted("dataloader_drop_last", KeyKind::kBool, false,
+                       "accepted; windows are sampled, never partial"));
+  k.push_back(refused("managed_gradient_accumulation", true,
+                      "the engine decides the accumulation boundary from gradient_accumulation_steps"));
+  k.push_back(refused("sparse_gradients", false, "gradients are dense"));
+  k.push_back(refused("disable_allgather", false, "the all-gather after the optimizer step is required"));
+  k.push_back(refused("seq_parallel_communication_data_type", "fp32", "there is no sequence parallelism"));
+  k.push_back(refused("sequence_parallel_size", 1, "there is no sequence parallelism"));
+  k.push_back(refused("graph_harvesting", false, "there are no CUDA graphs"));
+  k.push_back(refused("use_data_before_expert_parallelism", false, "there is no expert parallelism"));
+  k.push_back(refused("log_level", "info", "ZeroEngine's log has one level"));
+  return k;
+}
+
+}  // namespace config_keys
 
 }  // namespace zero
