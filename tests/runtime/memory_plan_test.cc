@@ -150,9 +150,8 @@ Measured measure(const EngineConfig& e, int steps, const GptConfig& model = kMod
   return m;
 }
 
-// Plans `c` and runs it; every category's and tier's peak must equal the
-// plan. The plan is stored in *out when given.
-void expect_plan_matches(const Case& c, MemoryPlan* out = nullptr) {
+// What the planner is asked for `c` on this rank of this process's world.
+PlanInput plan_input(const Case& c) {
   PlanInput in;
   in.model = kModel;
   in.model.dropout = c.dropout;
@@ -160,6 +159,13 @@ void expect_plan_matches(const Case& c, MemoryPlan* out = nullptr) {
   in.engine = engine_config(c);
   in.world = world().world_size();
   in.rank = world().rank();
+  return in;
+}
+
+// Plans `c` and runs it; every category's and tier's peak must equal the
+// plan. The plan is stored in *out when given.
+void expect_plan_matches(const Case& c, MemoryPlan* out = nullptr) {
+  const PlanInput in = plan_input(c);
   absl::StatusOr<MemoryPlan> plan = plan_memory(in);
   ASSERT_TRUE(plan.ok()) << plan.status();
   if (out != nullptr) *out = *plan;
@@ -252,12 +258,7 @@ TEST(MemoryPlanTest, PlanEqualsMeasuredWithDropout) {
     }
   }
   // Dropout holds more activations than none (planned, and so measured).
-  PlanInput in;
-  in.model = kModel;
-  in.micro_batch = kMicroBatch;
-  in.engine = engine_config(Case{});
-  in.world = world().world_size();
-  in.rank = world().rank();
+  PlanInput in = plan_input(Case{});
   const int64_t without = plan_memory(in).value().at(Tier::kHost, MemCategory::kActivations);
   in.model.dropout = 0.1f;
   EXPECT_GT(plan_memory(in).value().at(Tier::kHost, MemCategory::kActivations), without);
@@ -436,12 +437,7 @@ TEST(MemoryPlanTest, PlanEqualsMeasuredWithLion) {
       // Adam on the same run: a second fp32 state.
       Case adam = c;
       adam.optimizer = OptimizerType::kAdamW;
-      PlanInput in;
-      in.model = kModel;
-      in.micro_batch = kMicroBatch;
-      in.engine = engine_config(adam);
-      in.world = world().world_size();
-      in.rank = world().rank();
+      const PlanInput in = plan_input(adam);
       const MemoryPlan adam_plan = plan_memory(in).value();
       EXPECT_EQ(adam_plan.peak[host][state], (master + 8) * adam_plan.partition_numel) << c.name;
       EXPECT_EQ(adam_plan.peak[host][state] - plan.peak[host][state], 4 * plan.partition_numel) << c.name;
@@ -486,12 +482,7 @@ TEST(MemoryPlanTest, ActivationPeakEqualsPredictionForEveryPolicy) {
   for (int64_t k : {int64_t{0}, int64_t{1}, int64_t{2}, int64_t{4}}) {
     Case c;
     c.segments = k == 0 ? std::nullopt : std::optional<int64_t>(k);
-    PlanInput in;
-    in.model = kModel;
-    in.micro_batch = kMicroBatch;
-    in.engine = engine_config(c);
-    in.world = world().world_size();
-    in.rank = world().rank();
+    const PlanInput in = plan_input(c);
     const MemoryPlan plan = plan_memory(in).value();
     const int64_t predicted = plan.at(Tier::kHost, MemCategory::kActivations);
     EXPECT_EQ(measure(in.engine, 1).peak[0][static_cast<int>(MemCategory::kActivations)], predicted) << k;
