@@ -1,5 +1,6 @@
 // DeepSpeed's optimizer, scheduler and precision sections, and the feature
-// sections ZeroEngine refuses when enabled; see deepspeed_sections.h.
+// sections ZeroEngine refuses when enabled; see deepspeed_sections.h. The
+// keys are declared at the end of this file (config_schema.h).
 #include <algorithm>
 #include <cctype>
 #include <cmath>

@@ -1,7 +1,8 @@
 // DeepSpeed's zero_optimization (with offload and deprecated aliases), aio,
 // activation_checkpointing and checkpoint sections; see deepspeed_sections.h.
-// The keys are declared in config_schema.cc; here are the rules that join
-// them and the forms a declaration does not express.
+// Their keys are declared at the end of this file (config_schema.h); the
+// parsers above add the rules that join keys and the forms a declaration
+// does not express.
 #include "core/strings.h"
 #include "runtime/config/config_key_builders.h"
 #include "runtime/config/config_schema.h"

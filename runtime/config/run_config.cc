@@ -239,6 +239,8 @@ absl::StatusOr<Json> load_merged_config(const std::vector<std::string>& files,
 
 namespace config_keys {
 
+// ZeroEngine's sections (model, data, run) and DeepSpeed's top-level keys
+// (config_schema.h).
 std::vector<ConfigKey> run_config_keys() {
   std::vector<ConfigKey> k;
   // ---- ZeroEngine's sections.
