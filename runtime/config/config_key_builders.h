@@ -16,7 +16,6 @@
 
 namespace zero::config_keys {
 
-
 // A field of RunConfig: ZE_FIELD(engine.zero.stage).
 #define ZE_FIELD(member) [](RunConfig& c) -> auto& { return c.member; }
 

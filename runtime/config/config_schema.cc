@@ -1,17 +1,13 @@
 // The declared config keys; see config_schema.h.
 #include "runtime/config/config_schema.h"
-#include "runtime/config/config_key_builders.h"
 
 #include <algorithm>
-#include <cctype>
-#include <charconv>
-#include <cstdlib>
-#include <type_traits>
 #include <utility>
 
 #include "absl/strings/str_format.h"
 #include "core/check.h"
 #include "core/strings.h"
+#include "runtime/config/config_key_builders.h"
 
 namespace zero {
 
