@@ -127,14 +127,16 @@ class Context {
   // Drops every saved activation (e.g. after an evaluation or an aborted
   // step) and any hook error not yet taken.
   void clear();
-  // The first hook error since the last call (then OK again): a pass whose
-  // hooks failed ran on undefined values and must not be used.
-  absl::Status take_status() { return std::exchange(status_, absl::OkStatus()); }
-
- private:
+  // Keeps the first error of a hook or of a module's own collective (a
+  // tensor-parallel layer's all-reduce); the pass goes on.
   void note(absl::Status s) {
     if (!s.ok() && status_.ok()) status_ = std::move(s);
   }
+  // The first hook or module error since the last call (then OK again): a
+  // pass that failed ran on undefined values and must not be used.
+  absl::Status take_status() { return std::exchange(status_, absl::OkStatus()); }
+
+ private:
   struct Frame {
     std::vector<Tensor> saved;
   };

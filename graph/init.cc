@@ -33,7 +33,7 @@ void init_parameter_values(const Parameter& p, uint64_t seed, int64_t begin, int
   const double two_pi = 6.283185307179586476925;
 #pragma omp parallel for schedule(static) if (n > (1 << 16))
   for (int64_t i = 0; i < n; ++i) {
-    const uint64_t c = static_cast<uint64_t>(begin + i);
+    const uint64_t c = static_cast<uint64_t>(p.global_index(begin + i));
     const double u1 = unit_uniform(splitmix64(key + 2 * c));
     const double u2 = unit_uniform(splitmix64(key + 2 * c + 1));
     out[i] = static_cast<float>(init.std * std::sqrt(-2.0 * std::log(u1)) * std::cos(two_pi * u2));

@@ -3,7 +3,9 @@
 // pure function of (seed, name, i) — a counter-based hash turned into a
 // normal variate with Box-Muller. So a rank that owns elements [a, b) of a
 // parameter (ZeRO-3) computes exactly the values a single rank would, and
-// adding a module to a model does not change the others' initial values.
+// adding a module to a model does not change the others' initial values. A
+// tensor-parallel slice (Parameter::slice) takes the values of its elements'
+// places in the unsplit tensor.
 #pragma once
 
 #include <cstdint>

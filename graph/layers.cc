@@ -8,13 +8,11 @@ Tensor as_rows(const Tensor& t, int64_t cols) {
   return t.view({t.numel() / cols, cols});
 }
 
-namespace {
 Shape with_last_dim(const Shape& s, int64_t last) {
   Shape out = s;
   out.back() = last;
   return out;
 }
-}  // namespace
 
 // ---- Linear
 Linear::Linear(std::string name, int64_t in_features, int64_t out_features, bool bias,

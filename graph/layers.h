@@ -120,5 +120,7 @@ class Sequential : public Module {
 
 // Flattens all leading dimensions: [..., c] -> [n, c].
 Tensor as_rows(const Tensor& t, int64_t cols);
+// s with its last dimension replaced by `last`.
+Shape with_last_dim(const Shape& s, int64_t last);
 
 }  // namespace zero

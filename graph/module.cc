@@ -1,7 +1,30 @@
 // Module tree bookkeeping.
 #include "graph/module.h"
 
+#include "core/check.h"
+
 namespace zero {
+
+void Parameter::set_slice(ParamSlice s) {
+  ZE_CHECK(s.global_shape.size() == shape_.size() && s.dim >= 0 && s.dim < static_cast<int>(shape_.size()))
+      << name_ << ": a slice of a " << s.global_shape.size() << "-d tensor along dim " << s.dim;
+  for (size_t d = 0; d < shape_.size(); ++d) {
+    const bool along = static_cast<int>(d) == s.dim;
+    ZE_CHECK(along ? s.offset >= 0 && s.offset + shape_[d] <= s.global_shape[d] : shape_[d] == s.global_shape[d])
+        << name_ << ": dim " << d << " of a slice at offset " << s.offset;
+  }
+  slice_ = std::move(s);
+}
+
+int64_t Parameter::global_index(int64_t i) const {
+  if (!slice_) return i;
+  // Row-major: split i into (outer, along, inner) around the slice's dim.
+  int64_t inner = 1;
+  for (size_t d = static_cast<size_t>(slice_->dim) + 1; d < shape_.size(); ++d) inner *= shape_[d];
+  const int64_t along = shape_[slice_->dim], global_along = slice_->global_shape[slice_->dim];
+  const int64_t outer = i / (along * inner), a = (i / inner) % along, r = i % inner;
+  return (outer * global_along + slice_->offset + a) * inner + r;
+}
 
 Parameter* Module::add_parameter(const std::string& local_name, Shape shape, ParamInit init) {
   owned_.push_back(std::make_unique<Parameter>(child_name(local_name), std::move(shape), init));

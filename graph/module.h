@@ -20,6 +20,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,16 @@ struct ParamInit {
   static ParamInit ones() { return {Kind::kOnes, 0.0f}; }
 };
 
+// A tensor-parallel slice: the parameter holds elements [offset, offset +
+// shape[dim]) along `dim` of the unsplit layer's tensor of `global_shape`
+// (its other dimensions whole). Initial values are the slice's (init.h), so a
+// split model starts from exactly the unsplit one's weights.
+struct ParamSlice {
+  Shape global_shape;
+  int dim = 0;
+  int64_t offset = 0;
+};
+
 class Parameter {
  public:
   Parameter(std::string name, Shape shape, ParamInit init)
@@ -49,6 +60,12 @@ class Parameter {
   const Shape& shape() const { return shape_; }
   int64_t numel() const { return numel_; }
   const ParamInit& init() const { return init_; }
+  // Set by a tensor-parallel layer on the slice it holds; unset: the whole tensor.
+  const std::optional<ParamSlice>& slice() const { return slice_; }
+  void set_slice(ParamSlice s);
+  // Where local element i (row-major) sits in the unsplit tensor: i itself
+  // unless the parameter is a slice.
+  int64_t global_index(int64_t i) const;
   // Position in Module::parameters() of the root (set when the engine registers the model).
   int64_t index() const { return index_; }
   void set_index(int64_t i) { index_ = i; }
@@ -63,6 +80,7 @@ class Parameter {
   Shape shape_;
   int64_t numel_;
   ParamInit init_;
+  std::optional<ParamSlice> slice_;
   int64_t index_ = -1;
 };
 

@@ -1,0 +1,68 @@
+// Megatron-LM's tensor-parallel Linear layers over a tensor group of T ranks
+// (comm/device_mesh.h's tensor group; the ranks of one group hold the slices
+// of one layer). Each holds its slice of the unsplit Linear's parameters
+// (Parameter::slice), so its initial values are that slice of the unsplit
+// layer's, and a column-parallel layer followed by a row-parallel one (an MLP,
+// attention's QKV and output) computes the unsplit pair with one all-reduce
+// in forward and one in backward:
+//
+//   ColumnParallelLinear  y_r = x W_r^T + b_r      W_r: rows [r out/T, (r+1) out/T) of W
+//                         dx  = sum_r dy_r W_r     (all-reduce: Megatron's f)
+//   RowParallelLinear     y   = sum_r x_r W_r^T + b  W_r: columns [r in/T, (r+1) in/T) of W
+//                         dx_r = dy W_r            (no communication: Megatron's g)
+//
+// A failed all-reduce is noted on the Context (Context::take_status) and the
+// pass goes on with the local values, as a failed gather does.
+#pragma once
+
+#include <string>
+
+#include "comm/communicator.h"
+#include "graph/context.h"
+#include "graph/module.h"
+
+namespace zero {
+
+// Output features split across the group: this rank computes out/T of them.
+// Saves: x.
+class ColumnParallelLinear : public Module {
+ public:
+  // out_features must divide by the group's size.
+  ColumnParallelLinear(std::string name, int64_t in_features, int64_t out_features, bool bias, float init_std,
+                       Communicator& group);
+  Tensor forward(Context& ctx, const Tensor& x) override;
+  Tensor backward(Context& ctx, const Tensor& dy) override;
+  Parameter* weight() const { return weight_; }
+  Parameter* bias() const { return bias_; }
+  int64_t local_out() const { return local_out_; }
+
+ private:
+  Communicator& group_;
+  int64_t in_, local_out_;
+  Parameter* weight_;
+  Parameter* bias_ = nullptr;
+};
+
+// Input features split across the group: this rank takes in/T of them (a
+// column-parallel layer's output) and the partial products are summed. The
+// bias is whole on every rank, added once; its gradient is the same on every
+// rank of the group. Saves: x.
+class RowParallelLinear : public Module {
+ public:
+  // in_features must divide by the group's size.
+  RowParallelLinear(std::string name, int64_t in_features, int64_t out_features, bool bias, float init_std,
+                    Communicator& group);
+  Tensor forward(Context& ctx, const Tensor& x) override;
+  Tensor backward(Context& ctx, const Tensor& dy) override;
+  Parameter* weight() const { return weight_; }
+  Parameter* bias() const { return bias_; }
+  int64_t local_in() const { return local_in_; }
+
+ private:
+  Communicator& group_;
+  int64_t local_in_, out_;
+  Parameter* weight_;
+  Parameter* bias_ = nullptr;
+};
+
+}  // namespace zero

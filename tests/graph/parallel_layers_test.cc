@@ -1,0 +1,118 @@
+// Megatron's tensor-parallel Linear pair (graph/parallel_layers.h) over a
+// tensor group of every rank (1-4 under mpirun) computes what the unsplit
+// pair computes on one rank: an MLP of a column-parallel Linear (6 -> 12)
+// and a row-parallel one (12 -> 5), with biases, against two plain Linears
+// built with the same names. Each rank's slices start as the matching
+// slices of the unsplit weights (the initial values follow the element's
+// place in the unsplit tensor); the output, the input gradient and every
+// parameter gradient (the slices' against the matching slices, the
+// replicated bias's whole) agree within fp32 rounding of the partial sums.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "graph/init.h"
+#include "graph/layers.h"
+#include "graph/parallel_layers.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "tests/testing/mpi_test_main.h"
+
+namespace zero {
+namespace {
+
+using testing::world;
+
+constexpr int64_t kIn = 6, kHidden = 12, kOut = 5;
+constexpr uint64_t kSeed = 7;
+
+// Parameters in memory: weights from their initialisation, biases from a
+// ramp over their unsplit elements (so a bias counted twice or misplaced
+// shows), gradients zero.
+void materialise(Module& m, Backend& backend) {
+  for (Parameter* p : m.parameters()) {
+    std::vector<float> v(static_cast<size_t>(p->numel()));
+    if (p->shape().size() == 1) {
+      for (int64_t i = 0; i < p->numel(); ++i) v[i] = 0.05f * static_cast<float>(p->global_index(i) + 1);
+    } else {
+      init_parameter_values(*p, kSeed, 0, p->numel(), v.data());
+    }
+    p->data = backend.empty(p->shape(), DType::kF32, MemCategory::kParameters);
+    upload_fp32(backend, v, p->data);
+    p->grad = backend.zeros(p->shape(), DType::kF32, MemCategory::kGradients);
+  }
+}
+
+std::vector<float> host(Backend& backend, const Tensor& t) { return download_fp32(backend, t); }
+
+// Elements of `full` (row-major, global shape) that `p`'s slice holds, in its order.
+std::vector<float> slice_of(const Parameter& p, const std::vector<float>& full) {
+  std::vector<float> out(static_cast<size_t>(p.numel()));
+  for (int64_t i = 0; i < p.numel(); ++i) out[i] = full.at(static_cast<size_t>(p.global_index(i)));
+  return out;
+}
+
+void expect_near(const std::vector<float>& got, const std::vector<float>& want, const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_NEAR(got[i], want[i], 1e-5 * (1.0 + std::fabs(want[i]))) << what << " element " << i;
+  }
+}
+
+TEST(ParallelLayersTest, GlobalIndexPlacesASliceInTheUnsplitTensor) {
+  Parameter rows("w", {2, 3}, ParamInit::zeros());  // rows 4, 5 of a [6, 3]
+  rows.set_slice({{6, 3}, 0, 4});
+  EXPECT_EQ(rows.global_index(0), 12);
+  EXPECT_EQ(rows.global_index(5), 17);
+  Parameter cols("w", {3, 2}, ParamInit::zeros());  // columns 2, 3 of a [3, 4]
+  cols.set_slice({{3, 4}, 1, 2});
+  EXPECT_EQ(cols.global_index(0), 2);
+  EXPECT_EQ(cols.global_index(1), 3);
+  EXPECT_EQ(cols.global_index(2), 6);
+  EXPECT_EQ(cols.global_index(5), 11);
+  Parameter whole("b", {4}, ParamInit::zeros());
+  EXPECT_EQ(whole.global_index(3), 3);
+}
+
+TEST(ParallelLayersTest, ColumnThenRowEqualsTheUnsplitPair) {
+  CpuBackend backend;
+  Communicator& group = world();
+  Sequential split("mlp");
+  auto* fc = split.add<ColumnParallelLinear>("fc", kIn, kHidden, true, 0.5f, group);
+  auto* proj = split.add<RowParallelLinear>("proj", kHidden, kOut, true, 0.5f, group);
+  Sequential whole("mlp");
+  auto* fc_ref = whole.add<Linear>("fc", kIn, kHidden, true, 0.5f);
+  auto* proj_ref = whole.add<Linear>("proj", kHidden, kOut, true, 0.5f);
+  materialise(split, backend);
+  materialise(whole, backend);
+  ASSERT_EQ(fc->local_out(), kHidden / group.world_size());
+  // The slices start as the unsplit weights' slices.
+  expect_near(host(backend, fc->weight()->data),
+              slice_of(*fc->weight(), host(backend, fc_ref->weight()->data)), "initial fc.weight");
+  expect_near(host(backend, proj->weight()->data),
+              slice_of(*proj->weight(), host(backend, proj_ref->weight()->data)), "initial proj.weight");
+
+  // The same input and output gradient on every rank.
+  std::vector<float> xs(2 * 3 * kIn), dys(2 * 3 * kOut);
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = std::sin(0.7f * static_cast<float>(i));
+  for (size_t i = 0; i < dys.size(); ++i) dys[i] = std::cos(0.3f * static_cast<float>(i));
+  const Tensor x = Tensor::wrap(xs.data(), {2, 3, kIn}, DType::kF32, Tier::kHost);
+  const Tensor dy = Tensor::wrap(dys.data(), {2, 3, kOut}, DType::kF32, Tier::kHost);
+
+  Context ctx(backend, DType::kF32), ref(backend, DType::kF32);
+  const Tensor y = ctx.forward(split, x), y_ref = ref.forward(whole, x);
+  expect_near(host(backend, y), host(backend, y_ref), "y");
+  const Tensor dx = ctx.backward(split, dy), dx_ref = ref.backward(whole, dy);
+  ASSERT_TRUE(ctx.take_status().ok());
+  expect_near(host(backend, dx), host(backend, dx_ref), "dx");
+  expect_near(host(backend, fc->weight()->grad), slice_of(*fc->weight(), host(backend, fc_ref->weight()->grad)),
+              "fc.weight grad");
+  expect_near(host(backend, fc->bias()->grad), slice_of(*fc->bias(), host(backend, fc_ref->bias()->grad)),
+              "fc.bias grad");
+  expect_near(host(backend, proj->weight()->grad),
+              slice_of(*proj->weight(), host(backend, proj_ref->weight()->grad)), "proj.weight grad");
+  expect_near(host(backend, proj->bias()->grad), host(backend, proj_ref->bias()->grad), "proj.bias grad");
+}
+
+}  // namespace
+}  // namespace zero
