@@ -17,38 +17,45 @@ Shape with_last_dim(const Shape& s, int64_t last) {
 // ---- Linear
 Linear::Linear(std::string name, int64_t in_features, int64_t out_features, bool bias,
                float init_std)
-    : Module(std::move(name)), in_(in_features), out_(out_features) {
-  weight_ = add_parameter("weight", {out_, in_}, ParamInit::normal(init_std));
-  if (bias) bias_ = add_parameter("bias", {out_}, ParamInit::zeros());
+    : Module(std::move(name)) {
+  weight_ = add_parameter("weight", {out_features, in_features}, ParamInit::normal(init_std));
+  if (bias) bias_ = add_parameter("bias", {out_features}, ParamInit::zeros());
 }
 
-Tensor Linear::forward(Context& ctx, const Tensor& x) {
-  Tensor y = ctx.activation(with_last_dim(x.shape(), out_));
+Tensor affine_forward(Context& ctx, const Tensor& x, const Parameter& weight, const Tensor& bias) {
+  const int64_t out = weight.shape()[0], in = weight.shape()[1];
+  Tensor y = ctx.activation(with_last_dim(x.shape(), out));
   MatmulSpec spec;
   spec.trans_b = true;
   spec.compute = ctx.param_dtype();
-  ctx.ops().matmul(as_rows(x, in_), weight_->data, as_rows(y, out_), spec,
-                   bias_ ? bias_->data : Tensor());
+  ctx.ops().matmul(as_rows(x, in), weight.data, as_rows(y, out), spec, bias);
   ctx.save(x);
   return y;
 }
 
-Tensor Linear::backward(Context& ctx, const Tensor& dy) {
+Tensor affine_backward(Context& ctx, const Tensor& dy, Parameter& weight, Parameter* bias) {
+  const int64_t out = weight.shape()[0], in = weight.shape()[1];
   const Tensor& x = ctx.saved(0);
-  const Tensor dy2 = as_rows(dy, out_);
+  const Tensor dy2 = as_rows(dy, out);
   Tensor dx = ctx.activation(x.shape());
   MatmulSpec spec;
   spec.compute = ctx.param_dtype();
-  ctx.ops().matmul(dy2, weight_->data, as_rows(dx, in_), spec);  // dx = dy W
-  if (weight_->grad.defined()) {                                 // dW += dy^T x
+  ctx.ops().matmul(dy2, weight.data, as_rows(dx, in), spec);  // dx = dy W
+  if (weight.grad.defined()) {                                // dW += dy^T x
     MatmulSpec wspec = spec;
     wspec.trans_a = true;
     wspec.accumulate = true;
-    ctx.ops().matmul(dy2, as_rows(x, in_), weight_->grad, wspec);
+    ctx.ops().matmul(dy2, as_rows(x, in), weight.grad, wspec);
   }
-  if (bias_ != nullptr && bias_->grad.defined()) ctx.ops().bias_backward(dy2, bias_->grad);
+  if (bias != nullptr && bias->grad.defined()) ctx.ops().bias_backward(dy2, bias->grad);
   return dx;
 }
+
+Tensor Linear::forward(Context& ctx, const Tensor& x) {
+  return affine_forward(ctx, x, *weight_, bias_ ? bias_->data : Tensor());
+}
+
+Tensor Linear::backward(Context& ctx, const Tensor& dy) { return affine_backward(ctx, dy, *weight_, bias_); }
 
 // ---- Dropout
 Dropout::Dropout(std::string name, float p, int64_t layer_id)

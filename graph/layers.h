@@ -20,7 +20,6 @@ class Linear : public Module {
   Parameter* bias() const { return bias_; }
 
  private:
-  int64_t in_, out_;
   Parameter* weight_;
   Parameter* bias_ = nullptr;
 };
@@ -122,5 +121,13 @@ class Sequential : public Module {
 Tensor as_rows(const Tensor& t, int64_t cols);
 // s with its last dimension replaced by `last`.
 Shape with_last_dim(const Shape& s, int64_t last);
+
+// The affine map of every Linear (the tensor-parallel ones too), over the
+// last dimension of x: y = x W^T + b with W [out, in] (bias may be
+// undefined). Saves x.
+Tensor affine_forward(Context& ctx, const Tensor& x, const Parameter& weight, const Tensor& bias);
+// dx = dy W from the saved x, and dW += dy^T x, db += sum(dy) into whichever
+// gradients are defined (bias may be null).
+Tensor affine_backward(Context& ctx, const Tensor& dy, Parameter& weight, Parameter* bias);
 
 }  // namespace zero

@@ -34,11 +34,10 @@ class ColumnParallelLinear : public Module {
   Tensor backward(Context& ctx, const Tensor& dy) override;
   Parameter* weight() const { return weight_; }
   Parameter* bias() const { return bias_; }
-  int64_t local_out() const { return local_out_; }
+  int64_t local_out() const { return weight_->shape()[0]; }
 
  private:
   Communicator& group_;
-  int64_t in_, local_out_;
   Parameter* weight_;
   Parameter* bias_ = nullptr;
 };
@@ -56,11 +55,10 @@ class RowParallelLinear : public Module {
   Tensor backward(Context& ctx, const Tensor& dy) override;
   Parameter* weight() const { return weight_; }
   Parameter* bias() const { return bias_; }
-  int64_t local_in() const { return local_in_; }
+  int64_t local_in() const { return weight_->shape()[1]; }
 
  private:
   Communicator& group_;
-  int64_t local_in_, out_;
   Parameter* weight_;
   Parameter* bias_ = nullptr;
 };
