@@ -1,6 +1,7 @@
 // The device mesh; see device_mesh.h.
 #include "comm/device_mesh.h"
 
+#include "comm/dry_run_communicator.h"
 #include "core/status.h"
 #include "core/strings.h"
 
@@ -37,6 +38,24 @@ absl::StatusOr<std::unique_ptr<DeviceMesh>> DeviceMesh::create(Communicator& wor
                       group(shape.tensor, c.pipeline * shape.data + c.data, c.tensor, mesh->owned_tensor_));
   ZE_ASSIGN_OR_RETURN(mesh->pipeline_,
                       group(shape.pipeline, c.data * tensor + c.tensor, c.pipeline, mesh->owned_pipeline_));
+  return mesh;
+}
+
+absl::StatusOr<std::unique_ptr<DeviceMesh>> DeviceMesh::dry_run(const MeshShape& shape, int rank) {
+  if (shape.data < 1 || shape.tensor < 1 || shape.pipeline < 1 || rank < 0 || rank >= shape.world()) {
+    return absl::InvalidArgumentError(cat("rank ", rank, " of a mesh of data ", shape.data, " x tensor ", shape.tensor,
+                                          " x pipeline ", shape.pipeline));
+  }
+  std::unique_ptr<Communicator> world = make_dry_run_communicator(rank, shape.world());
+  const MeshCoordinates c = mesh_coordinates(shape, rank);
+  std::unique_ptr<DeviceMesh> mesh(new DeviceMesh(*world, shape, c));
+  mesh->owned_world_ = std::move(world);
+  mesh->owned_data_ = make_dry_run_communicator(c.data, shape.data);
+  mesh->owned_tensor_ = make_dry_run_communicator(c.tensor, shape.tensor);
+  mesh->owned_pipeline_ = make_dry_run_communicator(c.pipeline, shape.pipeline);
+  mesh->data_ = mesh->owned_data_.get();
+  mesh->tensor_ = mesh->owned_tensor_.get();
+  mesh->pipeline_ = mesh->owned_pipeline_.get();
   return mesh;
 }
 

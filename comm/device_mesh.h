@@ -40,6 +40,12 @@ class DeviceMesh {
   // Every rank calls it. INVALID_ARGUMENT when tensor x pipeline does not
   // divide the world size.
   static absl::StatusOr<std::unique_ptr<DeviceMesh>> create(Communicator& world, int tensor = 1, int pipeline = 1);
+  // The mesh of a dry run (comm/dry_run_communicator.h) playing world rank
+  // `rank` of `shape`: every group a dry-run communicator of its size and
+  // this rank's place in it (a dry run knows no other rank, so it cannot
+  // split; it builds the groups the split would give). INVALID_ARGUMENT for
+  // a rank outside the shape.
+  static absl::StatusOr<std::unique_ptr<DeviceMesh>> dry_run(const MeshShape& shape, int rank);
 
   const MeshShape& shape() const { return shape_; }
   const MeshCoordinates& coordinates() const { return coords_; }
@@ -52,6 +58,7 @@ class DeviceMesh {
   DeviceMesh(Communicator& world, MeshShape shape, MeshCoordinates coords)
       : world_(world), shape_(shape), coords_(coords) {}
 
+  std::unique_ptr<Communicator> owned_world_;  // a dry run's
   Communicator& world_;
   MeshShape shape_;
   MeshCoordinates coords_;

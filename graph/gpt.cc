@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/strings.h"
+#include "graph/vocab_parallel.h"
 
 namespace zero {
 
@@ -27,20 +28,30 @@ double GptConfig::flops_per_token(int64_t seq) const {
          12.0 * static_cast<double>(n_layer) * static_cast<double>(d_model) * static_cast<double>(seq);
 }
 
-Gpt::Gpt(const GptConfig& config) : Module(""), config_(config) {
+Gpt::Gpt(const GptConfig& config, Communicator* tensor_group) : Module(""), config_(config) {
   const float std = 0.02f;
   const float proj_std = std / std::sqrt(2.0f * static_cast<float>(config.n_layer));
-  wte_ = add_child<Embedding>("wte", config.vocab_size, config.d_model, std);
+  const bool split = tensor_group != nullptr && tensor_group->world_size() > 1;
+  if (!split) tensor_group = nullptr;
+  VocabParallelEmbedding* vocab_parallel = nullptr;
+  if (split) {
+    vocab_parallel = add_child<VocabParallelEmbedding>("wte", config.vocab_size, config.d_model, std, *tensor_group);
+    wte_ = vocab_parallel;
+    vocab_slice_ = VocabSlice{tensor_group, vocab_parallel->rows().offset, config.vocab_size};
+  } else {
+    wte_ = add_child<Embedding>("wte", config.vocab_size, config.d_model, std);
+  }
   wpe_ = add_child<PositionalEmbedding>("wpe", config.seq_len, config.d_model, std);
   // Dropout sites, each its own mask stream: 0 the embeddings, 1 + 2i and
   // 2 + 2i block i's attention and MLP outputs.
   if (config.dropout > 0.0f) drop_ = add_child<Dropout>("drop", config.dropout, 0);
   for (int64_t i = 0; i < config.n_layer; ++i) {
     blocks_.push_back(add_child<TransformerBlock>(cat("h.", i), config.d_model, config.n_head, std,
-                                                  proj_std, config.dropout, 1 + 2 * i));
+                                                  proj_std, config.dropout, 1 + 2 * i, tensor_group));
   }
   ln_f_ = add_child<LayerNorm>("ln_f", config.d_model);
-  lm_head_ = add_child<TiedLMHead>("lm_head", wte_->weight());
+  if (split) lm_head_ = add_child<VocabParallelLMHead>("lm_head", *vocab_parallel);
+  else lm_head_ = add_child<TiedLMHead>("lm_head", static_cast<Embedding*>(wte_)->weight());
 }
 
 Tensor Gpt::forward(Context& ctx, const Tensor& ids) {

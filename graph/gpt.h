@@ -10,6 +10,15 @@
 // ("drop") and on each residual branch after its output projection
 // ("h.i.attn.resid_dropout", "h.i.mlp.dropout"); none on the attention
 // probabilities. With dropout 0 there are no Dropout modules at all.
+//
+// Tensor parallelism over a tensor group of T > 1 ranks (Megatron-LM's
+// split; graph/parallel_layers.h, graph/vocab_parallel.h): the token table
+// and the tied LM head are vocabulary-parallel, so forward returns this
+// rank's vocabulary slice of the logits (logits_vocab_slice()); attention is
+// split by heads (T must divide n_head) and the MLP by its 4C hidden
+// features; the layer norms and the position table are whole on every rank.
+// Each parameter's initial values are its slice of the unsplit model's, so
+// any T trains the same model.
 #pragma once
 
 #include <memory>
@@ -35,22 +44,26 @@ struct GptConfig {
 
 class Gpt : public Module {
  public:
-  explicit Gpt(const GptConfig& config);
+  // tensor_group: the mesh's tensor group (nullptr or one rank: no split);
+  // it must outlive the model.
+  explicit Gpt(const GptConfig& config, Communicator* tensor_group = nullptr);
   Tensor forward(Context& ctx, const Tensor& ids) override;
   Tensor backward(Context& ctx, const Tensor& dlogits) override;
   const GptConfig& config() const { return config_; }
   std::vector<Module*> checkpointable_layers() override {
     return std::vector<Module*>(blocks_.begin(), blocks_.end());
   }
+  std::optional<VocabSlice> logits_vocab_slice() const override { return vocab_slice_; }
 
  private:
   GptConfig config_;
-  Embedding* wte_;
+  std::optional<VocabSlice> vocab_slice_;  // tensor-parallel: this rank's logits
+  Module* wte_;
   PositionalEmbedding* wpe_;
   Dropout* drop_ = nullptr;  // dropout > 0 only
   std::vector<TransformerBlock*> blocks_;
   LayerNorm* ln_f_;
-  TiedLMHead* lm_head_;
+  Module* lm_head_;
 };
 
 // A plain MLP classifier for small tests: Linear(in, h) GELU ... Linear(h, classes).

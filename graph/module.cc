@@ -8,9 +8,12 @@ namespace zero {
 void Parameter::set_slice(ParamSlice s) {
   ZE_CHECK(s.global_shape.size() == shape_.size() && s.dim >= 0 && s.dim < static_cast<int>(shape_.size()))
       << name_ << ": a slice of a " << s.global_shape.size() << "-d tensor along dim " << s.dim;
+  ZE_CHECK(s.blocks >= 1 && shape_[s.dim] % s.blocks == 0 && s.global_shape[s.dim] % s.blocks == 0)
+      << name_ << ": " << s.blocks << " blocks of dim " << s.dim;
   for (size_t d = 0; d < shape_.size(); ++d) {
     const bool along = static_cast<int>(d) == s.dim;
-    ZE_CHECK(along ? s.offset >= 0 && s.offset + shape_[d] <= s.global_shape[d] : shape_[d] == s.global_shape[d])
+    ZE_CHECK(along ? s.offset >= 0 && s.offset + shape_[d] / s.blocks <= s.global_shape[d] / s.blocks
+                   : shape_[d] == s.global_shape[d])
         << name_ << ": dim " << d << " of a slice at offset " << s.offset;
   }
   slice_ = std::move(s);
@@ -23,7 +26,9 @@ int64_t Parameter::global_index(int64_t i) const {
   for (size_t d = static_cast<size_t>(slice_->dim) + 1; d < shape_.size(); ++d) inner *= shape_[d];
   const int64_t along = shape_[slice_->dim], global_along = slice_->global_shape[slice_->dim];
   const int64_t outer = i / (along * inner), a = (i / inner) % along, r = i % inner;
-  return (outer * global_along + slice_->offset + a) * inner + r;
+  // Block b of the slice's `blocks`, position w in this rank's part of it.
+  const int64_t part = along / slice_->blocks, b = a / part, w = a % part;
+  return (outer * global_along + b * (global_along / slice_->blocks) + slice_->offset + w) * inner + r;
 }
 
 Parameter* Module::add_parameter(const std::string& local_name, Shape shape, ParamInit init) {

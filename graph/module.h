@@ -28,7 +28,19 @@
 
 namespace zero {
 
+class Communicator;
 class Context;
+
+// Logits split by vocabulary over a tensor group (Megatron's
+// vocabulary-parallel output layer): this rank's logits are the columns
+// [first, first + local) of a vocabulary of `vocab` entries, the other
+// columns on the group's other ranks. The loss is then the
+// vocabulary-parallel cross-entropy (graph/vocab_parallel.h).
+struct VocabSlice {
+  Communicator* group = nullptr;
+  int64_t first = 0;
+  int64_t vocab = 0;
+};
 
 // How a parameter's initial values are drawn (see graph/init.h).
 struct ParamInit {
@@ -43,12 +55,16 @@ struct ParamInit {
 
 // A tensor-parallel slice: the parameter holds elements [offset, offset +
 // shape[dim]) along `dim` of the unsplit layer's tensor of `global_shape`
-// (its other dimensions whole). Initial values are the slice's (init.h), so a
-// split model starts from exactly the unsplit one's weights.
+// (its other dimensions whole). With blocks > 1 the unsplit dimension is that
+// many equal blocks and the parameter holds [offset, offset + shape[dim] /
+// blocks) of each (attention's fused QKV: q, k and v rows, each split by
+// heads). Initial values are the slice's (init.h), so a split model starts
+// from exactly the unsplit one's weights.
 struct ParamSlice {
   Shape global_shape;
   int dim = 0;
   int64_t offset = 0;
+  int64_t blocks = 1;
 };
 
 class Parameter {
@@ -113,6 +129,8 @@ class Module {
   // called once per forward with the previous one's output (a GPT's blocks).
   // Empty: the model offers none (segments can still be set by hand).
   virtual std::vector<Module*> checkpointable_layers() { return {}; }
+  // Set when forward's logits are this rank's vocabulary slice (see VocabSlice).
+  virtual std::optional<VocabSlice> logits_vocab_slice() const { return std::nullopt; }
 
  protected:
   Parameter* add_parameter(const std::string& local_name, Shape shape, ParamInit init);

@@ -1,6 +1,8 @@
 // Megatron's tensor-parallel Linear layers; see parallel_layers.h.
 #include "graph/parallel_layers.h"
 
+#include <algorithm>
+
 #include "core/check.h"
 #include "core/status.h"
 #include "core/strings.h"
@@ -17,26 +19,32 @@ int64_t share(const std::string& name, int64_t n, const Communicator& group, con
   return n / group.world_size();
 }
 
-// Sums t over the group in place; a failure is the pass's error.
+}  // namespace
+
 void sum_over(Context& ctx, Communicator& group, const Tensor& t, const std::string& name) {
   if (group.world_size() == 1) return;
   absl::Status s = group.all_reduce(t.data(), t.numel(), t.dtype(), ReduceOp::kSum);
   if (!s.ok()) ctx.note(annotate(s, cat(name, ": tensor-parallel all-reduce")));
 }
 
-}  // namespace
+SplitRange even_split(int64_t n, int parts, int index) {
+  ZE_CHECK(parts > 0 && index >= 0 && index < parts && n >= 0) << n << " / " << parts << " part " << index;
+  const int64_t base = n / parts, extra = n % parts;
+  return {index * base + std::min<int64_t>(index, extra), base + (index < extra ? 1 : 0)};
+}
 
 // ---- ColumnParallelLinear
 ColumnParallelLinear::ColumnParallelLinear(std::string name, int64_t in_features, int64_t out_features, bool bias,
-                                           float init_std, Communicator& group)
+                                           float init_std, Communicator& group, int64_t blocks)
     : Module(std::move(name)), group_(group) {
-  const int64_t local_out = share(this->name(), out_features, group, "output features");
-  const int64_t offset = group.rank() * local_out;
+  ZE_CHECK(blocks >= 1 && out_features % blocks == 0) << this->name() << ": " << out_features << " in " << blocks;
+  const int64_t part = share(this->name(), out_features / blocks, group, "output features");
+  const int64_t offset = group.rank() * part, local_out = part * blocks;
   weight_ = add_parameter("weight", {local_out, in_features}, ParamInit::normal(init_std));
-  weight_->set_slice({{out_features, in_features}, 0, offset});
+  weight_->set_slice({{out_features, in_features}, 0, offset, blocks});
   if (bias) {
     bias_ = add_parameter("bias", {local_out}, ParamInit::zeros());
-    bias_->set_slice({{out_features}, 0, offset});
+    bias_->set_slice({{out_features}, 0, offset, blocks});
   }
 }
 

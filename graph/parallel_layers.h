@@ -23,13 +23,27 @@
 
 namespace zero {
 
+// Part `index` of `n` split into `parts` contiguous ranges as equal as can
+// be: the first n mod parts ranges one longer (a vocabulary that does not
+// divide by the tensor size splits this way; nothing is padded).
+struct SplitRange {
+  int64_t offset = 0, size = 0;
+};
+SplitRange even_split(int64_t n, int parts, int index);
+
+// Sums t over the tensor group in place (Megatron's all-reduce); a failure
+// is noted on the Context as the pass's error (`name`: the module).
+void sum_over(Context& ctx, Communicator& group, const Tensor& t, const std::string& name);
+
 // Output features split across the group: this rank computes out/T of them.
-// Saves: x.
+// With blocks > 1 the output features are that many equal blocks, each split
+// across the group (attention's fused QKV: blocks 3, so each rank computes
+// q, k and v of its heads). Saves: x.
 class ColumnParallelLinear : public Module {
  public:
-  // out_features must divide by the group's size.
+  // out_features / blocks must divide by the group's size.
   ColumnParallelLinear(std::string name, int64_t in_features, int64_t out_features, bool bias, float init_std,
-                       Communicator& group);
+                       Communicator& group, int64_t blocks = 1);
   Tensor forward(Context& ctx, const Tensor& x) override;
   Tensor backward(Context& ctx, const Tensor& dy) override;
   Parameter* weight() const { return weight_; }

@@ -3,15 +3,37 @@
 
 #include <cmath>
 
+#include "graph/parallel_layers.h"
+
 namespace zero {
+
+namespace {
+
+bool split(const Communicator* group) { return group != nullptr && group->world_size() > 1; }
+
+// This rank's heads: all of them, or n_head / T over a tensor group of T
+// (which must divide them).
+int64_t local_heads(int64_t n_head, const Communicator* group) {
+  if (!split(group)) return n_head;
+  ZE_CHECK(n_head % group->world_size() == 0)
+      << n_head << " attention heads do not divide over a tensor group of " << group->world_size();
+  return n_head / group->world_size();
+}
+
+}  // namespace
 
 CausalSelfAttention::CausalSelfAttention(std::string name, int64_t d_model, int64_t n_head,
                                          float init_std, float proj_std, float dropout,
-                                         int64_t dropout_id)
-    : Module(std::move(name)), d_model_(d_model), n_head_(n_head), head_dim_(d_model / n_head) {
+                                         int64_t dropout_id, Communicator* tensor_group)
+    : Module(std::move(name)), n_head_(local_heads(n_head, tensor_group)), head_dim_(d_model / n_head) {
   ZE_CHECK(d_model % n_head == 0) << d_model << " % " << n_head;
-  c_attn_ = add_child<Linear>("c_attn", d_model, 3 * d_model, true, init_std);
-  c_proj_ = add_child<Linear>("c_proj", d_model, d_model, true, proj_std);
+  if (split(tensor_group)) {
+    c_attn_ = add_child<ColumnParallelLinear>("c_attn", d_model, 3 * d_model, true, init_std, *tensor_group, 3);
+    c_proj_ = add_child<RowParallelLinear>("c_proj", d_model, d_model, true, proj_std, *tensor_group);
+  } else {
+    c_attn_ = add_child<Linear>("c_attn", d_model, 3 * d_model, true, init_std);
+    c_proj_ = add_child<Linear>("c_proj", d_model, d_model, true, proj_std);
+  }
   if (dropout > 0.0f) resid_dropout_ = add_child<Dropout>("resid_dropout", dropout, dropout_id);
 }
 
@@ -42,7 +64,7 @@ Tensor CausalSelfAttention::forward(Context& ctx, const Tensor& x) {
   ctx.save(k);
   ctx.save(v);
   ctx.save(probs);
-  Tensor out = ctx.forward(*c_proj_, y.view({b, t, d_model_}));
+  Tensor out = ctx.forward(*c_proj_, y.view({b, t, width()}));
   return resid_dropout_ != nullptr ? ctx.forward(*resid_dropout_, out) : out;
 }
 
@@ -80,17 +102,23 @@ Tensor CausalSelfAttention::backward(Context& ctx, const Tensor& dout) {
   ctx.ops().matmul(dprobs, q.view(bh3), dk.view(bh3), tn_scaled);  // dK = dS^T Q / sqrt(D)
   dprobs = Tensor();
 
-  Tensor dqkv = ctx.activation({b, t, 3 * d_model_});
+  Tensor dqkv = ctx.activation({b, t, 3 * width()});
   ctx.ops().merge_qkv(dq, dk, dv, dqkv);
   return ctx.backward(*c_attn_, dqkv);
 }
 
 Mlp::Mlp(std::string name, int64_t d_model, float init_std, float proj_std, float dropout,
-         int64_t dropout_id)
+         int64_t dropout_id, Communicator* tensor_group)
     : Module(std::move(name)) {
-  c_fc_ = add_child<Linear>("c_fc", d_model, 4 * d_model, true, init_std);
-  gelu_ = add_child<Gelu>("gelu");
-  c_proj_ = add_child<Linear>("c_proj", 4 * d_model, d_model, true, proj_std);
+  if (split(tensor_group)) {
+    c_fc_ = add_child<ColumnParallelLinear>("c_fc", d_model, 4 * d_model, true, init_std, *tensor_group);
+    gelu_ = add_child<Gelu>("gelu");
+    c_proj_ = add_child<RowParallelLinear>("c_proj", 4 * d_model, d_model, true, proj_std, *tensor_group);
+  } else {
+    c_fc_ = add_child<Linear>("c_fc", d_model, 4 * d_model, true, init_std);
+    gelu_ = add_child<Gelu>("gelu");
+    c_proj_ = add_child<Linear>("c_proj", 4 * d_model, d_model, true, proj_std);
+  }
   if (dropout > 0.0f) dropout_ = add_child<Dropout>("dropout", dropout, dropout_id);
 }
 
@@ -105,12 +133,14 @@ Tensor Mlp::backward(Context& ctx, const Tensor& dy) {
 }
 
 TransformerBlock::TransformerBlock(std::string name, int64_t d_model, int64_t n_head,
-                                   float init_std, float proj_std, float dropout, int64_t dropout_id)
+                                   float init_std, float proj_std, float dropout, int64_t dropout_id,
+                                   Communicator* tensor_group)
     : Module(std::move(name)) {
   ln_1_ = add_child<LayerNorm>("ln_1", d_model);
-  attn_ = add_child<CausalSelfAttention>("attn", d_model, n_head, init_std, proj_std, dropout, dropout_id);
+  attn_ = add_child<CausalSelfAttention>("attn", d_model, n_head, init_std, proj_std, dropout, dropout_id,
+                                         tensor_group);
   ln_2_ = add_child<LayerNorm>("ln_2", d_model);
-  mlp_ = add_child<Mlp>("mlp", d_model, init_std, proj_std, dropout, dropout_id + 1);
+  mlp_ = add_child<Mlp>("mlp", d_model, init_std, proj_std, dropout, dropout_id + 1, tensor_group);
 }
 
 Tensor TransformerBlock::forward(Context& ctx, const Tensor& x) {

@@ -7,8 +7,17 @@
 //   out = c_proj(y)
 // Saves q, k, v and P (B*H*T*T floats per layer; the memory that flash-style
 // recomputation would trade away). With dropout > 0, out = resid_dropout(out).
+//
+// Tensor parallelism (a tensor group of T > 1 ranks, Megatron's split): the
+// attention's c_attn is column-parallel by heads (each rank computes q, k, v
+// of H/T heads: ParamSlice blocks 3) and c_proj row-parallel; the MLP's c_fc
+// column-parallel and c_proj row-parallel. Each sublayer then costs one
+// all-reduce of [B, T, C] forward (c_proj's) and one backward (c_attn's or
+// c_fc's dx); the layer norms, residuals and dropouts run on the full,
+// identical activations of every rank.
 #pragma once
 
+#include "comm/communicator.h"
 #include "graph/layers.h"
 
 namespace zero {
@@ -17,15 +26,18 @@ class CausalSelfAttention : public Module {
  public:
   // proj_std: init std of the output projection (GPT-2 scales it by 1/sqrt(2 n_layer)).
   // dropout > 0: a Dropout "resid_dropout" (mask stream dropout_id) on the output.
+  // tensor_group of T > 1 ranks: this rank's n_head / T heads (T must divide n_head).
   CausalSelfAttention(std::string name, int64_t d_model, int64_t n_head, float init_std,
-                      float proj_std, float dropout = 0.0f, int64_t dropout_id = 0);
+                      float proj_std, float dropout = 0.0f, int64_t dropout_id = 0,
+                      Communicator* tensor_group = nullptr);
   Tensor forward(Context& ctx, const Tensor& x) override;
   Tensor backward(Context& ctx, const Tensor& dy) override;
 
  private:
-  int64_t d_model_, n_head_, head_dim_;
-  Linear* c_attn_;
-  Linear* c_proj_;
+  int64_t n_head_, head_dim_;  // n_head_: this rank's heads
+  int64_t width() const { return n_head_ * head_dim_; }
+  Module* c_attn_;
+  Module* c_proj_;
   Dropout* resid_dropout_ = nullptr;
 };
 
@@ -34,14 +46,14 @@ class CausalSelfAttention : public Module {
 class Mlp : public Module {
  public:
   Mlp(std::string name, int64_t d_model, float init_std, float proj_std, float dropout = 0.0f,
-      int64_t dropout_id = 0);
+      int64_t dropout_id = 0, Communicator* tensor_group = nullptr);
   Tensor forward(Context& ctx, const Tensor& x) override;
   Tensor backward(Context& ctx, const Tensor& dy) override;
 
  private:
-  Linear* c_fc_;
+  Module* c_fc_;
   Gelu* gelu_;
-  Linear* c_proj_;
+  Module* c_proj_;
   Dropout* dropout_ = nullptr;
 };
 
@@ -51,7 +63,8 @@ class TransformerBlock : public Module {
   // dropout > 0: residual dropout on attention (mask stream dropout_id) and
   // MLP (dropout_id + 1) outputs.
   TransformerBlock(std::string name, int64_t d_model, int64_t n_head, float init_std,
-                   float proj_std, float dropout = 0.0f, int64_t dropout_id = 0);
+                   float proj_std, float dropout = 0.0f, int64_t dropout_id = 0,
+                   Communicator* tensor_group = nullptr);
   Tensor forward(Context& ctx, const Tensor& x) override;
   Tensor backward(Context& ctx, const Tensor& dy) override;
 

@@ -88,6 +88,14 @@ class Ops {
   virtual void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out) = 0;
   // dtable[ids[n], :] += dout[n, :]
   virtual void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable) = 0;
+  // Megatron's vocabulary-parallel embedding, whose table [R, C] on this rank
+  // is rows [first, first + R) of the vocabulary: out[n, :] = table[ids[n] -
+  // first, :] for the ids in the slice, zeros for the others (another rank of
+  // the tensor group has them; the all-reduce of out completes the lookup).
+  virtual void embedding_slice_forward(const Tensor& ids, int64_t first, const Tensor& table, const Tensor& out) = 0;
+  // dtable[ids[n] - first, :] += dout[n, :] for the ids in the slice.
+  virtual void embedding_slice_backward(const Tensor& ids, int64_t first, const Tensor& dout,
+                                        const Tensor& dtable) = 0;
   // x[b, t, :] += table[t, :] in place; x [B, T, C], table [>=T, C].
   virtual void add_positional(const Tensor& x, const Tensor& table) = 0;
   // dtable[t, :] += sum_b dy[b, t, :]
@@ -123,6 +131,26 @@ class Ops {
   // target marks an ignored row: loss 0 and gradient 0.
   virtual void cross_entropy(const Tensor& logits, const Tensor& targets, float grad_scale,
                              const Tensor& losses) = 0;
+
+  // Megatron's vocabulary-parallel softmax cross-entropy, in three phases for
+  // logits [N, w] that hold vocabulary columns [first, first + w) of each row
+  // (the other columns on the other ranks of the tensor group); the caller
+  // (graph/vocab_parallel.h) reduces over the group between them, so the full
+  // logits are never gathered:
+  //   row_max(logits, max [N])                              then max over the group
+  //   cross_entropy_slice_exp(logits, targets, first, max, sums [N, 2]):
+  //     logits := exp(logits - max); sums[n] = {sum of the row, the target's
+  //     logit when it is in this slice, else 0}              then sum over the group
+  //   cross_entropy_slice_finish(logits, targets, first, max, sums, grad_scale, losses):
+  //     losses[n] = (max - target logit) + log(sum), and the slice of the
+  //     gradient grad_scale * (softmax - onehot) in place of logits.
+  // A negative target marks an ignored row (loss 0, gradient 0), as cross_entropy.
+  virtual void row_max(const Tensor& x, const Tensor& max) = 0;
+  virtual void cross_entropy_slice_exp(const Tensor& logits, const Tensor& targets, int64_t first,
+                                       const Tensor& max, const Tensor& sums) = 0;
+  virtual void cross_entropy_slice_finish(const Tensor& probs, const Tensor& targets, int64_t first,
+                                          const Tensor& max, const Tensor& sums, float grad_scale,
+                                          const Tensor& losses) = 0;
 
   // One AdamW/Adam step on fp32 master weights with fp32 moments m, v; grad in
   // any float dtype. When param_out is defined (bf16/fp16/fp32, same numel) the

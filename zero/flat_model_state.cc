@@ -191,12 +191,6 @@ absl::Status FlatModelState::end_backward() {
   return s;
 }
 
-double FlatModelState::local_grad_square_sum() { return backend_.ops().sum_squares(stage() == ZeroStage::k1 ? grads_.slice(part_begin(), {part_}) : grads_); }
-
-int64_t FlatModelState::local_nonfinite_grads() {
-  return backend_.ops().count_nonfinite(stage() == ZeroStage::k1 ? grads_.slice(part_begin(), {part_}) : grads_);
-}
-
 std::string FlatModelState::nonfinite_gradient_names() {
   std::string names;
   int shown = 0;

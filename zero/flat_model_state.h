@@ -27,8 +27,6 @@ class FlatModelState final : public ModelState {
   void begin_backward(bool boundary) override;
   absl::Status end_backward() override;
 
-  double local_grad_square_sum() override;
-  int64_t local_nonfinite_grads() override;
   bool grads_replicated() const override { return stage() == ZeroStage::k0; }
   std::string nonfinite_gradient_names() override;
   absl::Status apply_step(const Optimizer::StepArgs& args) override;
@@ -38,6 +36,11 @@ class FlatModelState final : public ModelState {
   std::vector<StateRange> written_ranges(int rank) const override;
   absl::Status refresh_parameters() override;
   absl::StatusOr<std::vector<float>> gather_parameter(const Parameter& p) override;
+
+ protected:
+  Tensor owned_grads() override {
+    return stage() == ZeroStage::k1 ? grads_.slice(part_begin(), {part_}) : grads_;
+  }
 
  private:
   struct InFlight {

@@ -28,6 +28,15 @@ absl::StatusOr<std::unique_ptr<ModelState>> ModelState::create(Module& model, co
   return std::unique_ptr<ModelState>(std::move(s));
 }
 
+double ModelState::local_grad_square_sum(const std::function<bool(const Parameter&)>& include) {
+  const Tensor grads = owned_grads();
+  double sum = 0.0;
+  for (const StateRange& r : held_ranges()) {
+    if (include(*r.param)) sum += backend_.ops().sum_squares(grads.slice(r.offset, {r.end - r.begin}));
+  }
+  return sum;
+}
+
 absl::Status ModelState::init_optimizer_state(int64_t numel, Tensor master, int64_t max_param_read) {
   // One path for "cpu" and "nvme" on a device: the store (resident or NVMe)
   // and the optimizer on a host backend of their own, the host step between

@@ -31,6 +31,7 @@
 // "nvme" the shard rides in its records.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -90,8 +91,11 @@ class ModelState : public ModuleHooks {
 
   // Sum of squares of the gradients this rank owns (all of them at stage 0,
   // where every rank holds the same full gradients: then `replicated`).
-  virtual double local_grad_square_sum() = 0;
-  virtual int64_t local_nonfinite_grads() = 0;
+  double local_grad_square_sum() { return backend_.ops().sum_squares(owned_grads()); }
+  // The same over the parameters `include` accepts only (the engine takes
+  // the tensor-parallel replicas out of all but one tensor rank's norm).
+  double local_grad_square_sum(const std::function<bool(const Parameter&)>& include);
+  int64_t local_nonfinite_grads() { return backend_.ops().count_nonfinite(owned_grads()); }
   virtual bool grads_replicated() const { return false; }
   // Parameters whose gradients hold inf/NaN (names, for the overflow message).
   virtual std::string nonfinite_gradient_names() = 0;
@@ -155,6 +159,9 @@ class ModelState : public ModuleHooks {
   // Elements [offset, offset + count) of the master weights into `dst` (any
   // tier); a helper of gather_master.
   absl::Status copy_master(int64_t offset, const Tensor& dst);
+  // The reduced gradients this rank owns and steps, at the offsets of
+  // held_ranges() (defined between end_backward and zero_grads).
+  virtual Tensor owned_grads() = 0;
 
   ModelStateOptions options_;
   Backend& backend_;

@@ -29,8 +29,6 @@ class Stage3ModelState final : public ModelState {
   void begin_backward(bool boundary) override;
   absl::Status end_backward() override;
 
-  double local_grad_square_sum() override { return backend_.ops().sum_squares(grad_shard_); }
-  int64_t local_nonfinite_grads() override { return backend_.ops().count_nonfinite(grad_shard_); }
   std::string nonfinite_gradient_names() override;
   absl::Status apply_step(const Optimizer::StepArgs& args) override;
   void zero_grads() override { backend_.ops().fill(grad_shard_, 0.0f); }
@@ -54,6 +52,9 @@ class Stage3ModelState final : public ModelState {
     const Shape s{part.chunk};
     return {param_shard_.slice(part.shard_offset, s), grad_shard_.slice(part.shard_offset, s), part.shard_offset};
   }
+
+ protected:
+  Tensor owned_grads() override { return grad_shard_; }
 
  private:
   struct InFlight {

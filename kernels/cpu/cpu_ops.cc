@@ -131,14 +131,28 @@ void CpuOps::embedding_forward(const Tensor& ids, const Tensor& table, const Ten
   ZE_CHECK(table.ndim() == 2 && out.numel() == ids.numel() * table.dim(1));
   check_float(table), check_f32(out);
   simd_.embedding_forward(ids.i32(), ids.numel(), table.data(), table.dtype(), table.dim(1),
-                          out.f32());
+                          out.f32(), 0, -1);
+}
+
+void CpuOps::embedding_slice_forward(const Tensor& ids, int64_t first, const Tensor& table, const Tensor& out) {
+  ZE_CHECK(table.ndim() == 2 && out.numel() == ids.numel() * table.dim(1) && first >= 0);
+  check_float(table), check_f32(out);
+  simd_.embedding_forward(ids.i32(), ids.numel(), table.data(), table.dtype(), table.dim(1), out.f32(), first,
+                          table.dim(0));
+}
+
+void CpuOps::embedding_slice_backward(const Tensor& ids, int64_t first, const Tensor& dout, const Tensor& dtable) {
+  ZE_CHECK(dtable.ndim() == 2 && dout.numel() == ids.numel() * dtable.dim(1) && first >= 0);
+  check_f32(dout), check_float(dtable);
+  simd_.embedding_backward(ids.i32(), ids.numel(), dout.f32(), dtable.dim(1), dtable.data(), dtable.dtype(), first,
+                           dtable.dim(0));
 }
 
 void CpuOps::embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable) {
   ZE_CHECK(dtable.ndim() == 2 && dout.numel() == ids.numel() * dtable.dim(1));
   check_f32(dout), check_float(dtable);
   simd_.embedding_backward(ids.i32(), ids.numel(), dout.f32(), dtable.dim(1), dtable.data(),
-                           dtable.dtype());
+                           dtable.dtype(), 0, -1);
 }
 
 void CpuOps::add_positional(const Tensor& x, const Tensor& table) {
@@ -202,6 +216,40 @@ void CpuOps::cross_entropy(const Tensor& logits, const Tensor& targets, float gr
   const int32_t* t = targets.i32();
   for (int64_t i = 0; i < n; ++i) ZE_CHECK(t[i] < vocab) << "target " << t[i] << " >= vocab " << vocab;
   simd_.cross_entropy(logits.f32(), t, n, vocab, grad_scale, losses.f32());
+}
+
+void CpuOps::row_max(const Tensor& x, const Tensor& max) {
+  check_f32(x), check_f32(max);
+  const int64_t cols = x.dim(-1), n = cols == 0 ? 0 : x.numel() / cols;
+  ZE_CHECK(max.numel() == n) << x.debug_string() << " " << max.debug_string();
+  simd_.row_max(x.f32(), n, cols, max.f32());
+}
+
+namespace {
+// The rows of a vocabulary slice and checks of the phases' operands.
+int64_t slice_rows(const Tensor& logits, const Tensor& targets, const Tensor& max, const Tensor& sums) {
+  const int64_t cols = logits.dim(-1), n = cols == 0 ? 0 : logits.numel() / cols;
+  ZE_CHECK(targets.dtype() == DType::kI32 && targets.numel() == n && max.numel() == n && sums.numel() == 2 * n)
+      << logits.debug_string() << " " << targets.debug_string() << " " << max.debug_string() << " "
+      << sums.debug_string();
+  return n;
+}
+}  // namespace
+
+void CpuOps::cross_entropy_slice_exp(const Tensor& logits, const Tensor& targets, int64_t first, const Tensor& max,
+                                     const Tensor& sums) {
+  check_f32(logits), check_f32(max), check_f32(sums);
+  const int64_t n = slice_rows(logits, targets, max, sums);
+  simd_.cross_entropy_slice_exp(logits.f32(), targets.i32(), n, logits.dim(-1), first, max.f32(), sums.f32());
+}
+
+void CpuOps::cross_entropy_slice_finish(const Tensor& probs, const Tensor& targets, int64_t first, const Tensor& max,
+                                        const Tensor& sums, float grad_scale, const Tensor& losses) {
+  check_f32(probs), check_f32(max), check_f32(sums), check_f32(losses);
+  const int64_t n = slice_rows(probs, targets, max, sums);
+  ZE_CHECK(losses.numel() == n) << losses.debug_string();
+  simd_.cross_entropy_slice_finish(probs.f32(), targets.i32(), n, probs.dim(-1), first, max.f32(), sums.f32(),
+                                   grad_scale, losses.f32());
 }
 
 void CpuOps::adamw(const Tensor& master, const Tensor& grad, const Tensor& m, const Tensor& v,

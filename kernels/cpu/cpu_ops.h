@@ -36,6 +36,8 @@ class CpuOps final : public Ops {
   void transpose12(const Tensor& src, const Tensor& dst) override;
   void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out) override;
   void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable) override;
+  void embedding_slice_forward(const Tensor& ids, int64_t first, const Tensor& table, const Tensor& out) override;
+  void embedding_slice_backward(const Tensor& ids, int64_t first, const Tensor& dout, const Tensor& dtable) override;
   void add_positional(const Tensor& x, const Tensor& table) override;
   void positional_backward(const Tensor& dy, const Tensor& dtable) override;
   void add(const Tensor& a, const Tensor& b, const Tensor& out) override;
@@ -47,6 +49,11 @@ class CpuOps final : public Ops {
   void dropout(const Tensor& x, const Tensor& y, float p, const DropoutKey& key) override;
   void cross_entropy(const Tensor& logits, const Tensor& targets, float grad_scale,
                      const Tensor& losses) override;
+  void row_max(const Tensor& x, const Tensor& max) override;
+  void cross_entropy_slice_exp(const Tensor& logits, const Tensor& targets, int64_t first, const Tensor& max,
+                               const Tensor& sums) override;
+  void cross_entropy_slice_finish(const Tensor& probs, const Tensor& targets, int64_t first, const Tensor& max,
+                                  const Tensor& sums, float grad_scale, const Tensor& losses) override;
   void adamw(const Tensor& master, const Tensor& grad, const Tensor& m, const Tensor& v,
              const Tensor& param_out, const AdamWHyper& hyper) override;
   void sgd(const Tensor& master, const Tensor& grad, const Tensor& momentum_buf,

@@ -114,12 +114,17 @@ void bias_backward_impl(const float* dy, int64_t rows, int64_t cols, void* dbias
 
 template <class V>
 void embedding_forward_impl(const int32_t* ids, int64_t n, const void* table, DType dtype,
-                            int64_t cols, float* out) {
+                            int64_t cols, float* out, int64_t first, int64_t rows) {
   with_float_dtype(dtype, [&](auto tag) {
     constexpr DType T = decltype(tag)::value;
     parallel_rows(n, cols, [&](int64_t r) {
-      const int64_t base = static_cast<int64_t>(ids[r]) * cols;
+      const int64_t id = static_cast<int64_t>(ids[r]) - first;
+      const int64_t base = id * cols;
       float* o = out + r * cols;
+      if (rows >= 0 && (id < 0 || id >= rows)) {  // a row another rank's slice holds
+        std::memset(o, 0, static_cast<size_t>(cols) * sizeof(float));
+        return;
+      }
       auto body = [&](auto w, int64_t c) {
         using W = decltype(w);
         W::store(o + c, vload<W, T>(table, base + c));
@@ -131,13 +136,15 @@ void embedding_forward_impl(const int32_t* ids, int64_t n, const void* table, DT
 
 template <class V>
 void embedding_backward_impl(const int32_t* ids, int64_t n, const float* dout, int64_t cols,
-                             void* dtable, DType dtype) {
+                             void* dtable, DType dtype, int64_t first, int64_t rows) {
   // Rows of dtable may repeat in ids, so threads split the columns, not the rows.
   with_float_dtype(dtype, [&](auto tag) {
     constexpr DType T = decltype(tag)::value;
     parallel_columns<V>(cols, n * cols, [&](int64_t c0, int64_t c1) {
       for (int64_t r = 0; r < n; ++r) {
-        const int64_t base = static_cast<int64_t>(ids[r]) * cols;
+        const int64_t id = static_cast<int64_t>(ids[r]) - first;
+        if (rows >= 0 && (id < 0 || id >= rows)) continue;
+        const int64_t base = id * cols;
         const float* g = dout + r * cols;
         auto body = [&](auto w, int64_t c) {
           using W = decltype(w);

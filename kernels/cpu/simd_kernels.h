@@ -26,10 +26,14 @@ struct SimdKernels {
   void (*fill)(void* x, DType dtype, float v, int64_t n);
   void (*cast)(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n);
   void (*bias_backward)(const float* dy, int64_t rows, int64_t cols, void* dbias, DType dtype);
+  // Row ids[r] - first of the table. rows >= 0: the table is the slice of
+  // rows [first, first + rows) of a vocabulary-parallel embedding, and an id
+  // outside it is another rank's (forward writes zeros, backward adds
+  // nothing); rows < 0: every id is in the table.
   void (*embedding_forward)(const int32_t* ids, int64_t n, const void* table, DType dtype,
-                            int64_t cols, float* out);
+                            int64_t cols, float* out, int64_t first, int64_t rows);
   void (*embedding_backward)(const int32_t* ids, int64_t n, const float* dout, int64_t cols,
-                             void* dtable, DType dtype);
+                             void* dtable, DType dtype, int64_t first, int64_t rows);
   void (*add_positional)(float* x, int64_t batch, int64_t seq, int64_t cols, const void* table,
                          DType dtype);
   void (*positional_backward)(const float* dy, int64_t batch, int64_t seq, int64_t cols,
@@ -43,6 +47,14 @@ struct SimdKernels {
                                   int64_t rows_bh, int64_t seq);
   void (*cross_entropy)(float* logits, const int32_t* targets, int64_t n, int64_t vocab,
                         float grad_scale, float* losses);
+  // The vocabulary-parallel cross-entropy's phases (Ops::row_max and the
+  // cross_entropy_slice_* ops).
+  void (*row_max)(const float* x, int64_t n, int64_t cols, float* out);
+  void (*cross_entropy_slice_exp)(float* logits, const int32_t* targets, int64_t n, int64_t cols,
+                                  int64_t first, const float* max, float* sums);
+  void (*cross_entropy_slice_finish)(float* probs, const int32_t* targets, int64_t n, int64_t cols,
+                                     int64_t first, const float* max, const float* sums, float grad_scale,
+                                     float* losses);
 
   // ---- optimizers (adamw_impl.h, lion_impl.h)
   void (*adamw)(float* master, const void* grad, DType grad_dtype, float* m, float* v,

@@ -115,5 +115,44 @@ void cross_entropy_impl(float* logits, const int32_t* targets, int64_t n, int64_
   });
 }
 
+// ---- the vocabulary-parallel cross-entropy's phases (Ops::row_max,
+// Ops::cross_entropy_slice_exp, Ops::cross_entropy_slice_finish): logits
+// [n, cols] hold vocabulary columns [first, first + cols); max and sums come
+// back reduced over the tensor group between the phases.
+template <class V>
+void row_max_impl(const float* x, int64_t n, int64_t cols, float* out) {
+  parallel_rows(n, cols, [&](int64_t r) { out[r] = row_max<V>(x + r * cols, cols); });
+}
+
+template <class V>
+void cross_entropy_slice_exp_impl(float* logits, const int32_t* targets, int64_t n, int64_t cols, int64_t first,
+                                  const float* max, float* sums) {
+  parallel_rows(n, cols, [&](int64_t r) {
+    float* x = logits + r * cols;
+    const int64_t j = static_cast<int64_t>(targets[r]) - first;
+    sums[2 * r + 1] = targets[r] >= 0 && j >= 0 && j < cols ? x[j] : 0.0f;
+    sums[2 * r] = exp_shifted<V>(x, max[r], x, cols);  // x now holds exp(x - max)
+  });
+}
+
+template <class V>
+void cross_entropy_slice_finish_impl(float* probs, const int32_t* targets, int64_t n, int64_t cols, int64_t first,
+                                     const float* max, const float* sums, float grad_scale, float* losses) {
+  parallel_rows(n, cols, [&](int64_t r) {
+    float* x = probs + r * cols;
+    if (targets[r] < 0) {  // ignored position
+      losses[r] = 0.0f;
+      for (int64_t j = 0; j < cols; ++j) x[j] = 0.0f;
+      return;
+    }
+    const float sum = sums[2 * r];
+    // As the fused kernel: max - x[target] first, then log(sum).
+    losses[r] = (max[r] - sums[2 * r + 1]) + std::log(sum);
+    scale_row<V>(x, grad_scale / sum, cols);
+    const int64_t j = static_cast<int64_t>(targets[r]) - first;
+    if (j >= 0 && j < cols) x[j] -= grad_scale;
+  });
+}
+
 }  // namespace
 }  // namespace zero::cpu

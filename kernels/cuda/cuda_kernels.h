@@ -84,16 +84,20 @@ void launch_transpose12(const float* src, float* dst, int64_t a, int64_t b, int6
                         cudaStream_t stream);
 
 // ---- embedding.cu
-// ids must lie in [0, vocab); an id outside traps the kernel (the context is
-// then lost and the next CUDA call aborts naming the launch failure).
+// Row ids[r] - first of the table [vocab, cols]. Unsliced (first 0), ids must
+// lie in [0, vocab); an id outside traps the kernel (the context is then lost
+// and the next CUDA call aborts naming the launch failure). Sliced (a
+// vocabulary-parallel table of rows [first, first + vocab)), an id outside
+// is another rank's: a zero row forward, no gradient backward.
 void launch_embedding_forward(const int32_t* ids, int64_t n, const void* table, DType table_dtype,
-                              int64_t vocab, int64_t cols, float* out, cudaStream_t stream);
+                              int64_t vocab, int64_t cols, float* out, int64_t first, bool sliced,
+                              cudaStream_t stream);
 // dtable[ids[r]] += dout[r] for r in row order, rounding after each add
 // (bit-identical to the CPU kernel); n < 2^31, cols < 65536 * 256.
-size_t embedding_backward_workspace_bytes(int64_t n, int64_t vocab);
+size_t embedding_backward_workspace_bytes(int64_t n, int64_t vocab, bool sliced);
 void launch_embedding_backward(const int32_t* ids, int64_t n, const float* dout, int64_t cols,
-                               void* dtable, DType dtable_dtype, int64_t vocab, void* workspace,
-                               cudaStream_t stream);
+                               void* dtable, DType dtable_dtype, int64_t vocab, int64_t first, bool sliced,
+                               void* workspace, cudaStream_t stream);
 void launch_add_positional(float* x, int64_t batch, int64_t seq, int64_t cols, const void* table,
                            DType table_dtype, cudaStream_t stream);
 
@@ -101,6 +105,14 @@ void launch_add_positional(float* x, int64_t batch, int64_t seq, int64_t cols, c
 // A target >= vocab traps the kernel (see embedding ids).
 void launch_cross_entropy(float* logits, const int32_t* targets, int64_t n, int64_t vocab,
                           float grad_scale, float* losses, cudaStream_t stream);
+// The vocabulary-parallel cross-entropy's phases (Ops::row_max and the
+// cross_entropy_slice_* ops), one block per row of x [n, cols].
+void launch_row_max(const float* x, int64_t n, int64_t cols, float* max, cudaStream_t stream);
+void launch_cross_entropy_slice_exp(float* logits, const int32_t* targets, int64_t n, int64_t cols, int64_t first,
+                                    const float* max, float* sums, cudaStream_t stream);
+void launch_cross_entropy_slice_finish(float* probs, const int32_t* targets, int64_t n, int64_t cols,
+                                       int64_t first, const float* max, const float* sums, float grad_scale,
+                                       float* losses, cudaStream_t stream);
 
 // ---- optimizer.cu: param_out may be null (then param_dtype is ignored);
 // momentum_buf may be null when hyper.momentum == 0; Lion's exp_avg may not.

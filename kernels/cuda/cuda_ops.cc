@@ -187,23 +187,41 @@ void CudaOps::transpose12(const Tensor& src, const Tensor& dst) {
 }
 
 void CudaOps::embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out) {
-  enter();
-  ZE_CHECK(table.ndim() == 2 && out.numel() == ids.numel() * table.dim(1))
-      << ids.debug_string() << " " << table.debug_string() << " " << out.debug_string();
-  check_i32(ids), check_float(table), check_f32(out);
-  launch_embedding_forward(i32_ptr(ids), ids.numel(), table.data(), table.dtype(), table.dim(0),
-                           table.dim(1), f32_ptr(out), stream_);
+  embedding_lookup(ids, 0, false, table, out);
 }
 
 void CudaOps::embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable) {
+  embedding_scatter(ids, 0, false, dout, dtable);
+}
+
+void CudaOps::embedding_slice_forward(const Tensor& ids, int64_t first, const Tensor& table, const Tensor& out) {
+  embedding_lookup(ids, first, true, table, out);
+}
+
+void CudaOps::embedding_slice_backward(const Tensor& ids, int64_t first, const Tensor& dout, const Tensor& dtable) {
+  embedding_scatter(ids, first, true, dout, dtable);
+}
+
+void CudaOps::embedding_lookup(const Tensor& ids, int64_t first, bool sliced, const Tensor& table,
+                               const Tensor& out) {
   enter();
-  ZE_CHECK(dtable.ndim() == 2 && dout.numel() == ids.numel() * dtable.dim(1))
+  ZE_CHECK(table.ndim() == 2 && out.numel() == ids.numel() * table.dim(1) && first >= 0)
+      << ids.debug_string() << " " << table.debug_string() << " " << out.debug_string();
+  check_i32(ids), check_float(table), check_f32(out);
+  launch_embedding_forward(i32_ptr(ids), ids.numel(), table.data(), table.dtype(), table.dim(0),
+                           table.dim(1), f32_ptr(out), first, sliced, stream_);
+}
+
+void CudaOps::embedding_scatter(const Tensor& ids, int64_t first, bool sliced, const Tensor& dout,
+                                const Tensor& dtable) {
+  enter();
+  ZE_CHECK(dtable.ndim() == 2 && dout.numel() == ids.numel() * dtable.dim(1) && first >= 0)
       << ids.debug_string() << " " << dout.debug_string() << " " << dtable.debug_string();
   check_i32(ids), check_f32(dout), check_float(dtable);
   const int64_t n = ids.numel(), vocab = dtable.dim(0);
-  void* ws = workspace_.reserve(embedding_backward_workspace_bytes(n, vocab));
+  void* ws = workspace_.reserve(embedding_backward_workspace_bytes(n, vocab, sliced));
   launch_embedding_backward(i32_ptr(ids), n, f32_ptr(dout), dtable.dim(1), dtable.data(),
-                            dtable.dtype(), vocab, ws, stream_);
+                            dtable.dtype(), vocab, first, sliced, ws, stream_);
 }
 
 void CudaOps::add_positional(const Tensor& x, const Tensor& table) {
@@ -291,6 +309,45 @@ void CudaOps::cross_entropy(const Tensor& logits, const Tensor& targets, float g
   // Targets are in device memory: a target >= vocab is caught by the kernel (it traps).
   launch_cross_entropy(f32_ptr(logits), i32_ptr(targets), n, vocab, grad_scale, f32_ptr(losses),
                        stream_);
+}
+
+void CudaOps::row_max(const Tensor& x, const Tensor& max) {
+  enter();
+  check_f32(x), check_f32(max);
+  const int64_t cols = x.dim(-1), n = cols == 0 ? 0 : x.numel() / cols;
+  ZE_CHECK(max.numel() == n) << x.debug_string() << " " << max.debug_string();
+  launch_row_max(f32_ptr(x), n, cols, f32_ptr(max), stream_);
+}
+
+namespace {
+// The rows of a vocabulary slice, with checks of the phases' operands.
+int64_t slice_rows(const Tensor& logits, const Tensor& targets, const Tensor& max, const Tensor& sums) {
+  check_f32(logits), check_i32(targets), check_f32(max), check_f32(sums);
+  const int64_t cols = logits.dim(-1), n = cols == 0 ? 0 : logits.numel() / cols;
+  ZE_CHECK(targets.numel() == n && max.numel() == n && sums.numel() == 2 * n)
+      << logits.debug_string() << " " << targets.debug_string() << " " << max.debug_string() << " "
+      << sums.debug_string();
+  return n;
+}
+}  // namespace
+
+void CudaOps::cross_entropy_slice_exp(const Tensor& logits, const Tensor& targets, int64_t first, const Tensor& max,
+                                      const Tensor& sums) {
+  enter();
+  const int64_t n = slice_rows(logits, targets, max, sums);
+  launch_cross_entropy_slice_exp(f32_ptr(logits), i32_ptr(targets), n, logits.dim(-1), first, f32_ptr(max),
+                                 f32_ptr(sums), stream_);
+}
+
+void CudaOps::cross_entropy_slice_finish(const Tensor& probs, const Tensor& targets, int64_t first,
+                                         const Tensor& max, const Tensor& sums, float grad_scale,
+                                         const Tensor& losses) {
+  enter();
+  const int64_t n = slice_rows(probs, targets, max, sums);
+  check_f32(losses);
+  ZE_CHECK(losses.numel() == n) << losses.debug_string();
+  launch_cross_entropy_slice_finish(f32_ptr(probs), i32_ptr(targets), n, probs.dim(-1), first, f32_ptr(max),
+                                    f32_ptr(sums), grad_scale, f32_ptr(losses), stream_);
 }
 
 void CudaOps::adamw(const Tensor& master, const Tensor& grad, const Tensor& m, const Tensor& v,

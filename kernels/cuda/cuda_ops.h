@@ -59,6 +59,8 @@ class CudaOps final : public Ops {
   void transpose12(const Tensor& src, const Tensor& dst) override;
   void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out) override;
   void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable) override;
+  void embedding_slice_forward(const Tensor& ids, int64_t first, const Tensor& table, const Tensor& out) override;
+  void embedding_slice_backward(const Tensor& ids, int64_t first, const Tensor& dout, const Tensor& dtable) override;
   void add_positional(const Tensor& x, const Tensor& table) override;
   void positional_backward(const Tensor& dy, const Tensor& dtable) override;
   void add(const Tensor& a, const Tensor& b, const Tensor& out) override;
@@ -70,6 +72,11 @@ class CudaOps final : public Ops {
   void dropout(const Tensor& x, const Tensor& y, float p, const DropoutKey& key) override;
   void cross_entropy(const Tensor& logits, const Tensor& targets, float grad_scale,
                      const Tensor& losses) override;
+  void row_max(const Tensor& x, const Tensor& max) override;
+  void cross_entropy_slice_exp(const Tensor& logits, const Tensor& targets, int64_t first, const Tensor& max,
+                               const Tensor& sums) override;
+  void cross_entropy_slice_finish(const Tensor& probs, const Tensor& targets, int64_t first, const Tensor& max,
+                                  const Tensor& sums, float grad_scale, const Tensor& losses) override;
   void adamw(const Tensor& master, const Tensor& grad, const Tensor& m, const Tensor& v,
              const Tensor& param_out, const AdamWHyper& hyper) override;
   void sgd(const Tensor& master, const Tensor& grad, const Tensor& momentum_buf,
@@ -88,6 +95,9 @@ class CudaOps final : public Ops {
   void enter() const;
   // A pinned host word the waiting reductions copy their result into.
   void* host_result();
+  // The embedding's lookup and gradient scatter, whole table or vocabulary slice.
+  void embedding_lookup(const Tensor& ids, int64_t first, bool sliced, const Tensor& table, const Tensor& out);
+  void embedding_scatter(const Tensor& ids, int64_t first, bool sliced, const Tensor& dout, const Tensor& dtable);
 
   Backend& backend_;
   const int device_;

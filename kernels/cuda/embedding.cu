@@ -36,6 +36,10 @@ __device__ __forceinline__ int64_t global_warp() {
 }
 __device__ __forceinline__ int64_t total_warps() { return int64_t{gridDim.x} * kWarpsPerBlock; }
 
+// A vocabulary-parallel table (sliced) holds rows [first, first + vocab):
+// an id outside is another rank's. Unsliced, an id outside traps.
+__device__ __forceinline__ bool in_slice(int64_t local_id, int64_t vocab) { return local_id >= 0 && local_id < vocab; }
+
 __device__ __forceinline__ void check_id(int64_t id, int64_t vocab, int64_t row) {
   if (id < 0 || id >= vocab) {
     printf("ZeroEngine CUDA embedding: id %lld at row %lld is outside [0, %lld)\n",
@@ -59,13 +63,18 @@ __device__ __forceinline__ float round_to(float v) {
 template <DType T>
 __global__ void embedding_forward_kernel(const int32_t* __restrict__ ids, int64_t n,
                                          const void* __restrict__ table, int64_t vocab,
-                                         int64_t cols, float* __restrict__ out) {
+                                         int64_t cols, float* __restrict__ out, int64_t first,
+                                         bool sliced) {
   const int lane = threadIdx.x & 31;
   for (int64_t r = global_warp(); r < n; r += total_warps()) {
-    const int64_t id = ids[r];
+    const int64_t id = ids[r] - first;
+    float* o = out + r * cols;
+    if (sliced && !in_slice(id, vocab)) {
+      for (int64_t c = lane; c < cols; c += 32) o[c] = 0.0f;
+      continue;
+    }
     check_id(id, vocab, r);
     const int64_t base = id * cols;
-    float* o = out + r * cols;
     for (int64_t c = lane; c < cols; c += 32) o[c] = load_elem<T>(table, base + c);
   }
 }
@@ -101,13 +110,15 @@ template <DType T>
 __global__ void embedding_backward_kernel(const int32_t* __restrict__ sorted_ids,
                                           const int32_t* __restrict__ rows, int64_t n,
                                           const float* __restrict__ dout, int64_t cols,
-                                          void* dtable, int64_t vocab) {
+                                          void* dtable, int64_t vocab, int64_t first, bool sliced) {
   const int lane = threadIdx.x & 31;
   const int64_t tile_col = blockIdx.y * kGradTileCols + lane;
   for (int64_t start = global_warp(); start < n; start += total_warps()) {
     const int32_t id = sorted_ids[start];
     if (start > 0 && sorted_ids[start - 1] == id) continue;  // not the start of its group
-    check_id(id, vocab, rows[start]);
+    const int64_t local_id = static_cast<int64_t>(id) - first;
+    if (sliced && !in_slice(local_id, vocab)) continue;     // another rank's row
+    check_id(local_id, vocab, rows[start]);
     // Equal ids are contiguous after the sort: find the end 32 entries at a time.
     int64_t end = start + 1;
     for (;;) {
@@ -116,7 +127,7 @@ __global__ void embedding_backward_kernel(const int32_t* __restrict__ sorted_ids
       end += __popc(same);
       if (same != kFullMask) break;
     }
-    const int64_t base = static_cast<int64_t>(id) * cols;
+    const int64_t base = local_id * cols;
     float acc[kGradColsPerLane];
 #pragma unroll
     for (int q = 0; q < kGradColsPerLane; ++q) {
@@ -152,6 +163,9 @@ __global__ void embedding_backward_kernel(const int32_t* __restrict__ sorted_ids
   }
 }
 
+// The id range a sliced table's backward sorts over: every non-negative int32.
+constexpr int64_t kSlicedSortRange = int64_t{1} << 31;
+
 int sort_end_bit(int64_t vocab) {
   int bits = 1;
   while (bits < 31 && (int64_t{1} << bits) < vocab) ++bits;
@@ -172,11 +186,12 @@ size_t cub_sort_bytes(int64_t n, int64_t vocab) {
 }  // namespace
 
 void launch_embedding_forward(const int32_t* ids, int64_t n, const void* table, DType table_dtype,
-                              int64_t vocab, int64_t cols, float* out, cudaStream_t stream) {
+                              int64_t vocab, int64_t cols, float* out, int64_t first, bool sliced,
+                              cudaStream_t stream) {
   if (n == 0 || cols == 0) return;
   with_float_dtype(table_dtype, [&](auto tag) {
     embedding_forward_kernel<decltype(tag)::value>
-        <<<warp_blocks(n), kBlockThreads, 0, stream>>>(ids, n, table, vocab, cols, out);
+        <<<warp_blocks(n), kBlockThreads, 0, stream>>>(ids, n, table, vocab, cols, out, first, sliced);
   });
   ZE_CUDA_CHECK_LAUNCH();
 }
@@ -193,35 +208,39 @@ void launch_add_positional(float* x, int64_t batch, int64_t seq, int64_t cols, c
 }
 
 // [sorted ids | rows in | rows out | cub temp], each 256-byte aligned.
-size_t embedding_backward_workspace_bytes(int64_t n, int64_t vocab) {
+size_t embedding_backward_workspace_bytes(int64_t n, int64_t vocab, bool sliced) {
   if (n == 0) return 0;
+  if (sliced) vocab = kSlicedSortRange;
   ZE_CHECK_LE(n, int64_t{0x7fffffff}) << "embedding_backward takes at most 2^31 - 1 rows";
   return 3 * align256(static_cast<size_t>(n) * sizeof(int32_t)) + cub_sort_bytes(n, vocab);
 }
 
 void launch_embedding_backward(const int32_t* ids, int64_t n, const float* dout, int64_t cols,
-                               void* dtable, DType dtable_dtype, int64_t vocab, void* workspace,
-                               cudaStream_t stream) {
+                               void* dtable, DType dtable_dtype, int64_t vocab, int64_t first, bool sliced,
+                               void* workspace, cudaStream_t stream) {
   if (n == 0 || cols == 0) return;
+  // Sliced, the ids span the whole vocabulary, not the slice: sort on every
+  // bit, so that each id's rows stay one contiguous group.
+  const int64_t sort_range = sliced ? kSlicedSortRange : vocab;
   const size_t array_bytes = align256(static_cast<size_t>(n) * sizeof(int32_t));
   char* ws = static_cast<char*>(workspace);
   auto* sorted_ids = reinterpret_cast<int32_t*>(ws);
   auto* rows_in = reinterpret_cast<int32_t*>(ws + array_bytes);
   auto* rows_out = reinterpret_cast<int32_t*>(ws + 2 * array_bytes);
   void* temp = ws + 3 * array_bytes;
-  size_t temp_bytes = cub_sort_bytes(n, vocab);
+  size_t temp_bytes = cub_sort_bytes(n, sort_range);
 
   iota_kernel<<<grid_blocks(n), kBlockThreads, 0, stream>>>(rows_in, n);
   ZE_CUDA_CHECK_LAUNCH();
   ZE_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, ids, sorted_ids, rows_in,
                                                 rows_out, static_cast<int>(n), 0,
-                                                sort_end_bit(vocab), stream));
+                                                sort_end_bit(sort_range), stream));
   const int64_t tiles = (cols + kGradTileCols - 1) / kGradTileCols;
   ZE_CHECK_LE(tiles, int64_t{65535}) << "embedding_backward: " << cols << " columns";
   const dim3 grid(warp_blocks(n), static_cast<unsigned>(tiles));
   with_float_dtype(dtable_dtype, [&](auto tag) {
     embedding_backward_kernel<decltype(tag)::value><<<grid, kBlockThreads, 0, stream>>>(
-        sorted_ids, rows_out, n, dout, cols, dtable, vocab);
+        sorted_ids, rows_out, n, dout, cols, dtable, vocab, first, sliced);
   });
   ZE_CUDA_CHECK_LAUNCH();
 }

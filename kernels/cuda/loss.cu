@@ -81,6 +81,89 @@ __global__ void cross_entropy_kernel(float* logits, const int32_t* __restrict__ 
   if (threadIdx.x == 0) losses[row] = (m - x_target) + logf(s);
 }
 
+// ---- the vocabulary-parallel phases: one block per row, the block's
+// reductions in warp order (deterministic).
+
+// The block's max of v (every thread gets it).
+__device__ float block_max(float v, float* scratch) {
+  for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, offset));
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float m = scratch[0];
+  for (int w = 1; w < static_cast<int>(blockDim.x >> 5); ++w) m = fmaxf(m, scratch[w]);
+  return m;
+}
+
+// The block's sum of v (every thread gets it), summed in warp order.
+__device__ float block_sum(float v, float* scratch) {
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(kFullMask, v, offset);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float s = scratch[0];
+  for (int w = 1; w < static_cast<int>(blockDim.x >> 5); ++w) s += scratch[w];
+  return s;
+}
+
+__global__ void row_max_kernel(const float* __restrict__ x, int64_t cols, float* __restrict__ out) {
+  __shared__ float scratch[32];
+  const float* row = x + blockIdx.x * cols;
+  float m = -INFINITY;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) m = fmaxf(m, row[j]);
+  m = block_max(m, scratch);
+  if (threadIdx.x == 0) out[blockIdx.x] = m;
+}
+
+__global__ void cross_entropy_slice_exp_kernel(float* logits, const int32_t* __restrict__ targets, int64_t cols,
+                                               int64_t first, const float* __restrict__ max,
+                                               float* __restrict__ sums) {
+  __shared__ float scratch[32];
+  const int64_t r = blockIdx.x;
+  float* x = logits + r * cols;
+  const int64_t j = static_cast<int64_t>(targets[r]) - first;
+  if (threadIdx.x == 0) sums[2 * r + 1] = targets[r] >= 0 && j >= 0 && j < cols ? x[j] : 0.0f;
+  __syncthreads();  // the target's logit is read before the row is overwritten
+  const float m = max[r];
+  float s = 0.0f;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    const float e = expf(x[c] - m);
+    x[c] = e;
+    s += e;
+  }
+  s = block_sum(s, scratch);
+  if (threadIdx.x == 0) sums[2 * r] = s;
+}
+
+__global__ void cross_entropy_slice_finish_kernel(float* probs, const int32_t* __restrict__ targets, int64_t cols,
+                                                  int64_t first, const float* __restrict__ max,
+                                                  const float* __restrict__ sums, float grad_scale,
+                                                  float* __restrict__ losses) {
+  const int64_t r = blockIdx.x;
+  float* x = probs + r * cols;
+  const int32_t target = targets[r];
+  if (target < 0) {
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) x[c] = 0.0f;
+    if (threadIdx.x == 0) losses[r] = 0.0f;
+    return;
+  }
+  const float sum = sums[2 * r], scale = grad_scale / sum;
+  const int64_t j = static_cast<int64_t>(target) - first;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    float g = x[c] * scale;
+    if (c == j) g -= grad_scale;
+    x[c] = g;
+  }
+  if (threadIdx.x == 0) losses[r] = (max[r] - sums[2 * r + 1]) + logf(sum);
+}
+
+unsigned row_blocks(int64_t n) {
+  ZE_CHECK_LE(n, int64_t{0x7fffffff}) << "vocabulary-parallel cross-entropy rows";
+  return static_cast<unsigned>(n);
+}
+
 }  // namespace
 
 void launch_cross_entropy(float* logits, const int32_t* targets, int64_t n, int64_t vocab,
@@ -89,6 +172,29 @@ void launch_cross_entropy(float* logits, const int32_t* targets, int64_t n, int6
   ZE_CHECK_LE(n, int64_t{0x7fffffff}) << "cross_entropy rows";
   cross_entropy_kernel<<<static_cast<unsigned>(n), kLossThreads, 0, stream>>>(
       logits, targets, vocab, grad_scale, losses);
+  ZE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_row_max(const float* x, int64_t n, int64_t cols, float* max, cudaStream_t stream) {
+  if (n == 0) return;
+  row_max_kernel<<<row_blocks(n), kLossThreads, 0, stream>>>(x, cols, max);
+  ZE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_cross_entropy_slice_exp(float* logits, const int32_t* targets, int64_t n, int64_t cols, int64_t first,
+                                    const float* max, float* sums, cudaStream_t stream) {
+  if (n == 0) return;
+  cross_entropy_slice_exp_kernel<<<row_blocks(n), kLossThreads, 0, stream>>>(logits, targets, cols, first, max,
+                                                                                 sums);
+  ZE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_cross_entropy_slice_finish(float* probs, const int32_t* targets, int64_t n, int64_t cols,
+                                       int64_t first, const float* max, const float* sums, float grad_scale,
+                                       float* losses, cudaStream_t stream) {
+  if (n == 0) return;
+  cross_entropy_slice_finish_kernel<<<row_blocks(n), kLossThreads, 0, stream>>>(probs, targets, cols, first, max,
+                                                                                    sums, grad_scale, losses);
   ZE_CUDA_CHECK_LAUNCH();
 }
 

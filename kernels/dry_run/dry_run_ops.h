@@ -41,6 +41,8 @@ class DryRunOps final : public Ops {
   void transpose12(const Tensor&, const Tensor&) override {}
   void embedding_forward(const Tensor&, const Tensor&, const Tensor&) override {}
   void embedding_backward(const Tensor&, const Tensor&, const Tensor&) override {}
+  void embedding_slice_forward(const Tensor&, int64_t, const Tensor&, const Tensor&) override {}
+  void embedding_slice_backward(const Tensor&, int64_t, const Tensor&, const Tensor&) override {}
   void add_positional(const Tensor&, const Tensor&) override {}
   void positional_backward(const Tensor&, const Tensor&) override {}
   void add(const Tensor&, const Tensor&, const Tensor&) override {}
@@ -51,6 +53,10 @@ class DryRunOps final : public Ops {
   void cast(const Tensor&, const Tensor&) override {}
   void dropout(const Tensor&, const Tensor&, float, const DropoutKey&) override {}
   void cross_entropy(const Tensor&, const Tensor&, float, const Tensor&) override {}
+  void row_max(const Tensor&, const Tensor&) override {}
+  void cross_entropy_slice_exp(const Tensor&, const Tensor&, int64_t, const Tensor&, const Tensor&) override {}
+  void cross_entropy_slice_finish(const Tensor&, const Tensor&, int64_t, const Tensor&, const Tensor&, float,
+                                  const Tensor&) override {}
   void adamw(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
              const AdamWHyper&) override {}
   void sgd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const SgdHyper&) override {}

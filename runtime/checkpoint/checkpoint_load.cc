@@ -198,6 +198,7 @@ absl::Status load_local(Engine& engine, const Manifest& m, const std::string& ta
 }  // namespace
 
 absl::Status load_checkpoint(Engine& engine, const std::string& dir, const std::string& tag_in) {
+  ZE_RETURN_IF_ERROR(check_no_tensor_split(engine, "loading a checkpoint"));
   Communicator& comm = engine.comm();
   absl::StatusOr<std::string> tag = tag_in;
   if (tag_in.empty()) {

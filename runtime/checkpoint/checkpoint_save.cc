@@ -69,7 +69,16 @@ absl::StatusOr<std::vector<uint32_t>> write_shard(OptimizerStateStore& store, co
 
 }  // namespace
 
+absl::Status check_no_tensor_split(const Engine& engine, std::string_view what) {
+  const int t = engine.mesh().shape().tensor;
+  if (t == 1) return absl::OkStatus();
+  return absl::UnimplementedError(cat(what, ": checkpoints of a tensor-parallel run (tensor_parallel.autotp_size ", t,
+                                      ") are not written or read yet; the run itself works, and --init-from a "
+                                      "safetensors file loads its weights at any tensor size"));
+}
+
 absl::StatusOr<std::string> save_checkpoint(Engine& engine, const SaveOptions& options) {
+  ZE_RETURN_IF_ERROR(check_no_tensor_split(engine, "saving a checkpoint"));
   Communicator& comm = engine.comm();
   ModelState& state = engine.state();
   const int rank = comm.rank(), world = comm.world_size();

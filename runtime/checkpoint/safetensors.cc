@@ -129,7 +129,9 @@ absl::Status load_safetensors_weights(Engine& engine, const std::string& path) {
       const Json& t = header[name];
       const std::string dt = t.value("dtype", "");
       const std::vector<int64_t> s = t.at("shape").get<std::vector<int64_t>>();
-      const Shape want = conv1d ? stored_shape(name, r.param->shape()) : r.param->shape();
+      // A tensor-parallel slice reads its elements out of the whole tensor.
+      const Shape& whole = r.param->slice() ? r.param->slice()->global_shape : r.param->shape();
+      const Shape want = conv1d ? stored_shape(name, whole) : whole;
       if (Shape(s.begin(), s.end()) != want) {
         return absl::FailedPreconditionError(cat(path, ": tensor ", name, " has shape ", shape_string(Shape(s.begin(), s.end())),
                                                  ", the model needs ", shape_string(want)));
@@ -145,11 +147,18 @@ absl::Status load_safetensors_weights(Engine& engine, const std::string& path) {
       const DType src = dt == "F32" ? DType::kF32 : dt == "BF16" ? DType::kBF16 : DType::kF16;
       for (int64_t i = 0; i < n; ++i) v[i] = load_as_float(raw.data(), src, static_cast<size_t>(i));
       if (conv1d && is_gpt2_conv1d_weight(name) && want.size() == 2) v = transposed(v, want[0], want[1]);
-      ZE_RETURN_IF_ERROR(state.state_store().write(0, r.offset, absl::MakeConstSpan(v).subspan(r.begin, r.end - r.begin)));
+      if (r.param->slice()) {
+        std::vector<float> mine(static_cast<size_t>(r.end - r.begin));
+        for (int64_t i = r.begin; i < r.end; ++i) mine[i - r.begin] = v[r.param->global_index(i)];
+        v = std::move(mine);
+      } else {
+        v = std::vector<float>(v.begin() + r.begin, v.begin() + r.end);
+      }
+      ZE_RETURN_IF_ERROR(state.state_store().write(0, r.offset, v));
     }
     return state.state_store().flush();
   }();
-  ZE_ASSIGN_OR_RETURN(double failed, engine.comm().all_reduce_max(local.ok() ? 0.0 : 1.0));
+  ZE_ASSIGN_OR_RETURN(double failed, engine.mesh().world().all_reduce_max(local.ok() ? 0.0 : 1.0));
   if (!local.ok()) return local;
   if (failed > 0) return absl::AbortedError(cat("reading ", path, ": another rank failed"));
   return engine.state().refresh_parameters();

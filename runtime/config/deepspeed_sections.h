@@ -24,6 +24,10 @@ void parse_aio_section(ConfigReader r, RunConfig& out);
 void parse_activation_checkpointing_section(ConfigReader r, RunConfig& out);
 // "checkpoint"
 void parse_checkpoint_section(ConfigReader r, RunConfig& out);
+// "tensor_parallel" (DeepSpeed's AutoTP training section): autotp_size, which
+// must divide the world and the model's heads; the keys of DeepSpeed's
+// module-injection machinery are refused by name.
+void parse_tensor_parallel_section(ConfigReader r, RunConfig& out);
 // DeepSpeed features ZeroEngine does not have (monitors, profilers,
 // autotuning, pipeline, ...): accepted when absent or disabled, refused when
 // enabled, each with its reason.

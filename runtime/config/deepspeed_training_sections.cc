@@ -137,6 +137,19 @@ void parse_precision_sections(ConfigReader& root, RunConfig& c) {
   autocast.finish();
 }
 
+void parse_tensor_parallel_section(ConfigReader r, RunConfig& c) {
+  read_declared_keys(r, c);
+  const int64_t t = c.autotp_size;
+  if (t > 1 && c.world_size % t != 0) {
+    r.error("autotp_size", cat(t, " does not divide the world of ", c.world_size,
+                               " ranks (world = tensor x data: launch a multiple of ", t, " ranks)"));
+  } else if (t > 1 && c.model.gpt.n_head % t != 0) {
+    r.error("autotp_size", cat(t, " does not divide model.n_head ", c.model.gpt.n_head,
+                               " (each tensor rank computes n_head / autotp_size whole heads)"));
+  }
+  r.finish();
+}
+
 void parse_unsupported_feature_sections(ConfigReader& root) {
   // Sections with an "enabled" switch: fine while disabled (their other
   // options then have no effect, so they are not checked).
@@ -183,7 +196,6 @@ void parse_unsupported_feature_sections(ConfigReader& root) {
   static const Switch kPresence[] = {
       {"pipeline", "no pipeline parallelism"},
       {"sparse_attention", "no block-sparse attention"},
-      {"tensor_parallel", "no tensor parallelism"},
       {"expert_parallel", "no expert parallelism"},
       {"compression_training", "no compression training"},
       {"weight_quantization", "no weight quantization"},
@@ -398,6 +410,25 @@ std::vector<ConfigKey> training_keys() {
   k.push_back(accepted("torch_autocast.dtype", KeyKind::kString, Json(), "accepted while autocast is off"));
   k.push_back(accepted("torch_autocast.lower_precision_safe_modules", KeyKind::kString, Json(),
                        "accepted while autocast is off"));
+  // ---- tensor_parallel (DeepSpeed's AutoTP training).
+  const std::string tp = "tensor_parallel.";
+  k.push_back(integer(tp + "autotp_size", ZE_FIELD(autotp_size), 0, 65536,
+                      "tensor-parallel size T (0, 1: none): Megatron's split of the GPT over T adjacent ranks, "
+                      "ZeRO over the world / T data-parallel ranks"));
+  k.push_back(refused(tp + "tp_overlap_comm", false, "the tensor-parallel all-reduces run in line with the compute"));
+  k.push_back(accepted(tp + "vocab_parallel_lm_head", KeyKind::kBool, false,
+                       "the GPT's head is tied to the token table, which is vocabulary-parallel at T > 1 anyway"));
+  k.push_back(accepted(tp + "vocab_parallel_ce_backend", KeyKind::kString, "torch",
+                       "the vocabulary-parallel cross-entropy is ZeroEngine's own kernel"));
+  k.push_back(accepted(tp + "dtype", KeyKind::kString, Json(), "the model dtype comes from bf16 / fp16"));
+  k.push_back(refused(tp + "tp", Json(), "DeepSpeed's inference TP settings; training takes autotp_size"));
+  k.push_back(refused(tp + "tensor_parallel", Json(), "DeepSpeed's inference TP settings; training takes autotp_size"));
+  k.push_back(refused(tp + "injection_policy_tuple", Json(), "the GPT's split is Megatron's, built into its layers"));
+  k.push_back(refused(tp + "partition_config", Json(), "the GPT's split is Megatron's, built into its layers"));
+  k.push_back(refused(tp + "preset_model", Json(), "the GPT's split is Megatron's, built into its layers"));
+  k.push_back(refused(tp + "keep_module_on_host", false, "weights load straight into each rank's slices"));
+  k.push_back(refused(tp + "replace_with_kernel_inject", false, "no inference kernel injection"));
+  k.push_back(refused(tp + "kernel_inject", false, "no inference kernel injection"));
   return k;
 }
 

@@ -14,6 +14,7 @@ PlanInput plan_input(const RunConfig& config, int world, int rank) {
   in.seq_len = config.model.gpt.seq_len;
   in.engine = config.engine;
   in.world = world;
+  in.tensor = config.tensor_size();
   in.rank = rank;
   in.compute_tier = config.run.backend == "cuda" ? Tier::kDevice : Tier::kHost;
   return in;

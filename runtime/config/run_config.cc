@@ -137,7 +137,13 @@ absl::StatusOr<RunConfig> parse_run_config(const Json& config, const ConfigOptio
   read_declared_keys(data, out);
   data.finish();
   parse_run(root.section("run"), out);
-  ZE_RETURN_IF_ERROR(resolve_batch(root, options.world_size, out));
+  // DeepSpeed's AutoTP section (a pydantic model there: unknown keys fail): before the batch, whose
+  // triple counts data-parallel ranks only.
+  parse_tensor_parallel_section(root.section("tensor_parallel"), out);
+  if (out.world_size % out.tensor_size() != 0) {
+    ZE_RETURN_IF_ERROR(diag.status());  // the section's error says why
+  }
+  ZE_RETURN_IF_ERROR(resolve_batch(root, out.data_size(), out));
   read_declared_keys(root, out);
   const bool prescale = out.switches.prescale_gradients;
   const double predivide = out.switches.gradient_predivide_factor;
@@ -172,7 +178,7 @@ absl::StatusOr<RunConfig> parse_run_config(const Json& config, const ConfigOptio
                "must be false / 1.0 with ZeRO stage 2 or 3 and reduce_scatter (as in DeepSpeed)");
   }
   if (sum_op && z.stage == ZeroStage::k3) root.error("gradient_allreduce_op", "\"sum\" is not supported with ZeRO stage 3 (as in DeepSpeed)");
-  const double world = options.world_size;
+  const double world = out.data_size();  // DeepSpeed averages over the data-parallel group
   if (sum_op) {
     out.engine.pre_divide = 1.0;
   } else if (prescale) {

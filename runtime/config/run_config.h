@@ -67,8 +67,12 @@ struct RunConfig {
   RunSection run;
   EngineConfig engine;
   ConfigSwitches switches;
-  int world_size = 1;
-  int64_t train_batch_size = 0;  // global: micro x accumulation x world
+  int world_size = 1;            // processes (ranks)
+  int64_t autotp_size = 0;       // tensor_parallel.autotp_size: 0 or 1, no tensor parallelism
+  int64_t train_batch_size = 0;  // global: micro x accumulation x data-parallel size
+  // The mesh: tensor groups of tensor_size() adjacent ranks, data_size() of them.
+  int tensor_size() const { return autotp_size > 1 ? static_cast<int>(autotp_size) : 1; }
+  int data_size() const { return world_size / tensor_size(); }
   int64_t steps_per_print = 10;  // DeepSpeed's default is None (no progress log); ours prints every 10
   bool wall_clock_breakdown = false;  // forward/backward/step times at each print
   bool memory_breakdown = false;      // every category and tier at each print
@@ -79,7 +83,7 @@ struct RunConfig {
 };
 
 struct ConfigOptions {
-  int world_size = 1;               // data-parallel ranks (the batch triple depends on it)
+  int world_size = 1;               // ranks (the batch triple depends on the data-parallel part of them)
   bool allow_unknown_keys = false;  // unknown keys warn instead of failing
 };
 

@@ -6,6 +6,7 @@
 
 #include "core/status.h"
 #include "core/strings.h"
+#include "graph/vocab_parallel.h"
 #include "zero/state_buffers.h"
 
 namespace zero {
@@ -38,10 +39,19 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Module> m
 absl::StatusOr<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Module> model, const EngineConfig& config,
                                                        Backend& backend, const DeviceMesh& mesh) {
   if (model == nullptr) return absl::InvalidArgumentError("initialize: model is null");
-  if (mesh.shape().tensor != 1 || mesh.shape().pipeline != 1) {
-    return absl::UnimplementedError(cat("a mesh of tensor ", mesh.shape().tensor, " x pipeline ",
-                                        mesh.shape().pipeline,
-                                        ": the engine runs data parallelism only (tensor = pipeline = 1) so far"));
+  if (mesh.shape().pipeline != 1) {
+    return absl::UnimplementedError(cat("a mesh of pipeline ", mesh.shape().pipeline,
+                                        ": the engine runs data and tensor parallelism only (pipeline = 1) so far"));
+  }
+  if (mesh.shape().tensor > 1) {
+    // The model's tensor-parallel layers must split over this mesh's tensor
+    // group; its logits then come as this rank's vocabulary slice.
+    const std::optional<VocabSlice> slice = model->logits_vocab_slice();
+    if (!slice || slice->group != &mesh.tensor()) {
+      return absl::InvalidArgumentError(cat(
+          "a mesh of tensor ", mesh.shape().tensor, ": the model must be built on the mesh's tensor group (e.g. "
+          "Gpt(config, &mesh.tensor())); this one ", !slice ? "has no tensor-parallel layers" : "uses another group"));
+    }
   }
   if (config.micro_batch_size <= 0)
     return absl::InvalidArgumentError(cat("micro batch size ", config.micro_batch_size, " must be > 0"));
@@ -106,6 +116,22 @@ absl::Status Engine::init() {
   return absl::OkStatus();
 }
 
+absl::Status Engine::cross_entropy(const Tensor& logits, const Tensor& targets, float grad_scale,
+                                   const Tensor& losses) {
+  if (const std::optional<VocabSlice> slice = model_->logits_vocab_slice()) {
+    return vocab_parallel_cross_entropy(backend_, *slice->group, logits, to_compute(targets), slice->first, grad_scale,
+                                        losses);
+  }
+  backend_.ops().cross_entropy(logits, to_compute(targets), grad_scale, losses);
+  return absl::OkStatus();
+}
+
+int64_t Engine::comm_bytes() const {
+  int64_t bytes = mesh_->data().bytes_communicated();
+  if (mesh_->shape().tensor > 1) bytes += mesh_->tensor().bytes_communicated();
+  return bytes;
+}
+
 Tensor Engine::to_compute(const Tensor& t) {
   if (t.tier() == backend_.compute_tier()) return t;
   Tensor out = backend_.empty(t.shape(), t.dtype(), MemCategory::kActivations);
@@ -115,7 +141,7 @@ Tensor Engine::to_compute(const Tensor& t) {
 
 absl::StatusOr<float> Engine::forward(const Batch& batch) {
   const auto t0 = std::chrono::steady_clock::now();
-  if (micro_step_ % config_.gradient_accumulation_steps == 0) comm_bytes_at_step_start_ = comm().bytes_communicated();
+  if (micro_step_ % config_.gradient_accumulation_steps == 0) comm_bytes_at_step_start_ = comm_bytes();
   ctx_.clear();  // a forward without backward (or after an error) leaves nothing behind
   ctx_.set_grad_enabled(true);
   state_->begin_forward();
@@ -140,7 +166,10 @@ absl::StatusOr<float> Engine::forward(const Batch& batch) {
   const double divisor = static_cast<double>(valid) * config_.gradient_accumulation_steps * config_.pre_divide;
   const float grad_scale = valid == 0 ? 0.0f : static_cast<float>(scaler_.scale() / divisor);
   Tensor losses = ctx_.activation({rows});
-  backend_.ops().cross_entropy(logits.view({rows, vocab}), to_compute(batch.targets), grad_scale, losses);
+  if (absl::Status s = cross_entropy(logits.view({rows, vocab}), batch.targets, grad_scale, losses); !s.ok()) {
+    ctx_.clear();
+    return annotate(s, cat("loss of micro-step ", micro_step_));
+  }
   std::vector<float> host(rows);
   backend_.copy(host.data(), losses.data(), rows * sizeof(float));
   double sum = 0.0;
@@ -183,11 +212,12 @@ absl::StatusOr<StepResult> Engine::step() {
     return r;
   }
 
-  // Overflow anywhere skips the step everywhere: the flag is all-reduced (max).
+  // Overflow anywhere skips the step everywhere: the flag is all-reduced
+  // (max) over the world, tensor ranks included.
   bool overflow = false;
   if (config_.check_grad_overflow) {
     const int64_t local = state_->local_nonfinite_grads();
-    ZE_ASSIGN_OR_RETURN(double any, comm().all_reduce_max(local > 0 ? 1.0 : 0.0));
+    ZE_ASSIGN_OR_RETURN(double any, mesh_->world().all_reduce_max(local > 0 ? 1.0 : 0.0));
     overflow = any > 0;
     if (local > 0) r.overflow_in = cat(state_->nonfinite_gradient_names(), " (rank ", comm().rank(), ")");
     else if (overflow) r.overflow_in = "another rank's partition";
@@ -199,9 +229,19 @@ absl::StatusOr<StepResult> Engine::step() {
     // The global norm of the loss-scaled gradients: every rank's owned part,
     // summed in double. Then DeepSpeed's combined unscale-and-clip:
     // c = max(1, (norm/scale + 1e-6) / clip); grads *= 1 / (c scale).
-    double square_sum = state_->local_grad_square_sum();
+    // With tensor parallelism the slices of split parameters add up over
+    // the tensor group, while the replicated ones (layer norms, the position
+    // table, row-parallel biases: the same gradient on every tensor rank)
+    // count once, from tensor rank 0 (Megatron's rule).
+    const bool tensor_split = mesh_->shape().tensor > 1;
+    double square_sum = !tensor_split || mesh_->coordinates().tensor == 0
+                            ? state_->local_grad_square_sum()
+                            : state_->local_grad_square_sum([](const Parameter& p) { return p.slice().has_value(); });
     if (!state_->grads_replicated()) {
       ZE_ASSIGN_OR_RETURN(square_sum, comm().all_reduce_sum(square_sum));
+    }
+    if (tensor_split) {
+      ZE_ASSIGN_OR_RETURN(square_sum, mesh_->tensor().all_reduce_sum(square_sum));
     }
     const double scale = r.loss_scale;
     r.grad_norm = std::sqrt(square_sum) / scale;
@@ -248,7 +288,7 @@ absl::StatusOr<StepResult> Engine::step() {
   r.backward_s = timing_.backward_s;
   r.step_s = timing_.step_s;
   r.recompute_s = timing_.recompute_s;
-  r.comm_bytes = comm().bytes_communicated() - comm_bytes_at_step_start_;
+  r.comm_bytes = comm_bytes() - comm_bytes_at_step_start_;
   timing_ = StepResult();
   return r;
 }
@@ -264,7 +304,7 @@ absl::StatusOr<float> Engine::evaluate(const Batch& batch) {
   }
   const int64_t vocab = logits.dim(-1), rows = logits.numel() / vocab;
   Tensor losses = ctx_.activation({rows});
-  backend_.ops().cross_entropy(logits.view({rows, vocab}), to_compute(batch.targets), 0.0f, losses);
+  ZE_RETURN_IF_ERROR(annotate(cross_entropy(logits.view({rows, vocab}), batch.targets, 0.0f, losses), "evaluation"));
   std::vector<float> host(rows);
   backend_.copy(host.data(), losses.data(), rows * sizeof(float));
   const int64_t valid = count_valid_targets(batch.targets);

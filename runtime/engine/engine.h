@@ -77,8 +77,12 @@ class Engine {
                                                         Backend& backend, Communicator* comm = nullptr);
   // On a device mesh (comm/device_mesh.h), which must outlive the
   // engine: ZeRO shards over its data group and samples are drawn by the
-  // data-parallel rank. Tensor and pipeline groups of more than one rank are
-  // refused until the layers that use them exist.
+  // data-parallel rank. With a tensor group of T > 1 the model must be built
+  // on it (Gpt(config, &mesh.tensor())): each rank of a tensor group gets the
+  // same batch, the gradient norm adds the split parameters' slices over the
+  // group and counts the replicated ones once, and an overflow anywhere
+  // skips the step everywhere. Pipeline groups of more than one rank are
+  // refused until the pipeline schedule exists.
   static absl::StatusOr<std::unique_ptr<Engine>> create(std::unique_ptr<Module> model, const EngineConfig& config,
                                                         Backend& backend, const DeviceMesh& mesh);
   ~Engine();
@@ -147,6 +151,11 @@ class Engine {
   Engine(std::unique_ptr<Module> model, const EngineConfig& config, Backend& backend, const DeviceMesh& mesh);
   absl::Status init();
   Tensor to_compute(const Tensor& host);
+  // The loss of logits [N, V] and its gradient in place: the fused kernel,
+  // or the vocabulary-parallel one when the model's logits are a slice.
+  absl::Status cross_entropy(const Tensor& logits, const Tensor& targets, float grad_scale, const Tensor& losses);
+  // Bytes this rank sent into collectives so far: data group, and tensor group when split.
+  int64_t comm_bytes() const;
 
   std::unique_ptr<Module> model_;
   EngineConfig config_;

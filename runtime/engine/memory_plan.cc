@@ -4,7 +4,7 @@
 #include <memory>
 
 #include "absl/strings/str_format.h"
-#include "comm/dry_run_communicator.h"
+#include "comm/device_mesh.h"
 #include "core/status.h"
 #include "core/strings.h"
 #include "kernels/dry_run/dry_run_backend.h"
@@ -39,12 +39,17 @@ absl::StatusOr<MemoryPlan> plan_memory(const PlanInput& in) {
   if (in.micro_batch < 1)
     return absl::InvalidArgumentError(cat("train_micro_batch_size_per_gpu: ", in.micro_batch, " must be > 0"));
 
+  if (in.tensor < 1 || in.world % in.tensor != 0 || g.n_head % in.tensor != 0)
+    return absl::InvalidArgumentError(cat("tensor_parallel.autotp_size ", in.tensor, " must divide the world of ",
+                                          in.world, " ranks and model.n_head ", g.n_head));
+
   DryRunBackend backend(in.compute_tier);
-  const std::unique_ptr<Communicator> comm = make_dry_run_communicator(in.rank, in.world);
+  ZE_ASSIGN_OR_RETURN(const std::unique_ptr<DeviceMesh> mesh,
+                      DeviceMesh::dry_run({in.world / in.tensor, in.tensor, 1}, in.rank));
   EngineConfig e = in.engine;
   e.micro_batch_size = in.micro_batch;
   ZE_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
-                      Engine::create(std::make_unique<Gpt>(g), e, backend, comm.get()));
+                      Engine::create(std::make_unique<Gpt>(g, &mesh->tensor()), e, backend, *mesh));
   MemoryTracker& tracker = backend.process_tracker();
 
   MemoryPlan plan;

@@ -38,8 +38,9 @@ struct PlanInput {
   int64_t micro_batch = 1;  // sequences per micro-batch on this rank
   int64_t seq_len = 0;      // tokens per sequence; 0: model.seq_len
   EngineConfig engine;
-  int world = 1;            // data-parallel ranks
-  int rank = 0;             // which rank to plan (padding and the last shard differ per rank)
+  int world = 1;            // ranks: tensor x data-parallel
+  int tensor = 1;           // tensor-parallel size T (dividing world and the model's heads)
+  int rank = 0;             // which rank to plan (padding, the last shard and the vocabulary slice differ per rank)
   Tier compute_tier = Tier::kHost;  // where the backend computes: kHost (CPU), kDevice (CUDA)
   int optimizer_steps = 2;  // length of the dry run (>= 2 to reach stage 3's steady state)
 };

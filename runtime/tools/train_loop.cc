@@ -52,18 +52,31 @@ absl::StatusOr<int> run_training(const RunConfig& c, Backend& backend, Communica
   const int64_t tracked_device_baseline =
       MemoryTracker::global().snapshot().reserved[static_cast<int>(Tier::kDevice)].current;
   ZE_ASSIGN_OR_RETURN(std::unique_ptr<DataLoader> data, open_data(c));
+  // The mesh (comm/device_mesh.h): tensor groups of T adjacent ranks, ZeRO
+  // over the data groups; the model splits over this rank's tensor group.
+  ZE_ASSIGN_OR_RETURN(std::unique_ptr<DeviceMesh> mesh, DeviceMesh::create(comm, c.tensor_size()));
   ZE_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
-                      initialize(std::make_unique<Gpt>(c.model.gpt), c.engine, backend, &comm));
+                      Engine::create(std::make_unique<Gpt>(c.model.gpt, &mesh->tensor()), c.engine, backend, *mesh));
   const GptConfig& g = c.model.gpt;
-  out << absl::StrFormat("model: GPT n_layer=%d n_head=%d d_model=%d vocab=%d seq_len=%d, %.2fM parameters (%s)%s\n",
+  out << absl::StrFormat("model: GPT n_layer=%d n_head=%d d_model=%d vocab=%d seq_len=%d, %.2fM parameters%s (%s)%s\n",
                          g.n_layer, g.n_head, g.d_model, g.vocab_size, g.seq_len,
-                         static_cast<double>(engine->num_parameters()) / 1e6, dtype_name(c.engine.param_dtype),
+                         static_cast<double>(g.num_parameters()) / 1e6,
+                         c.tensor_size() > 1 ? absl::StrFormat(", %.2fM in rank 0's tensor slice",
+                                                               static_cast<double>(engine->num_parameters()) / 1e6)
+                                             : std::string(),
+                         dtype_name(c.engine.param_dtype),
                          g.dropout > 0.0f ? absl::StrFormat(", dropout %g (seed %d)", g.dropout, c.engine.seed) : "");
   out << "data: " << data->source().describe() << "\n";
-  out << absl::StrFormat("batch: %d sequences/step = micro %d x accumulation %d x %d rank%s; ZeRO stage %d%s\n",
+  out << absl::StrFormat("batch: %d sequences/step = micro %d x accumulation %d x %d %srank%s; ZeRO stage %d%s\n",
                          c.train_batch_size, c.engine.micro_batch_size, c.engine.gradient_accumulation_steps,
-                         comm.world_size(), comm.world_size() == 1 ? "" : "s", stage_number(c.engine.zero.stage),
-                         c.engine.zero.overlap_comm ? " (overlap_comm)" : "");
+                         c.data_size(), c.tensor_size() > 1 ? "data-parallel " : "", c.data_size() == 1 ? "" : "s",
+                         stage_number(c.engine.zero.stage), c.engine.zero.overlap_comm ? " (overlap_comm)" : "");
+  if (c.tensor_size() > 1) {
+    out << absl::StrFormat("tensor parallel: %d ranks per tensor group (ranks %d-%d hold the first model copy), "
+                           "%d data-parallel group%s; Megatron's split: heads, MLP features and vocabulary / %d\n",
+                           c.tensor_size(), 0, c.tensor_size() - 1, c.data_size(), c.data_size() == 1 ? "" : "s",
+                           c.tensor_size());
+  }
   if (backend.compute_tier() == Tier::kHost) {
     out << absl::StrFormat("backend: %s, %d threads per rank, %s kernels; communicator: %s\n", backend.name(),
                            omp_get_max_threads(), cpu::simd_kernels().isa, comm.name());
@@ -130,6 +143,10 @@ absl::StatusOr<int> run_training(const RunConfig& c, Backend& backend, Communica
   // Resume (checkpoint) or initial weights (safetensors).
   // The newest complete checkpoint, whatever `latest` says; "auto" starts
   // fresh only where there is none (never silently past one).
+  if (!c.run.save_dir.empty() || !c.run.resume.empty()) {
+    // Before the first step: a run must not train for hours and then fail to save.
+    ZE_RETURN_IF_ERROR(check_no_tensor_split(*engine, !c.run.resume.empty() ? "--resume" : "--save-dir"));
+  }
   std::string resume_dir = c.run.resume;
   absl::StatusOr<ResumePoint> point = absl::NotFoundError("");
   if (!resume_dir.empty()) {

@@ -34,7 +34,8 @@ planner the tests check against the engine's tracking allocator.
 
   --config FILE          run config, loaded as zero-train loads it (repeat to layer files)
   --set KEY.PATH=VALUE   override one key (repeatable)
-  --world N              data-parallel ranks (with --params: a comma list, e.g. 1,4,16,64)
+  --world N              ranks: data-parallel x tensor_parallel.autotp_size (with --params: data-parallel
+                         ranks, a comma list, e.g. 1,4,16,64)
   --rank R               show rank R (default: the rank with the largest total)
   --all-ranks            also one line of totals per rank
   --json                 every rank's peaks as JSON (with --config)
@@ -191,6 +192,7 @@ int config_mode(const Args& a) {
   if (a.json) {
     zero::Json j;
     j["world"] = world;
+    j["tensor"] = config->tensor_size();
     j["stage"] = zero::stage_number(e.zero.stage);
     j["num_parameters"] = plans[0].num_parameters;
     j["max_rank"] = max_rank;
@@ -203,14 +205,21 @@ int config_mode(const Args& a) {
   const zero::GptConfig& g = config->model.gpt;
   const int shown = a.rank >= 0 ? a.rank : max_rank;
   const zero::MemoryPlan& plan = plans[shown];
-  std::printf("model: GPT n_layer=%lld n_head=%lld d_model=%lld vocab=%lld seq_len=%lld, %.2fM parameters\n",
+  const int tensor = config->tensor_size(), data = config->data_size();
+  std::printf("model: GPT n_layer=%lld n_head=%lld d_model=%lld vocab=%lld seq_len=%lld, %.2fM parameters%s\n",
               static_cast<long long>(g.n_layer), static_cast<long long>(g.n_head), static_cast<long long>(g.d_model),
               static_cast<long long>(g.vocab_size), static_cast<long long>(g.seq_len),
-              static_cast<double>(plan.num_parameters) / 1e6);
-  std::printf("run: micro-batch %lld x accumulation %lld x %d rank%s; ZeRO stage %d%s; %s parameters, %s gradients, %s;"
-              " activation checkpointing: %s%s\n",
-              static_cast<long long>(e.micro_batch_size), static_cast<long long>(e.gradient_accumulation_steps), world,
-              world == 1 ? "" : "s", zero::stage_number(e.zero.stage), e.zero.overlap_comm ? " (overlap_comm)" : "",
+              static_cast<double>(g.num_parameters()) / 1e6,
+              tensor > 1 ? zero::cat(", ", absl::StrFormat("%.2fM", static_cast<double>(plan.num_parameters) / 1e6),
+                                     " in rank ", shown, "'s tensor slice")
+                               .c_str()
+                         : "");
+  std::printf("run: micro-batch %lld x accumulation %lld x %d %srank%s%s; ZeRO stage %d%s; %s parameters, %s "
+              "gradients, %s; activation checkpointing: %s%s\n",
+              static_cast<long long>(e.micro_batch_size), static_cast<long long>(e.gradient_accumulation_steps), data,
+              tensor > 1 ? "data-parallel " : "", data == 1 ? "" : "s",
+              tensor > 1 ? zero::cat(" x tensor-parallel ", tensor).c_str() : "", zero::stage_number(e.zero.stage),
+              e.zero.overlap_comm ? " (overlap_comm)" : "",
               std::string(zero::dtype_name(e.param_dtype)).c_str(),
               std::string(zero::dtype_name(e.gradient_dtype())).c_str(), std::string(zero::optimizer_type_name(e.optimizer.type)).c_str(),
               plan.checkpoint_segments > 0 ? zero::cat(plan.checkpoint_segments, " segments").c_str() : "off",
@@ -224,7 +233,7 @@ int config_mode(const Args& a) {
                                   : zero::cat(" (rank ", max_rank, " has the largest total)"));
   std::fputs(zero::format_memory_plan(plan, title).c_str(), stdout);
   const zero::ModelStateBytes formula =
-      zero::model_state_bytes(static_cast<double>(plan.num_parameters), world, zero::stage_number(e.zero.stage),
+      zero::model_state_bytes(static_cast<double>(plan.num_parameters), data, zero::stage_number(e.zero.stage),
                               zero::model_state_factors(e));
   // Over every tier: offloaded state counts where it went.
   auto init = [&](zero::MemCategory c) {

@@ -2,7 +2,8 @@
 // tensor fastest, then data, then pipeline), communicator splits whose
 // groups reduce only among their members, every mesh layout the world
 // divides into, point-to-point send and receive around a ring, and the
-// engine refusing tensor or pipeline groups it cannot use yet.
+// engine refusing the pipeline groups it cannot use yet (tensor groups:
+// runtime/tensor_parallel_test.cc).
 #include <gtest/gtest.h>
 
 #include <set>
@@ -114,7 +115,7 @@ TEST(DeviceMeshTest, SendAndReceiveAroundARing) {
   for (size_t i = 0; i < in.size(); ++i) ASSERT_EQ(in[i], static_cast<float>(prev * 1000 + static_cast<int>(i))) << i;
 }
 
-TEST(DeviceMeshTest, TheEngineShardsOverTheDataGroupAndRefusesModelParallelGroups) {
+TEST(DeviceMeshTest, TheEngineShardsOverTheDataGroupAndRefusesPipelineGroups) {
   const int w = world().world_size();
   CpuBackend backend;
   EngineConfig ec;
@@ -127,11 +128,11 @@ TEST(DeviceMeshTest, TheEngineShardsOverTheDataGroupAndRefusesModelParallelGroup
   EXPECT_EQ(&(*engine)->comm(), &(*mesh)->data());
   EXPECT_EQ((*engine)->comm().world_size(), w);
   if (w % 2 == 0) {
-    auto tp = DeviceMesh::create(world(), 2);
-    ASSERT_TRUE(tp.ok());
-    auto refused = Engine::create(std::make_unique<Gpt>(g), ec, backend, **tp);
+    auto pp = DeviceMesh::create(world(), 1, 2);
+    ASSERT_TRUE(pp.ok());
+    auto refused = Engine::create(std::make_unique<Gpt>(g), ec, backend, **pp);
     EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnimplemented);
-    EXPECT_NE(refused.status().message().find("tensor 2"), std::string_view::npos) << refused.status();
+    EXPECT_NE(refused.status().message().find("pipeline 2"), std::string_view::npos) << refused.status();
   }
 }
 

@@ -7,6 +7,11 @@
 // place in the unsplit tensor); the output, the input gradient and every
 // parameter gradient (the slices' against the matching slices, the
 // replicated bias's whole) agree within fp32 rounding of the partial sums.
+//
+// The vocabulary-parallel embedding, tied head and cross-entropy
+// (graph/vocab_parallel.h) against the unsplit Embedding, TiedLMHead and the
+// fused cross_entropy kernel, with a vocabulary of 37 that divides by none
+// of 2, 3, 4 (the first 37 mod T ranks hold one row more; nothing padded).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,6 +20,7 @@
 #include "graph/init.h"
 #include "graph/layers.h"
 #include "graph/parallel_layers.h"
+#include "graph/vocab_parallel.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "tests/testing/mpi_test_main.h"
 
@@ -72,6 +78,88 @@ TEST(ParallelLayersTest, GlobalIndexPlacesASliceInTheUnsplitTensor) {
   EXPECT_EQ(cols.global_index(5), 11);
   Parameter whole("b", {4}, ParamInit::zeros());
   EXPECT_EQ(whole.global_index(3), 3);
+  // Attention's fused QKV over 2 ranks: rank 1 holds rows 2-3 of each of
+  // the three 4-row blocks (q, k, v) of a [12, 2].
+  Parameter qkv("w", {6, 2}, ParamInit::zeros());
+  qkv.set_slice({{12, 2}, 0, 2, 3});
+  EXPECT_EQ(qkv.global_index(0), 4);    // row 2 (q)
+  EXPECT_EQ(qkv.global_index(3), 7);    // row 3
+  EXPECT_EQ(qkv.global_index(4), 12);   // row 6 (k)
+  EXPECT_EQ(qkv.global_index(11), 23);  // row 11 (v)
+}
+
+TEST(ParallelLayersTest, EvenSplitCoversTheVocabularyWithoutPadding) {
+  // 37 over 4: 10, 9, 9, 9.
+  EXPECT_EQ(even_split(37, 4, 0).offset, 0);
+  EXPECT_EQ(even_split(37, 4, 0).size, 10);
+  EXPECT_EQ(even_split(37, 4, 1).offset, 10);
+  EXPECT_EQ(even_split(37, 4, 3).offset, 28);
+  EXPECT_EQ(even_split(37, 4, 3).size, 9);
+  EXPECT_EQ(even_split(36, 4, 2).size, 9);
+}
+
+// The vocabulary-parallel token table, tied head and loss over the world as
+// tensor group against the unsplit ones: the embedding output, the loss of
+// every row (an ignored target included), each rank's slice of the logits'
+// gradient, the gradient of the input of the head, and the table's gradient
+// (the embedding's and the head's parts).
+TEST(VocabParallelTest, EmbeddingHeadAndLossEqualTheUnsplitOnes) {
+  constexpr int64_t kVocab = 37, kDim = 6, kB = 2, kT = 5, kRows = kB * kT;
+  CpuBackend backend;
+  Communicator& group = world();
+  const int tp = group.world_size();
+  VocabParallelEmbedding wte("wte", kVocab, kDim, 0.5f, group);
+  VocabParallelLMHead head("lm_head", wte);
+  Embedding wte_ref("wte", kVocab, kDim, 0.5f);
+  TiedLMHead head_ref("lm_head", wte_ref.weight());
+  materialise(wte, backend);
+  materialise(wte_ref, backend);
+  const SplitRange rows = even_split(kVocab, tp, group.rank());
+  ASSERT_EQ(wte.weight()->shape()[0], rows.size);
+  EXPECT_EQ(rows.size, kVocab / tp + (group.rank() < kVocab % tp ? 1 : 0));
+
+  std::vector<int32_t> ids(kRows), targets(kRows);
+  for (int64_t i = 0; i < kRows; ++i) {
+    ids[i] = static_cast<int32_t>((i * 11 + 3) % kVocab);
+    targets[i] = static_cast<int32_t>((i * 7 + 5) % kVocab);
+  }
+  targets[4] = -1;  // an ignored position
+  const Tensor id_t = Tensor::wrap(ids.data(), {kB, kT}, DType::kI32, Tier::kHost);
+  const Tensor target_t = Tensor::wrap(targets.data(), {kRows}, DType::kI32, Tier::kHost);
+
+  Context ctx(backend, DType::kF32), ref(backend, DType::kF32);
+  const Tensor e = ctx.forward(wte, id_t), e_ref = ref.forward(wte_ref, id_t);
+  ASSERT_TRUE(ctx.take_status().ok());
+  expect_near(host(backend, e), host(backend, e_ref), "embedding output");
+  // Through the tied heads: this rank's logit columns, and the whole ones.
+  const Tensor logits = ctx.forward(head, e), logits_ref = ref.forward(head_ref, e_ref);
+  ASSERT_EQ(logits.dim(-1), rows.size);
+
+  const float grad_scale = 0.25f;
+  Tensor losses = backend.empty({kRows}, DType::kF32, MemCategory::kActivations);
+  Tensor losses_ref = backend.empty({kRows}, DType::kF32, MemCategory::kActivations);
+  ASSERT_TRUE(vocab_parallel_cross_entropy(backend, group, logits.view({kRows, rows.size}), target_t, rows.offset,
+                                           grad_scale, losses)
+                  .ok());
+  backend.ops().cross_entropy(logits_ref.view({kRows, kVocab}), target_t, grad_scale, losses_ref);
+  expect_near(host(backend, losses), host(backend, losses_ref), "losses");
+  EXPECT_EQ(host(backend, losses)[4], 0.0f) << "an ignored target has no loss";
+  EXPECT_GT(host(backend, losses)[0], 0.0f);
+  // This rank's columns of the reference gradient.
+  const std::vector<float> dlogits_ref = host(backend, logits_ref);
+  std::vector<float> want;
+  for (int64_t r = 0; r < kRows; ++r)
+    for (int64_t j = 0; j < rows.size; ++j) want.push_back(dlogits_ref[r * kVocab + rows.offset + j]);
+  expect_near(host(backend, logits), want, "the slice of dlogits");
+
+  const Tensor dx = ctx.backward(head, logits), dx_ref = ref.backward(head_ref, logits_ref);
+  ASSERT_TRUE(ctx.take_status().ok());
+  expect_near(host(backend, dx), host(backend, dx_ref), "dx of the head (all-reduced)");
+  ctx.backward(wte, dx);
+  ref.backward(wte_ref, dx_ref);
+  ASSERT_TRUE(ctx.take_status().ok());
+  expect_near(host(backend, wte.weight()->grad), slice_of(*wte.weight(), host(backend, wte_ref.weight()->grad)),
+              "table gradient (embedding and head)");
 }
 
 TEST(ParallelLayersTest, ColumnThenRowEqualsTheUnsplitPair) {

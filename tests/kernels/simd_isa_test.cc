@@ -376,14 +376,21 @@ TEST_F(CrossIsaTest, GradientScattersAreIdentical) {
   EXPECT_TRUE(same(db512, db2)) << "bias_backward";
 
   std::vector<float> e512(kRows * kCols), e2(kRows * kCols);
-  a512_->embedding_forward(ids.data(), kRows, table.data(), DType::kF32, kCols, e512.data());
-  a2_->embedding_forward(ids.data(), kRows, table.data(), DType::kF32, kCols, e2.data());
+  a512_->embedding_forward(ids.data(), kRows, table.data(), DType::kF32, kCols, e512.data(), 0, -1);
+  a2_->embedding_forward(ids.data(), kRows, table.data(), DType::kF32, kCols, e2.data(), 0, -1);
   EXPECT_TRUE(same(e512, e2)) << "embedding_forward";
+  // A vocabulary slice of rows [3, vocab - 2): the other ids are skipped.
+  a512_->embedding_forward(ids.data(), kRows, table.data(), DType::kF32, kCols, e512.data(), 3, kVocab - 5);
+  a2_->embedding_forward(ids.data(), kRows, table.data(), DType::kF32, kCols, e2.data(), 3, kVocab - 5);
+  EXPECT_TRUE(same(e512, e2)) << "embedding_forward of a slice";
 
   std::vector<float> dt512(table), dt2(table);
-  a512_->embedding_backward(ids.data(), kRows, dy.data(), kCols, dt512.data(), DType::kF32);
-  a2_->embedding_backward(ids.data(), kRows, dy.data(), kCols, dt2.data(), DType::kF32);
+  a512_->embedding_backward(ids.data(), kRows, dy.data(), kCols, dt512.data(), DType::kF32, 0, -1);
+  a2_->embedding_backward(ids.data(), kRows, dy.data(), kCols, dt2.data(), DType::kF32, 0, -1);
   EXPECT_TRUE(same(dt512, dt2)) << "embedding_backward";
+  a512_->embedding_backward(ids.data(), kRows, dy.data(), kCols, dt512.data(), DType::kF32, 3, kVocab - 5);
+  a2_->embedding_backward(ids.data(), kRows, dy.data(), kCols, dt2.data(), DType::kF32, 3, kVocab - 5);
+  EXPECT_TRUE(same(dt512, dt2)) << "embedding_backward of a slice";
 
   std::vector<float> x512(dy.begin(), dy.begin() + kBatch * kSeq * kCols), x2(x512);
   std::vector<float> pos(kSeq * kCols);

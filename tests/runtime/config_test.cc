@@ -376,3 +376,40 @@ TEST(ConfigTest, UnknownKeysFollowDeepSpeedsStrictnessPerSection) {
 
 }  // namespace
 }  // namespace zero
+
+namespace zero {
+namespace {
+
+// DeepSpeed's AutoTP section: T splits every tensor group off the world, the
+// batch triple and gradient averaging count the data-parallel ranks only,
+// and a T the world or the heads do not divide is an error with the numbers.
+TEST(ConfigTest, TensorParallelSizeSplitsTheWorldIntoDataAndTensorGroups) {
+  absl::StatusOr<RunConfig> c =
+      parse(R"({"train_batch_size": 16, "gradient_accumulation_steps": 2, "tensor_parallel": {"autotp_size": 2}})", 8);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->tensor_size(), 2);
+  EXPECT_EQ(c->data_size(), 4);
+  EXPECT_EQ(c->engine.micro_batch_size, 2) << "16 = micro x 2 accumulation x 4 data-parallel ranks";
+  EXPECT_EQ(c->engine.pre_divide, 4.0) << "gradients average over the data-parallel group";
+  absl::StatusOr<RunConfig> off = parse(R"({"train_batch_size": 16, "tensor_parallel": {"autotp_size": 0}})", 8);
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_EQ(off->tensor_size(), 1);
+  EXPECT_EQ(off->data_size(), 8);
+
+  EXPECT_EQ(error_of(R"({"train_batch_size": 12, "tensor_parallel": {"autotp_size": 4}})", 6),
+            "invalid config: tensor_parallel.autotp_size: 4 does not divide the world of 6 ranks (world = tensor x "
+            "data: launch a multiple of 4 ranks)");
+  const std::string heads = error_of(R"({"train_batch_size": 12, "tensor_parallel": {"autotp_size": 3},
+                                        "model": {"n_head": 4, "d_model": 64}})",
+                                     3);
+  EXPECT_NE(heads.find("tensor_parallel.autotp_size: 3 does not divide model.n_head 4"), std::string::npos) << heads;
+  const std::string refused = error_of(R"({"train_batch_size": 2, "tensor_parallel": {"autotp_size": 2,
+                                          "preset_model": "llama"}})",
+                                       2);
+  EXPECT_NE(refused.find("tensor_parallel.preset_model"), std::string::npos) << refused;
+  const std::string typo = error_of(R"({"train_batch_size": 2, "tensor_parallel": {"autotp_sise": 2}})", 2);
+  EXPECT_NE(typo.find("did you mean \"tensor_parallel.autotp_size\""), std::string::npos) << typo;
+}
+
+}  // namespace
+}  // namespace zero

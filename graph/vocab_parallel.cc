@@ -1,0 +1,67 @@
+// Megatron's vocabulary-parallel layers and loss; see vocab_parallel.h.
+#include "graph/vocab_parallel.h"
+
+#include "core/status.h"
+#include "core/strings.h"
+
+namespace zero {
+
+// ---- VocabParallelEmbedding
+VocabParallelEmbedding::VocabParallelEmbedding(std::string name, int64_t vocab, int64_t dim, float init_std,
+                                               Communicator& group)
+    : Module(std::move(name)),
+      group_(group),
+      vocab_(vocab),
+      dim_(dim),
+      rows_(even_split(vocab, group.world_size(), group.rank())) {
+  ZE_CHECK(rows_.size > 0) << this->name() << ": a vocabulary of " << vocab << " over a tensor group of "
+                           << group.world_size() << " leaves rank " << group.rank() << " no rows";
+  weight_ = add_parameter("weight", {rows_.size, dim}, ParamInit::normal(init_std));
+  weight_->set_slice({{vocab, dim}, 0, rows_.offset});
+}
+
+Tensor VocabParallelEmbedding::forward(Context& ctx, const Tensor& ids) {
+  ZE_CHECK(ids.dtype() == DType::kI32) << ids.debug_string();
+  Shape out_shape = ids.shape();
+  out_shape.push_back(dim_);
+  Tensor y = ctx.activation(out_shape);
+  ctx.ops().embedding_slice_forward(ids, rows_.offset, weight_->data, y);
+  sum_over(ctx, group_, y, name());
+  ctx.save(ids);
+  return y;
+}
+
+Tensor VocabParallelEmbedding::backward(Context& ctx, const Tensor& dy) {
+  if (weight_->grad.defined()) ctx.ops().embedding_slice_backward(ctx.saved(0), rows_.offset, dy, weight_->grad);
+  return Tensor();
+}
+
+// ---- VocabParallelLMHead
+VocabParallelLMHead::VocabParallelLMHead(std::string name, const VocabParallelEmbedding& embedding)
+    : TiedLMHead(std::move(name), embedding.weight()), group_(embedding.group()) {}
+
+Tensor VocabParallelLMHead::backward(Context& ctx, const Tensor& dy) {
+  Tensor dx = TiedLMHead::backward(ctx, dy);  // this slice's part of dlogits E
+  sum_over(ctx, group_, dx, name());
+  return dx;
+}
+
+// ---- the loss
+absl::Status vocab_parallel_cross_entropy(Backend& backend, Communicator& group, const Tensor& logits,
+                                          const Tensor& targets, int64_t first, float grad_scale,
+                                          const Tensor& losses) {
+  const int64_t cols = logits.dim(-1), rows = logits.numel() / cols;
+  Tensor max = backend.empty({rows}, DType::kF32, MemCategory::kActivations);
+  Tensor sums = backend.empty({rows, 2}, DType::kF32, MemCategory::kActivations);
+  Ops& ops = backend.ops();
+  ops.row_max(logits, max);
+  ZE_RETURN_IF_ERROR(annotate(group.all_reduce(max.data(), rows, DType::kF32, ReduceOp::kMax),
+                              "vocabulary-parallel cross-entropy: the all-reduce of the row maxima"));
+  ops.cross_entropy_slice_exp(logits, targets, first, max, sums);
+  ZE_RETURN_IF_ERROR(annotate(group.all_reduce(sums.data(), 2 * rows, DType::kF32, ReduceOp::kSum),
+                              "vocabulary-parallel cross-entropy: the all-reduce of the sums"));
+  ops.cross_entropy_slice_finish(logits, targets, first, max, sums, grad_scale, losses);
+  return absl::OkStatus();
+}
+
+}  // namespace zero
