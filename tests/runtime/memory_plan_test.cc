@@ -23,6 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "comm/device_mesh.h"
 #include "core/strings.h"
 #include "graph/gpt.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -65,6 +66,7 @@ struct Case {
   bool device_path = false;         // force_offload_path: NVMe offload through the host step too
   float dropout = 0.0f;             // model.dropout (Dropout modules' outputs and gradients)
   OptimizerPrecision precision;     // 16-bit master weights / states (bf16_master_weights_and_grads, ...)
+  int tensor = 1;                   // tensor-parallel size (a mesh of world / tensor data-parallel ranks)
 };
 
 EngineConfig engine_config(const Case& c) {
@@ -72,7 +74,7 @@ EngineConfig engine_config(const Case& c) {
   e.param_dtype = c.dtype;
   e.micro_batch_size = kMicroBatch;
   e.gradient_accumulation_steps = c.gas;
-  e.pre_divide = world().world_size();
+  e.pre_divide = world().world_size() / c.tensor;
   e.zero.stage = zero_stage(c.stage);
   e.zero.reduce_bucket_size = c.bucket;
   e.zero.overlap_comm = c.overlap;
@@ -117,12 +119,13 @@ struct Measured {
 
 // Peaks of a real run of `steps` optimizer steps, from engine creation on,
 // relative to what was allocated before it.
-Measured measure(const EngineConfig& e, int steps, const GptConfig& model = kModel) {
+Measured measure(const EngineConfig& e, int steps, const GptConfig& model = kModel, int tensor = 1) {
+  std::unique_ptr<DeviceMesh> mesh = DeviceMesh::create(world(), tensor).value();
   MemoryTracker::global().reset_peaks();
   const MemorySnapshot before = MemoryTracker::global().snapshot();
   {
     CpuBackend backend;
-    auto engine = initialize(std::make_unique<Gpt>(model), e, backend, &world());
+    auto engine = Engine::create(std::make_unique<Gpt>(model, &mesh->tensor()), e, backend, *mesh);
     EXPECT_TRUE(engine.ok()) << engine.status();
     if (!engine.ok()) return {};
     const int64_t n = kMicroBatch * kModel.seq_len;
@@ -130,7 +133,8 @@ Measured measure(const EngineConfig& e, int steps, const GptConfig& model = kMod
     for (int step = 0; step < steps; ++step) {
       for (int64_t micro = 0; micro < e.gradient_accumulation_steps; ++micro) {
         for (int64_t i = 0; i < n; ++i) {
-          ids[i] = static_cast<int32_t>((i * 5 + step * 3 + micro + world().rank() * 7) % kModel.vocab_size);
+          ids[i] = static_cast<int32_t>((i * 5 + step * 3 + micro + mesh->coordinates().data * 7) %
+                                        kModel.vocab_size);
           targets[i] = (ids[i] + 1) % static_cast<int32_t>(kModel.vocab_size);
         }
         (*engine)->forward({Tensor::wrap(ids.data(), {kMicroBatch, kModel.seq_len}, DType::kI32),
@@ -158,6 +162,7 @@ PlanInput plan_input(const Case& c) {
   in.micro_batch = kMicroBatch;
   in.engine = engine_config(c);
   in.world = world().world_size();
+  in.tensor = c.tensor;
   in.rank = world().rank();
   return in;
 }
@@ -169,7 +174,7 @@ void expect_plan_matches(const Case& c, MemoryPlan* out = nullptr) {
   absl::StatusOr<MemoryPlan> plan = plan_memory(in);
   ASSERT_TRUE(plan.ok()) << plan.status();
   if (out != nullptr) *out = *plan;
-  const Measured got = measure(in.engine, 3, in.model);
+  const Measured got = measure(in.engine, 3, in.model, c.tensor);
   const std::string where = cat(c.name, " (rank ", in.rank, " of ", in.world, ")");
   for (int t = 0; t < kNumTiers; ++t) {
     for (int ci = 0; ci < kNumMemCategories; ++ci) {
@@ -201,6 +206,23 @@ std::vector<Case> cases() {
 
 TEST(MemoryPlanTest, PlanEqualsMeasuredPeaksAtEveryStage) {
   for (const Case& c : cases()) expect_plan_matches(c);
+}
+
+// Tensor parallelism (T = 2 over 2 ranks): each rank's slice of the model,
+// its vocabulary slice of the logits and its heads' activations, planned on a
+// dry-run mesh, equal the measured peaks.
+TEST(MemoryPlanTest, PlanEqualsMeasuredWithTensorParallelism) {
+  if (world().world_size() % 2 != 0) GTEST_SKIP() << "a tensor group of 2 needs an even world";
+  for (int stage : {0, 1, 2, 3}) {
+    for (std::optional<int64_t> k : {std::optional<int64_t>(), std::optional<int64_t>(2)}) {
+      Case c;
+      c.stage = stage;
+      c.tensor = 2;
+      c.segments = k;
+      c.name = cat("T=2 stage ", stage, k ? ", 2 segments" : "");
+      expect_plan_matches(c);
+    }
+  }
 }
 
 // cpu_checkpointing on the device path (forced on the CPU backend): the
