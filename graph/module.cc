@@ -1,6 +1,8 @@
 // Module tree bookkeeping.
 #include "graph/module.h"
 
+#include <algorithm>
+
 #include "core/check.h"
 
 namespace zero {
@@ -29,6 +31,38 @@ int64_t Parameter::global_index(int64_t i) const {
   // Block b of the slice's `blocks`, position w in this rank's part of it.
   const int64_t part = along / slice_->blocks, b = a / part, w = a % part;
   return (outer * global_along + b * (global_along / slice_->blocks) + slice_->offset + w) * inner + r;
+}
+
+int64_t Parameter::local_index(int64_t g) const {
+  if (!slice_) return g >= 0 && g < numel_ ? g : -1;
+  int64_t inner = 1;
+  for (size_t d = static_cast<size_t>(slice_->dim) + 1; d < shape_.size(); ++d) inner *= shape_[d];
+  const int64_t along = shape_[slice_->dim], global_along = slice_->global_shape[slice_->dim];
+  const int64_t outer = g / (global_along * inner), ga = (g / inner) % global_along, r = g % inner;
+  const int64_t part = along / slice_->blocks, global_part = global_along / slice_->blocks;
+  const int64_t b = ga / global_part, w = ga % global_part - slice_->offset;
+  if (g < 0 || w < 0 || w >= part) return -1;
+  return (outer * along + b * part + w) * inner + r;
+}
+
+void Parameter::for_each_global_run(int64_t begin, int64_t end,
+                                    const std::function<void(int64_t, int64_t, int64_t)>& fn) const {
+  ZE_CHECK(0 <= begin && begin <= end && end <= numel_) << name_ << " [" << begin << ", " << end << ")";
+  if (begin == end) return;
+  if (!slice_) {
+    fn(begin, begin, end - begin);
+    return;
+  }
+  // Each (outer index, block) of the slice is part x inner local elements,
+  // contiguous in the unsplit tensor.
+  int64_t inner = 1;
+  for (size_t d = static_cast<size_t>(slice_->dim) + 1; d < shape_.size(); ++d) inner *= shape_[d];
+  const int64_t unit = shape_[slice_->dim] / slice_->blocks * inner;
+  for (int64_t i = begin; i < end;) {
+    const int64_t stop = std::min(end, (i / unit + 1) * unit);
+    fn(i, global_index(i), stop - i);
+    i = stop;
+  }
 }
 
 Parameter* Module::add_parameter(const std::string& local_name, Shape shape, ParamInit init) {

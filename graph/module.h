@@ -19,6 +19,7 @@
 // Conventions: activations are fp32; parameter gradients accumulate (+=).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -82,6 +83,16 @@ class Parameter {
   // Where local element i (row-major) sits in the unsplit tensor: i itself
   // unless the parameter is a slice.
   int64_t global_index(int64_t i) const;
+  // The inverse: the local element at unsplit index g, or -1 when g is
+  // outside this rank's slice.
+  int64_t local_index(int64_t g) const;
+  // The unsplit tensor's shape (the parameter's own when it is whole).
+  const Shape& global_shape() const { return slice_ ? slice_->global_shape : shape_; }
+  // Local elements [begin, end) as the runs that are contiguous in the
+  // unsplit tensor, in local (and so in unsplit) order:
+  // fn(local_begin, global_begin, count). One run when the parameter is whole.
+  void for_each_global_run(int64_t begin, int64_t end,
+                           const std::function<void(int64_t, int64_t, int64_t)>& fn) const;
   // Position in Module::parameters() of the root (set when the engine registers the model).
   int64_t index() const { return index_; }
   void set_index(int64_t i) { index_ = i; }

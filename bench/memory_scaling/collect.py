@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Collects bench/memory_scaling/run.sh's runs into CSV files.
 
-For every (stage, ranks, rank): each memory category's peak over the run, as
+For every (stage, ranks, tensor-parallel size, rank): each memory category's peak over the run, as
 the tracking allocator recorded it in that rank's --metrics lines (each line
 holds the step's peaks; the first step's include initialisation), the peak of
 the total, and the largest RSS; beside each, zero-estimate's planned bytes.
@@ -46,7 +46,9 @@ def main():
     tags = sorted({re.sub(r"\.plan\.json$", "", os.path.basename(p)) for p in glob.glob(f"{runs}/*.plan.json")},
                   key=lambda t: tuple(int(x) for x in re.findall(r"\d+", t)))
     for tag in tags:
-        stage, ranks = (int(x) for x in re.findall(r"\d+", tag))
+        numbers = [int(x) for x in re.findall(r"\d+", tag)]
+        stage, ranks = numbers[:2]
+        tensor = numbers[2] if len(numbers) > 2 else 1
         with open(f"{runs}/{tag}.plan.json") as f:
             plan = json.load(f)
         worst = (0.0, "")
@@ -57,39 +59,41 @@ def main():
             planned["total"] = plan["ranks"][r]["total"]["host"]
             for c in CATEGORIES + ["total"]:
                 e = error_pct(got[c], planned[c])
-                rows.append([stage, ranks, r, c, got[c], planned[c], f"{e:.3f}"])
+                rows.append([stage, ranks, tensor, r, c, got[c], planned[c], f"{e:.3f}"])
                 if abs(e) > abs(worst[0]):
                     worst = (e, f"rank {r} {c}")
-            rows.append([stage, ranks, r, "rss", rss, "", ""])
+            rows.append([stage, ranks, tensor, r, "rss", rss, "", ""])
             if best_rank is None or got["total"] > best_rank[1]:
-                best_rank = (r, got["total"], planned["total"], rss)
-        r, m, p, rss = best_rank
-        summary.append([stage, ranks, r, m, p, f"{error_pct(m, p):.3f}", rss, f"{worst[0]:.3f}", worst[1]])
+                best_rank = (r, got["total"], planned["total"], rss, got["activations"], planned["activations"])
+        r, m, p, rss, act, act_plan = best_rank
+        summary.append([stage, ranks, r, m, p, f"{error_pct(m, p):.3f}", rss, f"{worst[0]:.3f}", worst[1], tensor,
+                        act, act_plan])
 
     with open(f"{out}/memory_scaling.csv", "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["stage", "ranks", "rank", "category", "measured_bytes", "planned_bytes", "error_pct"])
+        w.writerow(["stage", "ranks", "tensor", "rank", "category", "measured_bytes", "planned_bytes", "error_pct"])
         w.writerows(rows)
     with open(f"{out}/summary.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["stage", "ranks", "max_rank", "measured_total_bytes", "planned_total_bytes", "total_error_pct",
-                    "rss_bytes", "worst_category_error_pct", "worst_category"])
+                    "rss_bytes", "worst_category_error_pct", "worst_category", "tensor", "measured_activation_bytes",
+                    "planned_activation_bytes"])
         w.writerows(summary)
-    # One data block per stage for gnuplot: ranks, measured MiB, planned MiB.
+    # One data block per stage for gnuplot (T = 1): ranks, measured MiB, planned MiB.
     with open(f"{out}/memory_scaling.dat", "w") as f:
         for stage in sorted({s[0] for s in summary}):
             f.write(f"# stage {stage}: ranks measured_MiB planned_MiB rss_MiB\n")
             for s in summary:
-                if s[0] == stage:
+                if s[0] == stage and s[9] == 1:
                     f.write(f"{s[1]} {s[3] / 2**20:.2f} {s[4] / 2**20:.2f} {s[6] / 2**20:.2f}\n")
             f.write("\n\n")
 
-    print(f"{'stage':>5} {'ranks':>5} | {'measured MiB':>12} {'planned MiB':>12} {'error':>8} | {'RSS MiB':>8} |"
-          " worst category error")
+    print(f"{'stage':>5} {'ranks':>5} {'T':>3} | {'measured MiB':>12} {'planned MiB':>12} {'error':>8} |"
+          f" {'activations MiB':>15} | {'RSS MiB':>8} | worst category error")
     worst_all = 0.0
     for s in summary:
-        print(f"{s[0]:>5} {s[1]:>5} | {s[3] / 2**20:12.1f} {s[4] / 2**20:12.1f} {float(s[5]):7.2f}% |"
-              f" {s[6] / 2**20:8.1f} | {float(s[7]):.2f}% ({s[8] or '-'})")
+        print(f"{s[0]:>5} {s[1]:>5} {s[9]:>3} | {s[3] / 2**20:12.1f} {s[4] / 2**20:12.1f} {float(s[5]):7.2f}% |"
+              f" {s[10] / 2**20:15.1f} | {s[6] / 2**20:8.1f} | {float(s[7]):.2f}% ({s[8] or '-'})")
         worst_all = max(worst_all, abs(float(s[5])))
     cat_worst = max((abs(float(s[7])) for s in summary), default=0.0)
     print(f"worst total error {worst_all:.2f}%, worst single-category error {cat_worst:.2f}%:"

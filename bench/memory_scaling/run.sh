@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
 # Memory scaling: real zero-train runs of bench/memory_scaling/gpt-50m.json (a
 # 51M-parameter GPT, bf16 + AdamW) at ZeRO stages 0-3 on 1, 2, 4 and 8 ranks
-# (mpirun, oversubscribed), each rank writing its own --metrics file. For every
+# (mpirun, oversubscribed), at tensor-parallel sizes T (tensor_parallel.autotp_size;
+# T must divide the ranks), each rank writing its own --metrics file. For every
 # rank it collects the peak tracked bytes of each memory category and the
 # process RSS, sets the planner's prediction (zero-estimate --json) beside
 # each figure, and writes into bench/memory_scaling/results/:
-#   memory_scaling.csv  stage, ranks, rank, category, measured, planned, error
-#   summary.csv         per stage and rank count: the largest rank's total
-#                       (measured, planned), its RSS, the worst category error
+#   memory_scaling.csv  stage, ranks, tensor, rank, category, measured, planned, error
+#   summary.csv         per stage, rank count and T: the largest rank's total
+#                       (measured, planned), its activations, its RSS, the
+#                       worst category error
 #   memory_scaling.png  bytes per rank vs ranks, one line per stage
 #                       (measured solid, planned dashed)
 # Usage: bench/memory_scaling/run.sh [BUILD_DIR]   (default: ./build)
-# Environment: RANKS="1 2 4 8", STAGES="0 1 2 3", STEPS=2. About 6 minutes on
-# 2 cores. Needs mpirun, python3 and gnuplot (gnuplot-nox).
+# Environment: RANKS="1 2 4 8", STAGES="0 1 2 3", TENSORS="1", STEPS=2,
+# OUT=results (a folder of bench/memory_scaling). About 6 minutes on 2 cores.
+# The T axis: RANKS="4 8" STAGES="0 3" TENSORS="1 2 4" OUT=results-tp.
+# Needs mpirun, python3 and gnuplot (gnuplot-nox).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -20,9 +24,10 @@ root=$(cd "$here/../.." && pwd)
 build=$(cd "${1:-$root/build}" && pwd)
 ranks=${RANKS:-"1 2 4 8"}
 stages=${STAGES:-"0 1 2 3"}
+tensors=${TENSORS:-1}
 steps=${STEPS:-2}
 config=$here/gpt-50m.json
-out=$here/results
+out=$here/${OUT:-results}
 runs=$out/runs
 train=$build/runtime/zero-train
 estimate=$build/runtime/zero-estimate
@@ -35,17 +40,21 @@ rm -rf "$runs"
 mkdir -p "$runs"
 cd "$root"  # the config's data path is absolute; logs go to $runs
 for n in $ranks; do
-  for s in $stages; do
-    tag=stage${s}_ranks${n}
-    echo "== stage $s on $n rank(s)"
-    start=$(date +%s)
-    # One OpenMP thread per rank: N ranks share the machine's cores.
-    mpirun --allow-run-as-root --oversubscribe -np "$n" -x OMP_NUM_THREADS=1 \
-      "$train" --config "$config" --set zero_optimization.stage="$s" --steps "$steps" \
-      --metrics "$runs/$tag.rank{rank}.jsonl" >"$runs/$tag.log" 2>&1 ||
-      { echo "run.sh: zero-train failed, see $runs/$tag.log" >&2; tail -5 "$runs/$tag.log" >&2; exit 1; }
-    "$estimate" --config "$config" --set zero_optimization.stage="$s" --world "$n" --json >"$runs/$tag.plan.json"
-    echo "   $(( $(date +%s) - start )) s"
+  for t in $tensors; do
+    [ $(( n % t )) -eq 0 ] || continue
+    for s in $stages; do
+      tag=stage${s}_ranks${n}_tp${t}
+      echo "== stage $s on $n rank(s), T=$t"
+      start=$(date +%s)
+      set_args=(--set zero_optimization.stage="$s" --set tensor_parallel.autotp_size="$t")
+      # One OpenMP thread per rank: N ranks share the machine's cores.
+      mpirun --allow-run-as-root --oversubscribe -np "$n" -x OMP_NUM_THREADS=1 \
+        "$train" --config "$config" "${set_args[@]}" --steps "$steps" \
+        --metrics "$runs/$tag.rank{rank}.jsonl" >"$runs/$tag.log" 2>&1 ||
+        { echo "run.sh: zero-train failed, see $runs/$tag.log" >&2; tail -5 "$runs/$tag.log" >&2; exit 1; }
+      "$estimate" --config "$config" "${set_args[@]}" --world "$n" --json >"$runs/$tag.plan.json"
+      echo "   $(( $(date +%s) - start )) s"
+    done
   done
 done
 

@@ -53,14 +53,10 @@ absl::StatusOr<Manifest> read_manifest(const std::string& dir, const std::string
 // Complete checkpoints in dir (those with a manifest), oldest first by step.
 absl::StatusOr<std::vector<std::string>> list_checkpoints(const std::string& dir);
 
-// UNIMPLEMENTED naming `what` when the engine's mesh splits tensors (T > 1):
-// the checkpoint layout holds each parameter whole, and writing the slices
-// of a tensor-parallel run into it is not done yet.
-absl::Status check_no_tensor_split(const Engine& engine, std::string_view what);
-
 // Reads and checks one whole segment (CRC-32C), streaming through `chunk`
 // bytes of host memory at a time; calls sink(data, first_element, count) for
-// each chunk. Shared by the loader and the consolidation tool.
+// each piece of a chunk that is contiguous in the tensor (a strided
+// segment's runs). Shared by the loader and the consolidation tool.
 class FileReader;
 absl::Status read_segment(const FileReader& file, const CheckpointSegment& seg, const std::string& tensor,
                           const std::function<absl::Status(const float*, int64_t, int64_t)>& sink,

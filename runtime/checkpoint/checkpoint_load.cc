@@ -89,7 +89,11 @@ absl::Status read_segment(const FileReader& file, const CheckpointSegment& seg, 
     const int64_t n = std::min(chunk, count - e);
     ZE_RETURN_IF_ERROR(file.read_at(seg.offset + e * 4, buf.data(), static_cast<size_t>(n) * 4));
     crc = crc32c(buf.data(), static_cast<size_t>(n) * 4, crc);
-    ZE_RETURN_IF_ERROR(sink(buf.data(), seg.begin + e, n));
+    absl::Status s;
+    seg.for_each_run(e, n, [&](int64_t k, int64_t element, int64_t count) {
+      if (s.ok()) s = sink(buf.data() + (k - e), element, count);
+    });
+    ZE_RETURN_IF_ERROR(s);
   }
   if (crc != seg.crc32c) {
     return absl::DataLossError(absl::StrFormat(
@@ -113,10 +117,10 @@ absl::Status check_model(const Manifest& m, Module& model, const std::string& wh
                                                p->name(), " (the model has ", params.size(), " parameters, the checkpoint ",
                                                m.parameters.size(), ")"));
     }
-    if (it->second != p->shape()) {
+    if (it->second != p->global_shape()) {
       return absl::FailedPreconditionError(cat("checkpoint ", where, " is from another model: tensor ", p->name(),
                                                " has shape ", shape_string(it->second), " there and ",
-                                               shape_string(p->shape()), " in the model"));
+                                               shape_string(p->global_shape()), " in the model"));
     }
   }
   if (saved.size() != params.size()) {
@@ -172,23 +176,47 @@ absl::Status load_local(Engine& engine, const Manifest& m, const std::string& ta
                                              state.optimizer_name(), " needs ", live_states.size()));
   }
   ShardFiles files(m, tag_dir);
+  // A range this rank holds, as runs of the unsplit tensor (one run unless
+  // the parameter is a tensor-parallel slice), sorted by where they sit in it.
+  struct Run {
+    int64_t local, element, count;
+  };
+  std::vector<Run> runs;
   for (int index = 0; index < static_cast<int>(kinds.size()); ++index) {
     const std::string& kind = kinds[index];
     for (const StateRange& r : state.held_ranges()) {
       const std::string key = Manifest::key(kind, r.param->name());
       auto it = m.tensors.find(key);
       if (it == m.tensors.end()) return absl::DataLossError(cat("checkpoint ", tag_dir, " has no tensor ", key));
+      runs.clear();
+      r.param->for_each_global_run(r.begin, r.end, [&](int64_t local, int64_t element, int64_t count) {
+        runs.push_back({local, element, count});
+      });
+      if (runs.empty()) continue;
+      const int64_t lo = runs.front().element, hi = runs.back().element + runs.back().count;
+      int64_t filled = 0;
       for (const CheckpointSegment& seg : it->second.segments) {
-        const int64_t a = std::max(seg.begin, r.begin), b = std::min(seg.end, r.end);
-        if (a >= b) continue;
+        if (seg.element(seg.count() - 1) < lo || seg.begin >= hi) continue;
         ZE_ASSIGN_OR_RETURN(const FileReader* f, files.get(seg.file));
-        // The whole segment is read (to verify its checksum); the part this
-        // rank holds is copied into its buffer.
+        // The whole segment is read (to verify its checksum); the parts this
+        // rank holds are copied into its buffer.
         ZE_RETURN_IF_ERROR(read_segment(*f, seg, key, [&](const float* data, int64_t first, int64_t n) {
-          const int64_t lo = std::max(first, a), hi = std::min(first + n, b);
-          if (lo >= hi) return absl::OkStatus();
-          return store.write(index, r.offset + (lo - r.begin), absl::MakeConstSpan(data + (lo - first), hi - lo));
+          auto run = std::upper_bound(runs.begin(), runs.end(), first,
+                                      [](int64_t e, const Run& x) { return e < x.element; });
+          if (run != runs.begin()) --run;
+          for (; run != runs.end() && run->element < first + n; ++run) {
+            const int64_t a = std::max(first, run->element), b = std::min(first + n, run->element + run->count);
+            if (a >= b) continue;
+            filled += b - a;
+            ZE_RETURN_IF_ERROR(store.write(index, r.offset + (run->local - r.begin) + (a - run->element),
+                                           absl::MakeConstSpan(data + (a - first), b - a)));
+          }
+          return absl::OkStatus();
         }));
+      }
+      if (filled != r.end - r.begin) {
+        return absl::DataLossError(cat("checkpoint ", tag_dir, ": tensor ", key, " holds ", filled, " of the ",
+                                       r.end - r.begin, " elements this rank needs (overlapping or missing segments)"));
       }
     }
   }
@@ -198,8 +226,7 @@ absl::Status load_local(Engine& engine, const Manifest& m, const std::string& ta
 }  // namespace
 
 absl::Status load_checkpoint(Engine& engine, const std::string& dir, const std::string& tag_in) {
-  ZE_RETURN_IF_ERROR(check_no_tensor_split(engine, "loading a checkpoint"));
-  Communicator& comm = engine.comm();
+  Communicator& comm = engine.mesh().world();
   absl::StatusOr<std::string> tag = tag_in;
   if (tag_in.empty()) {
     absl::StatusOr<ResumePoint> point = resume_point(dir);

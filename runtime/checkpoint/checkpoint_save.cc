@@ -19,22 +19,53 @@ std::string shard_name(int rank) {
   return buf;
 }
 
-// The segments rank `rank` writes, in file order: for each kind (master,
-// then each optimizer state), for each of its ranges.
+// The segments this rank writes, in file order: for each kind (master, then
+// each optimizer state), for each of its ranges, the range's elements as
+// segments of the unsplit tensor: one contiguous segment for a whole
+// parameter; for a tensor-parallel slice, its runs in the unsplit tensor,
+// equal runs at a constant distance merged into one strided segment.
 struct PlannedSegment {
   std::string kind;
-  StateRange range;
-  int64_t offset;  // byte offset in the file
+  StateRange range;  // local elements [range.begin, range.end), at range.offset in the state buffers
+  int64_t offset;    // byte offset in the file
+  int64_t element = 0, run = 0, stride = 0;  // CheckpointSegment's geometry in the unsplit tensor
 };
 
-std::vector<PlannedSegment> plan(const ModelState& state, const std::vector<std::string>& kinds, int rank) {
+std::vector<PlannedSegment> plan(const ModelState& state, const std::vector<std::string>& kinds, int data_rank,
+                                 bool with_replicated) {
+  std::vector<PlannedSegment> pieces;  // of one kind, offsets to be set
+  for (const StateRange& r : state.written_ranges(data_rank)) {
+    if (!with_replicated && !r.param->slice()) continue;  // another tensor rank writes the replicas
+    const size_t first = pieces.size();
+    r.param->for_each_global_run(r.begin, r.end, [&](int64_t local, int64_t element, int64_t count) {
+      if (pieces.size() > first) {
+        PlannedSegment& last = pieces.back();
+        const int64_t have = last.range.end - last.range.begin;
+        const bool single = last.run == 0;
+        if (single && element == last.element + have) {  // continues the run
+          last.range.end += count;
+          return;
+        }
+        const int64_t stride = single ? element - last.element : last.stride;
+        if (count == (single ? have : last.run) && stride > count &&
+            element == last.element + (single ? 1 : have / last.run) * stride) {
+          if (single) last.run = have, last.stride = stride;
+          last.range.end += count;
+          return;
+        }
+      }
+      const StateRange piece{r.param, local, local + count, r.offset + (local - r.begin)};
+      pieces.push_back({"", piece, 0, element, 0, 0});
+    });
+  }
   std::vector<PlannedSegment> out;
   int64_t offset = kShardHeaderBytes;
-  const std::vector<StateRange> ranges = state.written_ranges(rank);
   for (const std::string& kind : kinds)
-    for (const StateRange& r : ranges) {
-      out.push_back({kind, r, offset});
-      offset += (r.end - r.begin) * 4;
+    for (PlannedSegment s : pieces) {
+      s.kind = kind;
+      s.offset = offset;
+      offset += (s.range.end - s.range.begin) * 4;
+      out.push_back(std::move(s));
     }
   return out;
 }
@@ -69,17 +100,10 @@ absl::StatusOr<std::vector<uint32_t>> write_shard(OptimizerStateStore& store, co
 
 }  // namespace
 
-absl::Status check_no_tensor_split(const Engine& engine, std::string_view what) {
-  const int t = engine.mesh().shape().tensor;
-  if (t == 1) return absl::OkStatus();
-  return absl::UnimplementedError(cat(what, ": checkpoints of a tensor-parallel run (tensor_parallel.autotp_size ", t,
-                                      ") are not written or read yet; the run itself works, and --init-from a "
-                                      "safetensors file loads its weights at any tensor size"));
-}
-
 absl::StatusOr<std::string> save_checkpoint(Engine& engine, const SaveOptions& options) {
-  ZE_RETURN_IF_ERROR(check_no_tensor_split(engine, "saving a checkpoint"));
-  Communicator& comm = engine.comm();
+  // Every rank of the world writes a shard (world rank = file); the data
+  // group's layout says which elements of its tensor slice each writes.
+  Communicator& comm = engine.mesh().world();
   ModelState& state = engine.state();
   const int rank = comm.rank(), world = comm.world_size();
   const EngineProgress progress = engine.progress();
@@ -127,7 +151,8 @@ absl::StatusOr<std::string> save_checkpoint(Engine& engine, const SaveOptions& o
 
   // 2. every rank writes its shard.
   const std::vector<std::string> kinds = state.state_store().names();  // "master", then the optimizer's
-  const std::vector<PlannedSegment> mine = plan(state, kinds, rank);
+  const std::vector<PlannedSegment> mine =
+      plan(state, kinds, engine.mesh().coordinates().data, engine.mesh().coordinates().tensor == 0);
   absl::StatusOr<std::vector<uint32_t>> crcs =
       write_shard(state.state_store(), mine, partial + "/" + shard_name(rank), rank, world, tag);
   absl::Status written = agree(crcs.status(), "to write its shard");
@@ -136,18 +161,30 @@ absl::StatusOr<std::string> save_checkpoint(Engine& engine, const SaveOptions& o
     return written;
   }
 
-  // 3. rank 0 collects every segment's CRC (each rank fills its own slots).
-  std::vector<std::vector<PlannedSegment>> all(world);
-  size_t total = 0;
-  std::vector<size_t> first(world);
-  for (int r = 0; r < world; ++r) {
-    all[r] = r == rank ? mine : plan(state, kinds, r);
-    first[r] = total;
-    total += all[r].size();
+  // 3. rank 0 learns every rank's segments (each rank fills its own slots of
+  // an all-reduced table: kind, parameter, element, count, run, stride, byte
+  // offset, CRC; all exact in a double).
+  constexpr int kFields = 8;
+  std::vector<double> counts(world, 0.0);
+  counts[rank] = static_cast<double>(mine.size());
+  ZE_RETURN_IF_ERROR(comm.all_reduce_doubles(counts.data(), world, ReduceOp::kSum));
+  std::vector<size_t> first(world + 1, 0);
+  for (int r = 0; r < world; ++r) first[r + 1] = first[r] + static_cast<size_t>(counts[r]);
+  const std::vector<Parameter*> params = engine.model().parameters();
+  std::vector<double> table(first[world] * kFields, 0.0);
+  for (size_t i = 0; i < mine.size(); ++i) {
+    const PlannedSegment& p = mine[i];
+    double* row = &table[(first[rank] + i) * kFields];
+    row[0] = static_cast<double>(std::find(kinds.begin(), kinds.end(), p.kind) - kinds.begin());
+    row[1] = static_cast<double>(std::find(params.begin(), params.end(), p.range.param) - params.begin());
+    row[2] = static_cast<double>(p.element);
+    row[3] = static_cast<double>(p.range.end - p.range.begin);
+    row[4] = static_cast<double>(p.run);
+    row[5] = static_cast<double>(p.stride);
+    row[6] = static_cast<double>(p.offset);
+    row[7] = static_cast<double>((*crcs)[i]);
   }
-  std::vector<double> crc_slots(total, 0.0);
-  for (size_t i = 0; i < crcs->size(); ++i) crc_slots[first[rank] + i] = static_cast<double>((*crcs)[i]);
-  ZE_RETURN_IF_ERROR(comm.all_reduce_doubles(crc_slots.data(), static_cast<int64_t>(crc_slots.size()), ReduceOp::kSum));
+  ZE_RETURN_IF_ERROR(comm.all_reduce_doubles(table.data(), static_cast<int64_t>(table.size()), ReduceOp::kSum));
 
   // 4. rank 0 writes the manifest, publishes the directory, then `latest`.
   absl::Status published;
@@ -160,20 +197,22 @@ absl::StatusOr<std::string> save_checkpoint(Engine& engine, const SaveOptions& o
     m.optimizer = std::string(state.optimizer_name());
     m.optimizer_states.assign(kinds.begin() + 1, kinds.end());
     m.progress = progress;
-    for (Parameter* p : engine.model().parameters()) m.parameters.emplace_back(p->name(), p->shape());
+    for (Parameter* p : params) m.parameters.emplace_back(p->name(), p->global_shape());
     for (int r = 0; r < world; ++r) {
-      const int64_t end = all[r].empty() ? kShardHeaderBytes
-                                         : all[r].back().offset + (all[r].back().range.end - all[r].back().range.begin) * 4;
-      m.files.push_back({shard_name(r), r, end - kShardHeaderBytes});
-      for (size_t i = 0; i < all[r].size(); ++i) {
-        const PlannedSegment& s = all[r][i];
-        CheckpointTensor& t = m.tensors[Manifest::key(s.kind, s.range.param->name())];
-        t.param = s.range.param->name();
-        t.kind = s.kind;
-        t.shape = s.range.param->shape();
-        t.segments.push_back({r, s.range.begin, s.range.end, s.offset,
-                              static_cast<uint32_t>(crc_slots[first[r] + i])});
+      int64_t end = kShardHeaderBytes;
+      for (size_t i = first[r]; i < first[r + 1]; ++i) {
+        const double* row = &table[i * kFields];
+        const auto v = [&](int f) { return static_cast<int64_t>(row[f]); };
+        const Parameter& p = *params.at(static_cast<size_t>(v(1)));
+        const std::string& kind = kinds.at(static_cast<size_t>(v(0)));
+        CheckpointTensor& t = m.tensors[Manifest::key(kind, p.name())];
+        t.param = p.name();
+        t.kind = kind;
+        t.shape = p.global_shape();
+        t.segments.push_back({r, v(2), v(2) + v(3), v(6), static_cast<uint32_t>(v(7)), v(4), v(5)});
+        end = v(6) + v(3) * 4;
       }
+      m.files.push_back({shard_name(r), r, end - kShardHeaderBytes});
     }
     for (auto& [name, t] : m.tensors) {
       std::sort(t.segments.begin(), t.segments.end(),

@@ -55,7 +55,12 @@ Json Manifest::to_json() const {
   for (const auto& [name, t] : tensors) {
     Json segs = Json::array();
     for (const CheckpointSegment& s : t.segments) {
-      segs.push_back({{"file", s.file}, {"begin", s.begin}, {"end", s.end}, {"offset", s.offset}, {"crc32c", s.crc32c}});
+      Json seg = {{"file", s.file}, {"begin", s.begin}, {"end", s.end}, {"offset", s.offset}, {"crc32c", s.crc32c}};
+      if (s.strided()) {
+        seg["run"] = s.run;
+        seg["stride"] = s.stride;
+      }
+      segs.push_back(std::move(seg));
     }
     tensors_j[name] = {{"param", t.param},
                        {"kind", t.kind},
@@ -114,21 +119,41 @@ absl::StatusOr<Manifest> Manifest::parse(const Json& j, const std::string& path)
       t.kind = it.value().at("kind").get<std::string>();
       const std::vector<int64_t> s = it.value().at("shape").get<std::vector<int64_t>>();
       t.shape = Shape(s.begin(), s.end());
-      int64_t covered = 0;
+      // Contiguous segments tile the tensor in order; with strided ones
+      // (a tensor-parallel save) the counts add up to the tensor and every
+      // element named lies inside it.
+      const int64_t numel = shape_numel(t.shape);
+      int64_t covered = 0, counted = 0;
+      bool any_strided = false;
+      for (const Json& e : it.value().at("segments")) any_strided = any_strided || e.contains("run");
       for (const Json& e : it.value().at("segments")) {
         CheckpointSegment seg{e.at("file").get<int>(), e.at("begin").get<int64_t>(), e.at("end").get<int64_t>(),
-                              e.at("offset").get<int64_t>(), e.at("crc32c").get<uint32_t>()};
+                              e.at("offset").get<int64_t>(), e.at("crc32c").get<uint32_t>(),
+                              e.value("run", int64_t{0}), e.value("stride", int64_t{0})};
         if (seg.file < 0 || seg.file >= static_cast<int>(m.files.size())) {
           return bad(cat("tensor ", it.key(), " names file #", seg.file, " of ", m.files.size()));
         }
-        if (seg.begin != covered || seg.end <= seg.begin) {
+        if (seg.end <= seg.begin || seg.begin < 0) {
+          return bad(cat("tensor ", it.key(), ": an empty segment at element ", seg.begin));
+        }
+        if (seg.strided()) {
+          if (seg.count() % seg.run != 0 || seg.stride < seg.run || seg.element(seg.count() - 1) >= numel) {
+            return bad(cat("tensor ", it.key(), ": a strided segment (", seg.count(), " elements in runs of ",
+                           seg.run, " every ", seg.stride, " from ", seg.begin, ") does not fit its ", numel,
+                           " elements"));
+          }
+        } else if (seg.end > numel) {
+          return bad(cat("tensor ", it.key(), ": a segment ends at element ", seg.end, " of ", numel));
+        }
+        if (!any_strided && seg.begin != covered) {
           return bad(cat("tensor ", it.key(), ": segments do not tile it (gap or overlap at element ", covered, ")"));
         }
         covered = seg.end;
+        counted += seg.count();
         t.segments.push_back(seg);
       }
-      if (covered != shape_numel(t.shape)) {
-        return bad(cat("tensor ", it.key(), ": segments cover ", covered, " of ", shape_numel(t.shape), " elements"));
+      if (counted != numel) {
+        return bad(cat("tensor ", it.key(), ": segments cover ", counted, " of ", numel, " elements"));
       }
       m.tensors.emplace(it.key(), std::move(t));
     }

@@ -12,11 +12,17 @@
 // its shape and the segments that hold it: which file, which element range of
 // the tensor, the byte offset in the file, and the segment's CRC-32C. Loading
 // at any world size or stage is reading, for each range a rank now owns, the
-// segments that overlap it. The model-dtype parameters are not stored: they
+// segments that overlap it. Tensors are always the unsplit ones, whatever the
+// tensor-parallel size of the run that saved them: a rank of a tensor group
+// writes its slice's elements as segments of the unsplit tensor — contiguous,
+// or strided (a row-parallel weight's columns: `run` elements every `stride`)
+// — so a checkpoint loads at any tensor, data-parallel or ZeRO layout, and
+// consolidates to the same file. The model-dtype parameters are not stored: they
 // are cast(master) by construction (the engine's invariant), and are rebuilt
 // on load.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -30,24 +36,43 @@
 namespace zero {
 
 // Version 2 checksums the manifest itself ("crc32c": CRC-32C of the compact
-// JSON without that field); version 1 manifests (no checksum) still load.
-inline constexpr int kCheckpointVersion = 2;
+// JSON without that field); version 3 adds strided segments (tensor-parallel
+// slices). Versions 1 and 2 still load.
+inline constexpr int kCheckpointVersion = 3;
 inline constexpr int kShardVersion = 1;  // the shard header's own version
 inline constexpr char kShardMagic[8] = {'Z', 'E', 'R', 'O', 'S', 'H', 'R', 'D'};
 inline constexpr int64_t kShardHeaderBytes = 128;
 
+// end - begin elements of the tensor, stored one after another from byte
+// `offset` of the file. Contiguous (run 0): elements [begin, end). Strided:
+// the k-th element is element begin + (k / run) * stride + k % run.
 struct CheckpointSegment {
-  int file = 0;              // index into Manifest::files
-  int64_t begin = 0, end = 0;  // element range of the tensor
-  int64_t offset = 0;        // byte offset in the file
+  int file = 0;                // index into Manifest::files
+  int64_t begin = 0, end = 0;  // first element; end - begin elements
+  int64_t offset = 0;          // byte offset in the file
   uint32_t crc32c = 0;
+  int64_t run = 0, stride = 0;
+
+  int64_t count() const { return end - begin; }
+  bool strided() const { return run > 0 && run < count(); }
+  // The tensor element of the segment's k-th value.
+  int64_t element(int64_t k) const { return strided() ? begin + k / run * stride + k % run : begin + k; }
+  // Values [k, k + n) as runs contiguous in the tensor: fn(k0, element(k0), count).
+  template <typename Fn>
+  void for_each_run(int64_t k, int64_t n, Fn&& fn) const {
+    for (const int64_t stop = k + n; k < stop;) {
+      const int64_t piece = strided() ? std::min(stop, (k / run + 1) * run) : stop;
+      fn(k, element(k), piece - k);
+      k = piece;
+    }
+  }
 };
 
 struct CheckpointTensor {
   std::string param;  // parameter name
   std::string kind;   // "master" or an optimizer state ("exp_avg", ...)
   Shape shape;
-  std::vector<CheckpointSegment> segments;  // sorted by begin, covering [0, numel)
+  std::vector<CheckpointSegment> segments;  // sorted by begin; together every element once
 };
 
 struct CheckpointFile {

@@ -143,10 +143,6 @@ absl::StatusOr<int> run_training(const RunConfig& c, Backend& backend, Communica
   // Resume (checkpoint) or initial weights (safetensors).
   // The newest complete checkpoint, whatever `latest` says; "auto" starts
   // fresh only where there is none (never silently past one).
-  if (!c.run.save_dir.empty() || !c.run.resume.empty()) {
-    // Before the first step: a run must not train for hours and then fail to save.
-    ZE_RETURN_IF_ERROR(check_no_tensor_split(*engine, !c.run.resume.empty() ? "--resume" : "--save-dir"));
-  }
   std::string resume_dir = c.run.resume;
   absl::StatusOr<ResumePoint> point = absl::NotFoundError("");
   if (!resume_dir.empty()) {

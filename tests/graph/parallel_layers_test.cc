@@ -14,6 +14,7 @@
 // of 2, 3, 4 (the first 37 mod T ranks hold one row more; nothing padded).
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <vector>
 
@@ -86,6 +87,26 @@ TEST(ParallelLayersTest, GlobalIndexPlacesASliceInTheUnsplitTensor) {
   EXPECT_EQ(qkv.global_index(3), 7);    // row 3
   EXPECT_EQ(qkv.global_index(4), 12);   // row 6 (k)
   EXPECT_EQ(qkv.global_index(11), 23);  // row 11 (v)
+  // local_index inverts global_index, and is -1 outside the slice.
+  for (const Parameter* p : {&rows, &cols, &whole, &qkv}) {
+    int64_t inside = 0;
+    for (int64_t g = 0; g < shape_numel(p->global_shape()); ++g) {
+      const int64_t l = p->local_index(g);
+      if (l < 0) continue;
+      ++inside;
+      EXPECT_EQ(p->global_index(l), g) << p->name() << " element " << g;
+    }
+    EXPECT_EQ(inside, p->numel()) << p->name();
+  }
+  // The runs a checkpoint writes: [1, 11) of the QKV slice is rows 2-3 of q
+  // from element 1, rows 6-7 of k, rows 10-11 of v up to element 10.
+  std::vector<std::array<int64_t, 3>> runs;
+  qkv.for_each_global_run(1, 11, [&](int64_t l, int64_t g, int64_t n) { runs.push_back({l, g, n}); });
+  const std::vector<std::array<int64_t, 3>> want{{1, 5, 3}, {4, 12, 4}, {8, 20, 3}};
+  EXPECT_EQ(runs, want);
+  runs.clear();
+  cols.for_each_global_run(0, 6, [&](int64_t l, int64_t g, int64_t n) { runs.push_back({l, g, n}); });
+  EXPECT_EQ(runs, (std::vector<std::array<int64_t, 3>>{{0, 2, 2}, {2, 6, 2}, {4, 10, 2}}));
 }
 
 TEST(ParallelLayersTest, EvenSplitCoversTheVocabularyWithoutPadding) {
