@@ -18,7 +18,10 @@
 // split by heads (T must divide n_head) and the MLP by its 4C hidden
 // features; the layer norms and the position table are whole on every rank.
 // Each parameter's initial values are its slice of the unsplit model's, so
-// any T trains the same model.
+// any T trains the same model. With sequence_parallel (Megatron-SP,
+// graph/sequence_parallel.h) the embeddings' output, the dropouts, the layer
+// norms and the residual stream are sequence shards [B, S/T, C] (S must
+// divide by T); the logits are still [B, S, V/T].
 #pragma once
 
 #include <memory>
@@ -46,7 +49,7 @@ class Gpt : public Module {
  public:
   // tensor_group: the mesh's tensor group (nullptr or one rank: no split);
   // it must outlive the model.
-  explicit Gpt(const GptConfig& config, Communicator* tensor_group = nullptr);
+  explicit Gpt(const GptConfig& config, Communicator* tensor_group = nullptr, bool sequence_parallel = false);
   Tensor forward(Context& ctx, const Tensor& ids) override;
   Tensor backward(Context& ctx, const Tensor& dlogits) override;
   const GptConfig& config() const { return config_; }
@@ -59,10 +62,11 @@ class Gpt : public Module {
   GptConfig config_;
   std::optional<VocabSlice> vocab_slice_;  // tensor-parallel: this rank's logits
   Module* wte_;
-  PositionalEmbedding* wpe_;
+  Module* wpe_;
   Dropout* drop_ = nullptr;  // dropout > 0 only
   std::vector<TransformerBlock*> blocks_;
-  LayerNorm* ln_f_;
+  Module* ln_f_;
+  Communicator* sequence_group_ = nullptr;  // sequence parallelism: the tensor group
   Module* lm_head_;
 };
 

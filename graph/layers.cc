@@ -1,6 +1,8 @@
 // Built-in layers; see layers.h.
 #include "graph/layers.h"
 
+#include "comm/communicator.h"
+
 namespace zero {
 
 Tensor as_rows(const Tensor& t, int64_t cols) {
@@ -22,20 +24,28 @@ Linear::Linear(std::string name, int64_t in_features, int64_t out_features, bool
   if (bias) bias_ = add_parameter("bias", {out_features}, ParamInit::zeros());
 }
 
-Tensor affine_forward(Context& ctx, const Tensor& x, const Parameter& weight, const Tensor& bias) {
+Tensor affine_apply(Context& ctx, const Tensor& x, const Parameter& weight, const Tensor& bias) {
   const int64_t out = weight.shape()[0], in = weight.shape()[1];
   Tensor y = ctx.activation(with_last_dim(x.shape(), out));
   MatmulSpec spec;
   spec.trans_b = true;
   spec.compute = ctx.param_dtype();
   ctx.ops().matmul(as_rows(x, in), weight.data, as_rows(y, out), spec, bias);
+  return y;
+}
+
+Tensor affine_forward(Context& ctx, const Tensor& x, const Parameter& weight, const Tensor& bias) {
+  Tensor y = affine_apply(ctx, x, weight, bias);
   ctx.save(x);
   return y;
 }
 
 Tensor affine_backward(Context& ctx, const Tensor& dy, Parameter& weight, Parameter* bias) {
+  return affine_grads(ctx, dy, ctx.saved(0), weight, bias);
+}
+
+Tensor affine_grads(Context& ctx, const Tensor& dy, const Tensor& x, Parameter& weight, Parameter* bias) {
   const int64_t out = weight.shape()[0], in = weight.shape()[1];
-  const Tensor& x = ctx.saved(0);
   const Tensor dy2 = as_rows(dy, out);
   Tensor dx = ctx.activation(x.shape());
   MatmulSpec spec;
@@ -58,21 +68,27 @@ Tensor Linear::forward(Context& ctx, const Tensor& x) {
 Tensor Linear::backward(Context& ctx, const Tensor& dy) { return affine_backward(ctx, dy, *weight_, bias_); }
 
 // ---- Dropout
-Dropout::Dropout(std::string name, float p, int64_t layer_id)
-    : Module(std::move(name)), p_(p), layer_id_(layer_id) {
+Dropout::Dropout(std::string name, float p, int64_t layer_id, const Communicator* sequence_group)
+    : Module(std::move(name)), p_(p), layer_id_(layer_id), sequence_group_(sequence_group) {
   ZE_CHECK(p >= 0.0f && p < 1.0f) << this->name() << ": dropout " << p;
+}
+
+DropoutKey Dropout::key(const Context& ctx, const Tensor& x) const {
+  // A sequence-parallel shard holds positions [r S/T, (r + 1) S/T) of each sample.
+  const int64_t first_position = sequence_group_ != nullptr ? sequence_group_->rank() * x.dim(1) : 0;
+  return {ctx.dropout_seed(), layer_id_, ctx.first_sample(), first_position};
 }
 
 Tensor Dropout::forward(Context& ctx, const Tensor& x) {
   if (!ctx.grad_enabled()) return x;
   Tensor y = ctx.activation(x.shape(), x.dtype());
-  ctx.ops().dropout(x, y, p_, key(ctx));
+  ctx.ops().dropout(x, y, p_, key(ctx, x));
   return y;
 }
 
 Tensor Dropout::backward(Context& ctx, const Tensor& dy) {
   Tensor dx = ctx.activation(dy.shape(), dy.dtype());
-  ctx.ops().dropout_backward(dy, dx, p_, key(ctx));
+  ctx.ops().dropout_backward(dy, dx, p_, key(ctx, dy));
   return dx;
 }
 
@@ -170,33 +186,10 @@ TiedLMHead::TiedLMHead(std::string name, Parameter* table) : Module(std::move(na
   use_parameter(table);
 }
 
-Tensor TiedLMHead::forward(Context& ctx, const Tensor& x) {
-  const int64_t vocab = table_->shape()[0], dim = table_->shape()[1];
-  Tensor logits = ctx.activation(with_last_dim(x.shape(), vocab));
-  MatmulSpec spec;
-  spec.trans_b = true;
-  spec.compute = ctx.param_dtype();
-  ctx.ops().matmul(as_rows(x, dim), table_->data, as_rows(logits, vocab), spec);
-  ctx.save(x);
-  return logits;
-}
+// logits = x E^T: the affine map with the table as its weight, no bias.
+Tensor TiedLMHead::forward(Context& ctx, const Tensor& x) { return affine_forward(ctx, x, *table_, Tensor()); }
 
-Tensor TiedLMHead::backward(Context& ctx, const Tensor& dy) {
-  const int64_t vocab = table_->shape()[0], dim = table_->shape()[1];
-  const Tensor& x = ctx.saved(0);
-  const Tensor dy2 = as_rows(dy, vocab);
-  Tensor dx = ctx.activation(x.shape());
-  MatmulSpec spec;
-  spec.compute = ctx.param_dtype();
-  ctx.ops().matmul(dy2, table_->data, as_rows(dx, dim), spec);
-  if (table_->grad.defined()) {
-    MatmulSpec wspec = spec;
-    wspec.trans_a = true;
-    wspec.accumulate = true;
-    ctx.ops().matmul(dy2, as_rows(x, dim), table_->grad, wspec);
-  }
-  return dx;
-}
+Tensor TiedLMHead::backward(Context& ctx, const Tensor& dy) { return affine_backward(ctx, dy, *table_, nullptr); }
 
 // ---- Sequential
 Tensor Sequential::forward(Context& ctx, const Tensor& x) {

@@ -31,6 +31,8 @@ class LayerNorm : public Module {
   LayerNorm(std::string name, int64_t features, float eps = 1e-5f);
   Tensor forward(Context& ctx, const Tensor& x) override;
   Tensor backward(Context& ctx, const Tensor& dy) override;
+  Parameter* weight() const { return weight_; }
+  Parameter* bias() const { return bias_; }
 
  private:
   int64_t features_;
@@ -55,14 +57,18 @@ class Gelu : public Module {
 class Dropout : public Module {
  public:
   // layer_id: distinct for every dropout site of a model (its mask stream).
-  Dropout(std::string name, float p, int64_t layer_id);
+  // sequence_group: x is this rank's sequence-parallel shard (positions
+  // [r T', (r + 1) T') of each sample for rank r of the group, T' = x's T),
+  // so t counts from r T' and the masks are the whole sequence's.
+  Dropout(std::string name, float p, int64_t layer_id, const Communicator* sequence_group = nullptr);
   Tensor forward(Context& ctx, const Tensor& x) override;
   Tensor backward(Context& ctx, const Tensor& dy) override;
 
  private:
-  DropoutKey key(const Context& ctx) const { return {ctx.dropout_seed(), layer_id_, ctx.first_sample()}; }
+  DropoutKey key(const Context& ctx, const Tensor& x) const;
   float p_;
   int64_t layer_id_;
+  const Communicator* sequence_group_;
 };
 
 // Token embedding: int32 ids [...] -> [..., dim]. Backward returns an
@@ -101,6 +107,9 @@ class TiedLMHead : public Module {
   Tensor forward(Context& ctx, const Tensor& x) override;
   Tensor backward(Context& ctx, const Tensor& dy) override;
 
+ protected:
+  Parameter& table() const { return *table_; }
+
  private:
   Parameter* table_;
 };
@@ -122,12 +131,17 @@ Tensor as_rows(const Tensor& t, int64_t cols);
 // s with its last dimension replaced by `last`.
 Shape with_last_dim(const Shape& s, int64_t last);
 
-// The affine map of every Linear (the tensor-parallel ones too), over the
-// last dimension of x: y = x W^T + b with W [out, in] (bias may be
-// undefined). Saves x.
+// The affine map of every Linear (the tensor-parallel ones and the tied LM
+// head too), over the last dimension of x: y = x W^T + b with W [out, in]
+// (bias may be undefined). Saves x.
 Tensor affine_forward(Context& ctx, const Tensor& x, const Parameter& weight, const Tensor& bias);
 // dx = dy W from the saved x, and dW += dy^T x, db += sum(dy) into whichever
 // gradients are defined (bias may be null).
 Tensor affine_backward(Context& ctx, const Tensor& dy, Parameter& weight, Parameter* bias);
+// The two halves without the save, for a layer that keeps something else
+// (a sequence-parallel layer keeps its input shard and gathers it again):
+// y = x W^T + b, and the gradients of the map at input x.
+Tensor affine_apply(Context& ctx, const Tensor& x, const Parameter& weight, const Tensor& bias);
+Tensor affine_grads(Context& ctx, const Tensor& dy, const Tensor& x, Parameter& weight, Parameter* bias);
 
 }  // namespace zero

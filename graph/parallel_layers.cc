@@ -7,6 +7,7 @@
 #include "core/status.h"
 #include "core/strings.h"
 #include "graph/layers.h"
+#include "graph/sequence_parallel.h"
 
 namespace zero {
 
@@ -35,8 +36,9 @@ SplitRange even_split(int64_t n, int parts, int index) {
 
 // ---- ColumnParallelLinear
 ColumnParallelLinear::ColumnParallelLinear(std::string name, int64_t in_features, int64_t out_features, bool bias,
-                                           float init_std, Communicator& group, int64_t blocks)
-    : Module(std::move(name)), group_(group) {
+                                           float init_std, Communicator& group, int64_t blocks,
+                                           bool sequence_parallel)
+    : Module(std::move(name)), group_(group), sequence_parallel_(sequence_parallel) {
   ZE_CHECK(blocks >= 1 && out_features % blocks == 0) << this->name() << ": " << out_features << " in " << blocks;
   const int64_t part = share(this->name(), out_features / blocks, group, "output features");
   const int64_t offset = group.rank() * part, local_out = part * blocks;
@@ -49,10 +51,18 @@ ColumnParallelLinear::ColumnParallelLinear(std::string name, int64_t in_features
 }
 
 Tensor ColumnParallelLinear::forward(Context& ctx, const Tensor& x) {
-  return affine_forward(ctx, x, *weight_, bias_ ? bias_->data : Tensor());
+  const Tensor bias = bias_ ? bias_->data : Tensor();
+  if (!sequence_parallel_) return affine_forward(ctx, x, *weight_, bias);
+  Tensor y = affine_apply(ctx, gather_sequence(ctx, group_, x, name()), *weight_, bias);
+  ctx.save(x);  // the shard; backward gathers it again
+  return y;
 }
 
 Tensor ColumnParallelLinear::backward(Context& ctx, const Tensor& dy) {
+  if (sequence_parallel_) {
+    const Tensor x = gather_sequence(ctx, group_, ctx.saved(0), name());
+    return scatter_sequence(ctx, group_, affine_grads(ctx, dy, x, *weight_, bias_), name());
+  }
   Tensor dx = affine_backward(ctx, dy, *weight_, bias_);  // this rank's part of dx = dy W
   sum_over(ctx, group_, dx, name());
   return dx;
@@ -60,8 +70,8 @@ Tensor ColumnParallelLinear::backward(Context& ctx, const Tensor& dy) {
 
 // ---- RowParallelLinear
 RowParallelLinear::RowParallelLinear(std::string name, int64_t in_features, int64_t out_features, bool bias,
-                                     float init_std, Communicator& group)
-    : Module(std::move(name)), group_(group) {
+                                     float init_std, Communicator& group, bool sequence_parallel)
+    : Module(std::move(name)), group_(group), sequence_parallel_(sequence_parallel) {
   const int64_t local_in = share(this->name(), in_features, group, "input features");
   weight_ = add_parameter("weight", {out_features, local_in}, ParamInit::normal(init_std));
   weight_->set_slice({{out_features, in_features}, 1, group.rank() * local_in});
@@ -71,12 +81,16 @@ RowParallelLinear::RowParallelLinear(std::string name, int64_t in_features, int6
 Tensor RowParallelLinear::forward(Context& ctx, const Tensor& x) {
   // The bias joins on the group's first rank only, so the sum holds it once.
   Tensor y = affine_forward(ctx, x, *weight_, bias_ != nullptr && group_.rank() == 0 ? bias_->data : Tensor());
+  if (sequence_parallel_) return scatter_sequence(ctx, group_, y, name());
   sum_over(ctx, group_, y, name());
   return y;
 }
 
-// dx_r = dy W_r; dy is the same on every rank of the group, so is the bias
-// gradient.
-Tensor RowParallelLinear::backward(Context& ctx, const Tensor& dy) { return affine_backward(ctx, dy, *weight_, bias_); }
+// dx_r = dy W_r; dy is the same on every rank of the group (with sequence
+// parallelism once gathered), so is the bias gradient.
+Tensor RowParallelLinear::backward(Context& ctx, const Tensor& dy) {
+  if (sequence_parallel_) return affine_backward(ctx, gather_sequence(ctx, group_, dy, name()), *weight_, bias_);
+  return affine_backward(ctx, dy, *weight_, bias_);
+}
 
 }  // namespace zero

@@ -13,6 +13,12 @@
 //
 // A failed all-reduce is noted on the Context (Context::take_status) and the
 // pass goes on with the local values, as a failed gather does.
+//
+// With sequence_parallel (graph/sequence_parallel.h) the activations between
+// the pair are sequence shards: the column-parallel layer all-gathers its
+// input along the sequence (keeping only the shard for backward, where it
+// gathers it again) and reduce-scatters dx; the row-parallel layer
+// reduce-scatters its output instead of all-reducing it and all-gathers dy.
 #pragma once
 
 #include <string>
@@ -43,7 +49,7 @@ class ColumnParallelLinear : public Module {
  public:
   // out_features / blocks must divide by the group's size.
   ColumnParallelLinear(std::string name, int64_t in_features, int64_t out_features, bool bias, float init_std,
-                       Communicator& group, int64_t blocks = 1);
+                       Communicator& group, int64_t blocks = 1, bool sequence_parallel = false);
   Tensor forward(Context& ctx, const Tensor& x) override;
   Tensor backward(Context& ctx, const Tensor& dy) override;
   Parameter* weight() const { return weight_; }
@@ -52,6 +58,7 @@ class ColumnParallelLinear : public Module {
 
  private:
   Communicator& group_;
+  bool sequence_parallel_;
   Parameter* weight_;
   Parameter* bias_ = nullptr;
 };
@@ -64,7 +71,7 @@ class RowParallelLinear : public Module {
  public:
   // in_features must divide by the group's size.
   RowParallelLinear(std::string name, int64_t in_features, int64_t out_features, bool bias, float init_std,
-                    Communicator& group);
+                    Communicator& group, bool sequence_parallel = false);
   Tensor forward(Context& ctx, const Tensor& x) override;
   Tensor backward(Context& ctx, const Tensor& dy) override;
   Parameter* weight() const { return weight_; }
@@ -73,6 +80,7 @@ class RowParallelLinear : public Module {
 
  private:
   Communicator& group_;
+  bool sequence_parallel_;
   Parameter* weight_;
   Parameter* bias_ = nullptr;
 };

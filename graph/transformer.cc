@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "graph/parallel_layers.h"
+#include "graph/sequence_parallel.h"
 
 namespace zero {
 
@@ -24,23 +25,26 @@ int64_t local_heads(int64_t n_head, const Communicator* group) {
 
 CausalSelfAttention::CausalSelfAttention(std::string name, int64_t d_model, int64_t n_head,
                                          float init_std, float proj_std, float dropout,
-                                         int64_t dropout_id, Communicator* tensor_group)
+                                         int64_t dropout_id, Communicator* tensor_group, bool sequence_parallel)
     : Module(std::move(name)), n_head_(local_heads(n_head, tensor_group)), head_dim_(d_model / n_head) {
   ZE_CHECK(d_model % n_head == 0) << d_model << " % " << n_head;
+  const bool sp = sequence_parallel && split(tensor_group);
   if (split(tensor_group)) {
-    c_attn_ = add_child<ColumnParallelLinear>("c_attn", d_model, 3 * d_model, true, init_std, *tensor_group, 3);
-    c_proj_ = add_child<RowParallelLinear>("c_proj", d_model, d_model, true, proj_std, *tensor_group);
+    c_attn_ = add_child<ColumnParallelLinear>("c_attn", d_model, 3 * d_model, true, init_std, *tensor_group, 3, sp);
+    c_proj_ = add_child<RowParallelLinear>("c_proj", d_model, d_model, true, proj_std, *tensor_group, sp);
   } else {
     c_attn_ = add_child<Linear>("c_attn", d_model, 3 * d_model, true, init_std);
     c_proj_ = add_child<Linear>("c_proj", d_model, d_model, true, proj_std);
   }
-  if (dropout > 0.0f) resid_dropout_ = add_child<Dropout>("resid_dropout", dropout, dropout_id);
+  if (dropout > 0.0f) {
+    resid_dropout_ = add_child<Dropout>("resid_dropout", dropout, dropout_id, sp ? tensor_group : nullptr);
+  }
 }
 
 Tensor CausalSelfAttention::forward(Context& ctx, const Tensor& x) {
-  const int64_t b = x.dim(0), t = x.dim(1);
+  Tensor qkv = ctx.forward(*c_attn_, x);  // the whole sequence (a sequence-parallel input is gathered)
+  const int64_t b = qkv.dim(0), t = qkv.dim(1);
   const Shape heads{b, n_head_, t, head_dim_};
-  Tensor qkv = ctx.forward(*c_attn_, x);
   Tensor q = ctx.activation(heads), k = ctx.activation(heads), v = ctx.activation(heads);
   ctx.ops().split_qkv(qkv, q, k, v);
   qkv = Tensor();  // free before the T x T scores are allocated
@@ -108,18 +112,19 @@ Tensor CausalSelfAttention::backward(Context& ctx, const Tensor& dout) {
 }
 
 Mlp::Mlp(std::string name, int64_t d_model, float init_std, float proj_std, float dropout,
-         int64_t dropout_id, Communicator* tensor_group)
+         int64_t dropout_id, Communicator* tensor_group, bool sequence_parallel)
     : Module(std::move(name)) {
+  const bool sp = sequence_parallel && split(tensor_group);
   if (split(tensor_group)) {
-    c_fc_ = add_child<ColumnParallelLinear>("c_fc", d_model, 4 * d_model, true, init_std, *tensor_group);
+    c_fc_ = add_child<ColumnParallelLinear>("c_fc", d_model, 4 * d_model, true, init_std, *tensor_group, 1, sp);
     gelu_ = add_child<Gelu>("gelu");
-    c_proj_ = add_child<RowParallelLinear>("c_proj", 4 * d_model, d_model, true, proj_std, *tensor_group);
+    c_proj_ = add_child<RowParallelLinear>("c_proj", 4 * d_model, d_model, true, proj_std, *tensor_group, sp);
   } else {
     c_fc_ = add_child<Linear>("c_fc", d_model, 4 * d_model, true, init_std);
     gelu_ = add_child<Gelu>("gelu");
     c_proj_ = add_child<Linear>("c_proj", 4 * d_model, d_model, true, proj_std);
   }
-  if (dropout > 0.0f) dropout_ = add_child<Dropout>("dropout", dropout, dropout_id);
+  if (dropout > 0.0f) dropout_ = add_child<Dropout>("dropout", dropout, dropout_id, sp ? tensor_group : nullptr);
 }
 
 Tensor Mlp::forward(Context& ctx, const Tensor& x) {
@@ -134,13 +139,18 @@ Tensor Mlp::backward(Context& ctx, const Tensor& dy) {
 
 TransformerBlock::TransformerBlock(std::string name, int64_t d_model, int64_t n_head,
                                    float init_std, float proj_std, float dropout, int64_t dropout_id,
-                                   Communicator* tensor_group)
+                                   Communicator* tensor_group, bool sequence_parallel)
     : Module(std::move(name)) {
-  ln_1_ = add_child<LayerNorm>("ln_1", d_model);
+  const bool sp = sequence_parallel && split(tensor_group);
+  auto layer_norm = [&](const char* local) -> Module* {
+    if (sp) return add_child<SequenceParallelLayerNorm>(local, d_model, *tensor_group);
+    return add_child<LayerNorm>(local, d_model);
+  };
+  ln_1_ = layer_norm("ln_1");
   attn_ = add_child<CausalSelfAttention>("attn", d_model, n_head, init_std, proj_std, dropout, dropout_id,
-                                         tensor_group);
-  ln_2_ = add_child<LayerNorm>("ln_2", d_model);
-  mlp_ = add_child<Mlp>("mlp", d_model, init_std, proj_std, dropout, dropout_id + 1, tensor_group);
+                                         tensor_group, sp);
+  ln_2_ = layer_norm("ln_2");
+  mlp_ = add_child<Mlp>("mlp", d_model, init_std, proj_std, dropout, dropout_id + 1, tensor_group, sp);
 }
 
 Tensor TransformerBlock::forward(Context& ctx, const Tensor& x) {

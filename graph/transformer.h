@@ -14,7 +14,10 @@
 // column-parallel and c_proj row-parallel. Each sublayer then costs one
 // all-reduce of [B, T, C] forward (c_proj's) and one backward (c_attn's or
 // c_fc's dx); the layer norms, residuals and dropouts run on the full,
-// identical activations of every rank.
+// identical activations of every rank. With sequence_parallel those run on
+// this rank's sequence shard instead (graph/sequence_parallel.h): the block's
+// input and output are [B, S/T, C], the pairs gather and reduce-scatter
+// along the sequence, and the layer norms sum their gradients over the group.
 #pragma once
 
 #include "comm/communicator.h"
@@ -29,7 +32,7 @@ class CausalSelfAttention : public Module {
   // tensor_group of T > 1 ranks: this rank's n_head / T heads (T must divide n_head).
   CausalSelfAttention(std::string name, int64_t d_model, int64_t n_head, float init_std,
                       float proj_std, float dropout = 0.0f, int64_t dropout_id = 0,
-                      Communicator* tensor_group = nullptr);
+                      Communicator* tensor_group = nullptr, bool sequence_parallel = false);
   Tensor forward(Context& ctx, const Tensor& x) override;
   Tensor backward(Context& ctx, const Tensor& dy) override;
 
@@ -46,7 +49,7 @@ class CausalSelfAttention : public Module {
 class Mlp : public Module {
  public:
   Mlp(std::string name, int64_t d_model, float init_std, float proj_std, float dropout = 0.0f,
-      int64_t dropout_id = 0, Communicator* tensor_group = nullptr);
+      int64_t dropout_id = 0, Communicator* tensor_group = nullptr, bool sequence_parallel = false);
   Tensor forward(Context& ctx, const Tensor& x) override;
   Tensor backward(Context& ctx, const Tensor& dy) override;
 
@@ -64,14 +67,14 @@ class TransformerBlock : public Module {
   // MLP (dropout_id + 1) outputs.
   TransformerBlock(std::string name, int64_t d_model, int64_t n_head, float init_std,
                    float proj_std, float dropout = 0.0f, int64_t dropout_id = 0,
-                   Communicator* tensor_group = nullptr);
+                   Communicator* tensor_group = nullptr, bool sequence_parallel = false);
   Tensor forward(Context& ctx, const Tensor& x) override;
   Tensor backward(Context& ctx, const Tensor& dy) override;
 
  private:
-  LayerNorm* ln_1_;
+  Module* ln_1_;
   CausalSelfAttention* attn_;
-  LayerNorm* ln_2_;
+  Module* ln_2_;
   Mlp* mlp_;
 };
 

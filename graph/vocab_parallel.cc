@@ -3,14 +3,16 @@
 
 #include "core/status.h"
 #include "core/strings.h"
+#include "graph/sequence_parallel.h"
 
 namespace zero {
 
 // ---- VocabParallelEmbedding
 VocabParallelEmbedding::VocabParallelEmbedding(std::string name, int64_t vocab, int64_t dim, float init_std,
-                                               Communicator& group)
+                                               Communicator& group, bool sequence_parallel)
     : Module(std::move(name)),
       group_(group),
+      sequence_parallel_(sequence_parallel),
       vocab_(vocab),
       dim_(dim),
       rows_(even_split(vocab, group.world_size(), group.rank())) {
@@ -26,21 +28,37 @@ Tensor VocabParallelEmbedding::forward(Context& ctx, const Tensor& ids) {
   out_shape.push_back(dim_);
   Tensor y = ctx.activation(out_shape);
   ctx.ops().embedding_slice_forward(ids, rows_.offset, weight_->data, y);
-  sum_over(ctx, group_, y, name());
   ctx.save(ids);
+  if (sequence_parallel_) return scatter_sequence(ctx, group_, y, name());
+  sum_over(ctx, group_, y, name());
   return y;
 }
 
 Tensor VocabParallelEmbedding::backward(Context& ctx, const Tensor& dy) {
-  if (weight_->grad.defined()) ctx.ops().embedding_slice_backward(ctx.saved(0), rows_.offset, dy, weight_->grad);
+  if (!weight_->grad.defined()) return Tensor();
+  const Tensor d = sequence_parallel_ ? gather_sequence(ctx, group_, dy, name()) : dy;
+  ctx.ops().embedding_slice_backward(ctx.saved(0), rows_.offset, d, weight_->grad);
   return Tensor();
 }
 
 // ---- VocabParallelLMHead
 VocabParallelLMHead::VocabParallelLMHead(std::string name, const VocabParallelEmbedding& embedding)
-    : TiedLMHead(std::move(name), embedding.weight()), group_(embedding.group()) {}
+    : TiedLMHead(std::move(name), embedding.weight()),
+      group_(embedding.group()),
+      sequence_parallel_(embedding.sequence_parallel()) {}
+
+Tensor VocabParallelLMHead::forward(Context& ctx, const Tensor& x) {
+  if (!sequence_parallel_) return TiedLMHead::forward(ctx, x);
+  Tensor logits = affine_apply(ctx, gather_sequence(ctx, group_, x, name()), table(), Tensor());
+  ctx.save(x);
+  return logits;
+}
 
 Tensor VocabParallelLMHead::backward(Context& ctx, const Tensor& dy) {
+  if (sequence_parallel_) {
+    const Tensor x = gather_sequence(ctx, group_, ctx.saved(0), name());
+    return scatter_sequence(ctx, group_, affine_grads(ctx, dy, x, table(), nullptr), name());
+  }
   Tensor dx = TiedLMHead::backward(ctx, dy);  // this slice's part of dlogits E
   sum_over(ctx, group_, dx, name());
   return dx;

@@ -28,7 +28,10 @@ namespace zero {
 // Token embedding with the table split by vocabulary rows. Saves: ids.
 class VocabParallelEmbedding : public Module {
  public:
-  VocabParallelEmbedding(std::string name, int64_t vocab, int64_t dim, float init_std, Communicator& group);
+  // sequence_parallel: the output is this rank's sequence shard (a
+  // reduce-scatter instead of the all-reduce; graph/sequence_parallel.h).
+  VocabParallelEmbedding(std::string name, int64_t vocab, int64_t dim, float init_std, Communicator& group,
+                         bool sequence_parallel = false);
   Tensor forward(Context& ctx, const Tensor& ids) override;
   Tensor backward(Context& ctx, const Tensor& dy) override;
   Parameter* weight() const { return weight_; }
@@ -36,23 +39,30 @@ class VocabParallelEmbedding : public Module {
   const SplitRange& rows() const { return rows_; }
   int64_t vocab() const { return vocab_; }
   Communicator& group() const { return group_; }
+  bool sequence_parallel() const { return sequence_parallel_; }
 
  private:
   Communicator& group_;
+  bool sequence_parallel_;
   int64_t vocab_, dim_;
   SplitRange rows_;
   Parameter* weight_;
 };
 
 // GPT-2's tied output layer over the embedding's slice: this rank's logits
-// are its vocabulary rows' (logits_vocab_slice of the model). Saves: x.
+// are its vocabulary rows' (logits_vocab_slice of the model). Saves: x. With
+// the embedding's sequence_parallel, x is a sequence shard, all-gathered
+// first (and again in backward; the shard is what it keeps), and dx is
+// reduce-scattered.
 class VocabParallelLMHead : public TiedLMHead {
  public:
   VocabParallelLMHead(std::string name, const VocabParallelEmbedding& embedding);
+  Tensor forward(Context& ctx, const Tensor& x) override;
   Tensor backward(Context& ctx, const Tensor& dy) override;
 
  private:
   Communicator& group_;
+  bool sequence_parallel_;
 };
 
 // The softmax cross-entropy of logits [N, w] that are vocabulary columns

@@ -4,13 +4,15 @@
 // gives the same mask on every backend (the CPU and CUDA kernels include this
 // header), on every rank and in an activation-checkpointing recompute.
 //
-//   keep(b, t, c) = bits32(seed, layer, first_sample + b, t, c) >= threshold(p)
+//   keep(b, t, c) = bits32(seed, layer, first_sample + b, first_position + t, c) >= threshold(p)
 //
 // bits32 chains splitmix64's finaliser (Steele, Lea and Flood 2014): one mix
 // per call (seed, layer), one per row (global sample index), one per element
 // (position t, feature c). first_sample is the global sample index of row 0
 // (runtime/data/data_loader.h's g), so N ranks at micro-batch b draw exactly
-// the masks one rank draws at micro-batch N*b.
+// the masks one rank draws at micro-batch N*b; first_position is the
+// sequence position of column 0 (a sequence-parallel shard's offset), so T
+// tensor ranks holding S/T positions each draw the masks of the whole sequence.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +30,7 @@ struct DropoutKey {
   uint64_t seed = 0;         // the run's seed (EngineConfig::seed)
   int64_t layer = 0;         // which dropout site of the model
   int64_t first_sample = 0;  // global sample index of the tensor's row 0
+  int64_t first_position = 0;  // sequence position of the tensor's position 0
 };
 
 ZE_DROPOUT_HD uint64_t dropout_mix64(uint64_t z) {
@@ -66,7 +69,7 @@ inline float dropout_scale(float p) { return static_cast<float>(1.0 / (1.0 - sta
 // (a scalar reference for tests and the double-precision reference model).
 inline bool dropout_keeps(const DropoutKey& key, float p, int64_t b, int64_t t, int64_t c) {
   const uint64_t row = dropout_row_key(dropout_call_key(key.seed, key.layer), key.first_sample + b);
-  return dropout_bits(row, t, c) >= dropout_threshold(p);
+  return dropout_bits(row, key.first_position + t, c) >= dropout_threshold(p);
 }
 
 }  // namespace zero

@@ -23,14 +23,18 @@ def measured(path):
     peaks = {c: 0 for c in CATEGORIES}
     peaks["total"] = 0
     rss = 0
+    steps = []
     with open(path) as f:
         for line in f:
             j = json.loads(line)
+            steps.append(j.get("step_time_s", 0.0))
             host = j["memory"]["host"]
             for c in CATEGORIES:
                 peaks[c] = max(peaks[c], host[c]["peak"])
             peaks["total"] = max(peaks["total"], host["allocated"]["peak"])
             rss = max(rss, j["rss"])
+    # The step time: the fastest step after the first (which initialises).
+    peaks["step_time_s"] = min(steps[1:]) if len(steps) > 1 else (steps[0] if steps else 0.0)
     return peaks, rss
 
 
@@ -49,6 +53,7 @@ def main():
         numbers = [int(x) for x in re.findall(r"\d+", tag)]
         stage, ranks = numbers[:2]
         tensor = numbers[2] if len(numbers) > 2 else 1
+        sp = numbers[3] if len(numbers) > 3 else 0
         with open(f"{runs}/{tag}.plan.json") as f:
             plan = json.load(f)
         worst = (0.0, "")
@@ -59,41 +64,44 @@ def main():
             planned["total"] = plan["ranks"][r]["total"]["host"]
             for c in CATEGORIES + ["total"]:
                 e = error_pct(got[c], planned[c])
-                rows.append([stage, ranks, tensor, r, c, got[c], planned[c], f"{e:.3f}"])
+                rows.append([stage, ranks, tensor, sp, r, c, got[c], planned[c], f"{e:.3f}"])
                 if abs(e) > abs(worst[0]):
                     worst = (e, f"rank {r} {c}")
-            rows.append([stage, ranks, tensor, r, "rss", rss, "", ""])
+            rows.append([stage, ranks, tensor, sp, r, "rss", rss, "", ""])
             if best_rank is None or got["total"] > best_rank[1]:
-                best_rank = (r, got["total"], planned["total"], rss, got["activations"], planned["activations"])
-        r, m, p, rss, act, act_plan = best_rank
+                best_rank = (r, got["total"], planned["total"], rss, got["activations"], planned["activations"],
+                             got["step_time_s"])
+        r, m, p, rss, act, act_plan, step_s = best_rank
         summary.append([stage, ranks, r, m, p, f"{error_pct(m, p):.3f}", rss, f"{worst[0]:.3f}", worst[1], tensor,
-                        act, act_plan])
+                        act, act_plan, sp, f"{step_s:.3f}"])
 
     with open(f"{out}/memory_scaling.csv", "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["stage", "ranks", "tensor", "rank", "category", "measured_bytes", "planned_bytes", "error_pct"])
+        w.writerow(["stage", "ranks", "tensor", "sp", "rank", "category", "measured_bytes", "planned_bytes",
+                    "error_pct"])
         w.writerows(rows)
     with open(f"{out}/summary.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["stage", "ranks", "max_rank", "measured_total_bytes", "planned_total_bytes", "total_error_pct",
                     "rss_bytes", "worst_category_error_pct", "worst_category", "tensor", "measured_activation_bytes",
-                    "planned_activation_bytes"])
+                    "planned_activation_bytes", "sequence_parallel", "step_time_s"])
         w.writerows(summary)
     # One data block per stage for gnuplot (T = 1): ranks, measured MiB, planned MiB.
     with open(f"{out}/memory_scaling.dat", "w") as f:
         for stage in sorted({s[0] for s in summary}):
             f.write(f"# stage {stage}: ranks measured_MiB planned_MiB rss_MiB\n")
             for s in summary:
-                if s[0] == stage and s[9] == 1:
+                if s[0] == stage and s[9] == 1 and s[12] == 0:
                     f.write(f"{s[1]} {s[3] / 2**20:.2f} {s[4] / 2**20:.2f} {s[6] / 2**20:.2f}\n")
             f.write("\n\n")
 
-    print(f"{'stage':>5} {'ranks':>5} {'T':>3} | {'measured MiB':>12} {'planned MiB':>12} {'error':>8} |"
-          f" {'activations MiB':>15} | {'RSS MiB':>8} | worst category error")
+    print(f"{'stage':>5} {'ranks':>5} {'T':>3} {'SP':>3} | {'measured MiB':>12} {'planned MiB':>12} {'error':>8} |"
+          f" {'activations MiB (planned)':>25} | {'step s':>7} | {'RSS MiB':>8} | worst category error")
     worst_all = 0.0
     for s in summary:
-        print(f"{s[0]:>5} {s[1]:>5} {s[9]:>3} | {s[3] / 2**20:12.1f} {s[4] / 2**20:12.1f} {float(s[5]):7.2f}% |"
-              f" {s[10] / 2**20:15.1f} | {s[6] / 2**20:8.1f} | {float(s[7]):.2f}% ({s[8] or '-'})")
+        print(f"{s[0]:>5} {s[1]:>5} {s[9]:>3} {s[12]:>3} | {s[3] / 2**20:12.1f} {s[4] / 2**20:12.1f} {float(s[5]):7.2f}% |"
+              f" {s[10] / 2**20:13.1f} ({s[11] / 2**20:8.1f}) | {float(s[13]):7.2f} | {s[6] / 2**20:8.1f} |"
+              f" {float(s[7]):.2f}% ({s[8] or '-'})")
         worst_all = max(worst_all, abs(float(s[5])))
     cat_worst = max((abs(float(s[7])) for s in summary), default=0.0)
     print(f"worst total error {worst_all:.2f}%, worst single-category error {cat_worst:.2f}%:"

@@ -146,6 +146,9 @@ void parse_tensor_parallel_section(ConfigReader r, RunConfig& c) {
   } else if (t > 1 && c.model.gpt.n_head % t != 0) {
     r.error("autotp_size", cat(t, " does not divide model.n_head ", c.model.gpt.n_head,
                                " (each tensor rank computes n_head / autotp_size whole heads)"));
+  } else if (t > 1 && c.sequence_parallel && c.model.gpt.seq_len % t != 0) {
+    r.error("sequence_parallel", cat("model.seq_len ", c.model.gpt.seq_len, " does not divide by autotp_size ", t,
+                                     " (each tensor rank holds seq_len / autotp_size positions)"));
   }
   r.finish();
 }
@@ -415,6 +418,10 @@ std::vector<ConfigKey> training_keys() {
   k.push_back(integer(tp + "autotp_size", ZE_FIELD(autotp_size), 0, 65536,
                       "tensor-parallel size T (0, 1: none): Megatron's split of the GPT over T adjacent ranks, "
                       "ZeRO over the world / T data-parallel ranks"));
+  k.push_back(boolean(tp + "sequence_parallel", ZE_FIELD(sequence_parallel),
+                      "ZeroEngine's (Megatron-LM's --sequence-parallel): layer norms, dropouts and residuals on "
+                      "sequence shards, all-gather / reduce-scatter instead of all-reduce (model.seq_len must divide "
+                      "by autotp_size)"));
   k.push_back(refused(tp + "tp_overlap_comm", false, "the tensor-parallel all-reduces run in line with the compute"));
   k.push_back(accepted(tp + "vocab_parallel_lm_head", KeyKind::kBool, false,
                        "the GPT's head is tied to the token table, which is vocabulary-parallel at T > 1 anyway"));

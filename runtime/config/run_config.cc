@@ -323,7 +323,9 @@ std::vector<ConfigKey> run_config_keys() {
   k.push_back(refused("sparse_gradients", false, "gradients are dense"));
   k.push_back(refused("disable_allgather", false, "the all-gather after the optimizer step is required"));
   k.push_back(refused("seq_parallel_communication_data_type", "fp32", "there is no sequence parallelism"));
-  k.push_back(refused("sequence_parallel_size", 1, "there is no sequence parallelism"));
+  k.push_back(refused("sequence_parallel_size", 1,
+                      "DeepSpeed-Ulysses (all-to-all over heads) is not here; Megatron's sequence parallelism is "
+                      "tensor_parallel.sequence_parallel"));
   k.push_back(refused("graph_harvesting", false, "there are no CUDA graphs"));
   k.push_back(refused("use_data_before_expert_parallelism", false, "there is no expert parallelism"));
   k.push_back(refused("log_level", "info", "ZeroEngine's log has one level"));

@@ -69,6 +69,7 @@ struct RunConfig {
   ConfigSwitches switches;
   int world_size = 1;            // processes (ranks)
   int64_t autotp_size = 0;       // tensor_parallel.autotp_size: 0 or 1, no tensor parallelism
+  bool sequence_parallel = false;  // tensor_parallel.sequence_parallel (Megatron-SP; with T > 1)
   int64_t train_batch_size = 0;  // global: micro x accumulation x data-parallel size
   // The mesh: tensor groups of tensor_size() adjacent ranks, data_size() of them.
   int tensor_size() const { return autotp_size > 1 ? static_cast<int>(autotp_size) : 1; }

@@ -42,6 +42,9 @@ absl::StatusOr<MemoryPlan> plan_memory(const PlanInput& in) {
   if (in.tensor < 1 || in.world % in.tensor != 0 || g.n_head % in.tensor != 0)
     return absl::InvalidArgumentError(cat("tensor_parallel.autotp_size ", in.tensor, " must divide the world of ",
                                           in.world, " ranks and model.n_head ", g.n_head));
+  if (in.sequence_parallel && seq % in.tensor != 0)
+    return absl::InvalidArgumentError(cat("tensor_parallel.sequence_parallel: the sequence of ", seq,
+                                          " does not divide by autotp_size ", in.tensor));
 
   DryRunBackend backend(in.compute_tier);
   ZE_ASSIGN_OR_RETURN(const std::unique_ptr<DeviceMesh> mesh,
@@ -49,7 +52,7 @@ absl::StatusOr<MemoryPlan> plan_memory(const PlanInput& in) {
   EngineConfig e = in.engine;
   e.micro_batch_size = in.micro_batch;
   ZE_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
-                      Engine::create(std::make_unique<Gpt>(g, &mesh->tensor()), e, backend, *mesh));
+                      Engine::create(std::make_unique<Gpt>(g, &mesh->tensor(), in.sequence_parallel), e, backend, *mesh));
   MemoryTracker& tracker = backend.process_tracker();
 
   MemoryPlan plan;

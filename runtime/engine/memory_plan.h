@@ -40,6 +40,7 @@ struct PlanInput {
   EngineConfig engine;
   int world = 1;            // ranks: tensor x data-parallel
   int tensor = 1;           // tensor-parallel size T (dividing world and the model's heads)
+  bool sequence_parallel = false;  // Megatron-SP over the tensor group (T > 1)
   int rank = 0;             // which rank to plan (padding, the last shard and the vocabulary slice differ per rank)
   Tier compute_tier = Tier::kHost;  // where the backend computes: kHost (CPU), kDevice (CUDA)
   int optimizer_steps = 2;  // length of the dry run (>= 2 to reach stage 3's steady state)

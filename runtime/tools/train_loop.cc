@@ -56,7 +56,8 @@ absl::StatusOr<int> run_training(const RunConfig& c, Backend& backend, Communica
   // over the data groups; the model splits over this rank's tensor group.
   ZE_ASSIGN_OR_RETURN(std::unique_ptr<DeviceMesh> mesh, DeviceMesh::create(comm, c.tensor_size()));
   ZE_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
-                      Engine::create(std::make_unique<Gpt>(c.model.gpt, &mesh->tensor()), c.engine, backend, *mesh));
+                      Engine::create(std::make_unique<Gpt>(c.model.gpt, &mesh->tensor(), c.sequence_parallel),
+                                     c.engine, backend, *mesh));
   const GptConfig& g = c.model.gpt;
   out << absl::StrFormat("model: GPT n_layer=%d n_head=%d d_model=%d vocab=%d seq_len=%d, %.2fM parameters%s (%s)%s\n",
                          g.n_layer, g.n_head, g.d_model, g.vocab_size, g.seq_len,
@@ -73,9 +74,10 @@ absl::StatusOr<int> run_training(const RunConfig& c, Backend& backend, Communica
                          stage_number(c.engine.zero.stage), c.engine.zero.overlap_comm ? " (overlap_comm)" : "");
   if (c.tensor_size() > 1) {
     out << absl::StrFormat("tensor parallel: %d ranks per tensor group (ranks %d-%d hold the first model copy), "
-                           "%d data-parallel group%s; Megatron's split: heads, MLP features and vocabulary / %d\n",
+                           "%d data-parallel group%s; Megatron's split: heads, MLP features and vocabulary / %d%s\n",
                            c.tensor_size(), 0, c.tensor_size() - 1, c.data_size(), c.data_size() == 1 ? "" : "s",
-                           c.tensor_size());
+                           c.tensor_size(),
+                           c.sequence_parallel ? "; sequence parallel: layer norms and residuals on seq_len / T" : "");
   }
   if (backend.compute_tier() == Tier::kHost) {
     out << absl::StrFormat("backend: %s, %d threads per rank, %s kernels; communicator: %s\n", backend.name(),

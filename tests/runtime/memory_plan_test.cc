@@ -67,6 +67,7 @@ struct Case {
   float dropout = 0.0f;             // model.dropout (Dropout modules' outputs and gradients)
   OptimizerPrecision precision;     // 16-bit master weights / states (bf16_master_weights_and_grads, ...)
   int tensor = 1;                   // tensor-parallel size (a mesh of world / tensor data-parallel ranks)
+  bool sequence_parallel = false;   // Megatron-SP over the tensor group
 };
 
 EngineConfig engine_config(const Case& c) {
@@ -119,13 +120,14 @@ struct Measured {
 
 // Peaks of a real run of `steps` optimizer steps, from engine creation on,
 // relative to what was allocated before it.
-Measured measure(const EngineConfig& e, int steps, const GptConfig& model = kModel, int tensor = 1) {
+Measured measure(const EngineConfig& e, int steps, const GptConfig& model = kModel, int tensor = 1,
+                 bool sequence_parallel = false) {
   std::unique_ptr<DeviceMesh> mesh = DeviceMesh::create(world(), tensor).value();
   MemoryTracker::global().reset_peaks();
   const MemorySnapshot before = MemoryTracker::global().snapshot();
   {
     CpuBackend backend;
-    auto engine = Engine::create(std::make_unique<Gpt>(model, &mesh->tensor()), e, backend, *mesh);
+    auto engine = Engine::create(std::make_unique<Gpt>(model, &mesh->tensor(), sequence_parallel), e, backend, *mesh);
     EXPECT_TRUE(engine.ok()) << engine.status();
     if (!engine.ok()) return {};
     const int64_t n = kMicroBatch * kModel.seq_len;
@@ -163,6 +165,7 @@ PlanInput plan_input(const Case& c) {
   in.engine = engine_config(c);
   in.world = world().world_size();
   in.tensor = c.tensor;
+  in.sequence_parallel = c.sequence_parallel;
   in.rank = world().rank();
   return in;
 }
@@ -174,7 +177,7 @@ void expect_plan_matches(const Case& c, MemoryPlan* out = nullptr) {
   absl::StatusOr<MemoryPlan> plan = plan_memory(in);
   ASSERT_TRUE(plan.ok()) << plan.status();
   if (out != nullptr) *out = *plan;
-  const Measured got = measure(in.engine, 3, in.model, c.tensor);
+  const Measured got = measure(in.engine, 3, in.model, c.tensor, c.sequence_parallel);
   const std::string where = cat(c.name, " (rank ", in.rank, " of ", in.world, ")");
   for (int t = 0; t < kNumTiers; ++t) {
     for (int ci = 0; ci < kNumMemCategories; ++ci) {
@@ -215,12 +218,15 @@ TEST(MemoryPlanTest, PlanEqualsMeasuredWithTensorParallelism) {
   if (world().world_size() % 2 != 0) GTEST_SKIP() << "a tensor group of 2 needs an even world";
   for (int stage : {0, 1, 2, 3}) {
     for (std::optional<int64_t> k : {std::optional<int64_t>(), std::optional<int64_t>(2)}) {
-      Case c;
-      c.stage = stage;
-      c.tensor = 2;
-      c.segments = k;
-      c.name = cat("T=2 stage ", stage, k ? ", 2 segments" : "");
-      expect_plan_matches(c);
+      for (bool sp : {false, true}) {
+        Case c;
+        c.stage = stage;
+        c.tensor = 2;
+        c.segments = k;
+        c.sequence_parallel = sp;
+        c.name = cat("T=2 stage ", stage, k ? ", 2 segments" : "", sp ? ", sequence parallel" : "");
+        expect_plan_matches(c);
+      }
     }
   }
 }

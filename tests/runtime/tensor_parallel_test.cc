@@ -20,9 +20,12 @@
 //    layer 2 all-reduces of B*S*C forward and 2 backward, plus the
 //    embedding's (forward) and the head's (backward), plus the loss's N + 2N
 //    floats, as the communicator counts them.
+// Each of those holds with sequence parallelism too (Megatron-SP: the
+// tensor group's volume is then its all-gathers and reduce-scatters, plus
+// the sums of the layer norms' and position table's gradients).
 // With dropout 0.1 the losses match one rank's too: masks are keyed by the
-// global sample, and the dropouts act on the full activations every tensor
-// rank holds.
+// global sample and position, whether the dropouts act on the full
+// activations every tensor rank holds or on its sequence shard.
 //
 // Checkpoints (TensorParallelCheckpointTest): a run at T = 2 saves the
 // unsplit tensors (its slices as contiguous or strided segments); that
@@ -148,7 +151,7 @@ std::unique_ptr<Trainer> make_trainer(Communicator& comm, int stage, int tensor)
 }
 
 // tensor = 0: one process, no mesh (the reference).
-RunResult train(int stage, int tensor, float dropout = 0.0f) {
+RunResult train(int stage, int tensor, float dropout = 0.0f, bool sequence_parallel = false) {
   std::unique_ptr<DeviceMesh> mesh;
   if (tensor > 0) {
     absl::StatusOr<std::unique_ptr<DeviceMesh>> m = DeviceMesh::create(world(), tensor);
@@ -161,7 +164,7 @@ RunResult train(int stage, int tensor, float dropout = 0.0f) {
   GptConfig model = kModel;
   model.dropout = dropout;
   absl::StatusOr<std::unique_ptr<Engine>> engine =
-      mesh ? Engine::create(std::make_unique<Gpt>(model, &mesh->tensor()), ec, backend, *mesh)
+      mesh ? Engine::create(std::make_unique<Gpt>(model, &mesh->tensor(), sequence_parallel), ec, backend, *mesh)
            : initialize(std::make_unique<Gpt>(model), ec, backend);
   EXPECT_TRUE(engine.ok()) << engine.status();
   RunResult out;
@@ -260,38 +263,58 @@ int64_t expected_local_parameters(int tensor, int tensor_rank) {
 }
 
 // Megatron's forward + backward volume in the tensor group, as the
-// communicator counts an all-reduce (2 (T-1)/T of its bytes).
-int64_t expected_tensor_bytes(int tensor, int64_t rows) {
+// communicator counts it: an all-reduce of n floats 2 (T-1)/T n, an
+// all-gather or reduce-scatter of n floats (T-1)/T n. u: one all-gather of
+// the activations [rows, C].
+int64_t expected_tensor_bytes(int tensor, int64_t rows, bool sequence_parallel) {
   auto all_reduce = [&](int64_t floats) { return 2 * (tensor - 1) * floats * 4 / tensor; };
-  const int64_t activation = rows * kModel.d_model;
-  return (4 * kModel.n_layer + 2) * all_reduce(activation) + all_reduce(rows) + all_reduce(2 * rows);
+  const int64_t c = kModel.d_model, activation = rows * c, loss = all_reduce(rows) + all_reduce(2 * rows);
+  // Per layer 2 all-reduces forward (after attention and MLP) and 2 backward
+  // (their inputs' dx); the embedding's forward, the head's dx backward.
+  if (!sequence_parallel) return (4 * kModel.n_layer + 2) * all_reduce(activation) + loss;
+  const int64_t u = (tensor - 1) * (activation / tensor) * 4;
+  // Per sublayer forward: all-gather the input, reduce-scatter the output;
+  // backward: all-gather dy, all-gather the input again, reduce-scatter dx.
+  // The embedding reduce-scatters forward and all-gathers dy; the head
+  // gathers forward, and backward gathers again and reduce-scatters dx. The
+  // layer norms (weight and bias, 2 per layer + ln_f) and the position table
+  // sum their gradients.
+  const int64_t per_layer = 2 * (2 + 3) * u;
+  return kModel.n_layer * per_layer + 2 * u + 3 * u + loss + (2 * kModel.n_layer + 1) * 2 * all_reduce(c) +
+         all_reduce(kModel.seq_len * c);
 }
 
-class TensorParallelTest : public ::testing::TestWithParam<int> {};
+class TensorParallelTest : public ::testing::TestWithParam<std::tuple<int, bool>> {};
 
 TEST_P(TensorParallelTest, MatchesOneRankOnTheSameGlobalBatch) {
-  const int stage = GetParam();
+  const auto [stage, sp] = GetParam();
   for (int tensor : tensor_sizes()) {
     const int data = world().world_size() / tensor;
     const std::string what = "T=" + std::to_string(tensor) + " D=" + std::to_string(data) + " stage " +
-                             std::to_string(stage);
-    const RunResult got = train(stage, tensor);
+                             std::to_string(stage) + (sp ? " sequence-parallel" : "");
+    const RunResult got = train(stage, tensor, 0.0f, sp);
     expect_matches(got, reference(0.0f), what);
     const int tensor_rank = world().rank() % tensor;
     EXPECT_EQ(got.local_parameters, expected_local_parameters(tensor, tensor_rank)) << what;
     const int64_t rows = kGlobalBatch / data * kModel.seq_len;
-    EXPECT_EQ(got.tensor_bytes_first_pass, tensor == 1 ? 0 : expected_tensor_bytes(tensor, rows)) << what;
+    EXPECT_EQ(got.tensor_bytes_first_pass, tensor == 1 ? 0 : expected_tensor_bytes(tensor, rows, sp)) << what;
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Stages, TensorParallelTest, ::testing::Values(0, 1, 2, 3),
-                         [](const ::testing::TestParamInfo<int>& info) { return "stage" + std::to_string(info.param); });
+INSTANTIATE_TEST_SUITE_P(Stages, TensorParallelTest, ::testing::Combine(::testing::Values(0, 1, 2, 3), ::testing::Bool()),
+                         [](const ::testing::TestParamInfo<std::tuple<int, bool>>& info) {
+                           return "stage" + std::to_string(std::get<0>(info.param)) +
+                                  (std::get<1>(info.param) ? "_sequence_parallel" : "");
+                         });
 
 TEST(TensorParallelDropoutTest, MatchesOneRankWithDropout) {
   for (int tensor : tensor_sizes()) {
     for (int stage : {0, 3}) {
-      const std::string what = "dropout 0.1, T=" + std::to_string(tensor) + " stage " + std::to_string(stage);
-      expect_matches(train(stage, tensor, 0.1f), reference(0.1f), what);
+      for (bool sp : {false, true}) {
+        const std::string what = "dropout 0.1, T=" + std::to_string(tensor) + " stage " + std::to_string(stage) +
+                                 (sp ? " sequence-parallel" : "");
+        expect_matches(train(stage, tensor, 0.1f, sp), reference(0.1f), what);
+      }
     }
   }
 }
