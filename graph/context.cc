@@ -4,6 +4,8 @@
 #include <chrono>
 #include <utility>
 
+#include "comm/communicator.h"
+#include "core/status.h"
 #include "core/strings.h"
 
 namespace zero {
@@ -32,7 +34,7 @@ void Context::set_checkpoint_segments(std::vector<std::vector<Module*>> segments
     if (mods.empty()) continue;
     first_of_[mods.front()] = segments_.size();
     last_of_[mods.back()] = segments_.size();
-    segments_.push_back({std::move(mods), Tensor(), false, Tensor(), nullptr, nullptr});
+    segments_.push_back({std::move(mods), Tensor(), false, Tensor(), nullptr, nullptr, Tensor(), Shape()});
   }
   forward_segments_.clear();
 }
@@ -45,15 +47,41 @@ void Context::set_checkpoint_offload(Backend* host) {
   if (host_ != nullptr && copy_stream_ < 0) copy_stream_ = backend_.create_stream();
 }
 
+void Context::set_checkpoint_partition(Communicator* group) {
+  ZE_CHECK(forward_segments_.empty()) << "set_checkpoint_partition between forward and backward";
+  partition_ = group != nullptr && group->world_size() > 1 ? group : nullptr;
+}
+
+Tensor Context::partition_view(const Segment& s) const {
+  const int64_t n = s.input.numel(), t = partition_->world_size();
+  const int64_t block = (n + t - 1) / t, first = std::min(n, partition_->rank() * block);
+  return s.input.view({n}).slice(first, {std::min(block, n - first)});
+}
+
+void Context::gather_input(Segment& s) {
+  const int64_t n = shape_numel(s.input_shape), t = partition_->world_size(), block = (n + t - 1) / t;
+  Tensor whole = backend_.empty({t * block}, s.part.dtype(), MemCategory::kActivations);
+  backend_.copy(whole.slice(partition_->rank() * block, {block}), s.part);
+  note(annotate(partition_->all_gather(whole.data(), block, block, whole.dtype()),
+                cat("partition_activations: all-gather of the input of the segment at ", s.modules.front()->name())));
+  s.input = whole.slice(0, s.input_shape);
+  s.part = Tensor();
+}
+
 double Context::take_recompute_seconds() { return std::exchange(recompute_seconds_, 0.0); }
 
 // The copy out waits for the compute that produced the input (an event on the
 // compute stream); the input stays referenced until the copy has landed
 // (Context::forward waits for copied_out before dropping it).
 void Context::start_copy_out(Segment& s) {
-  s.host_input = host_->empty(s.input.shape(), s.input.dtype(), MemCategory::kActivations, Tier::kHost);
+  // Partitioned, only this rank's piece goes (into a buffer of a whole block).
+  const Tensor src = partitioned() ? partition_view(s) : s.input;
+  const int64_t t = partitioned() ? partition_->world_size() : 1;
+  s.host_input = partitioned()
+                     ? host_->empty({(s.input.numel() + t - 1) / t}, s.input.dtype(), MemCategory::kActivations, Tier::kHost)
+                     : host_->empty(s.input.shape(), s.input.dtype(), MemCategory::kActivations, Tier::kHost);
   backend_.wait_event(copy_stream_, backend_.record_event(kComputeStream));
-  backend_.copy_async(s.host_input.data(), s.input.data(), s.input.nbytes(), copy_stream_);
+  backend_.copy_async(s.host_input.data(), src.data(), src.nbytes(), copy_stream_);
   s.copied_out = backend_.record_event(copy_stream_);
 }
 
@@ -62,10 +90,11 @@ void Context::start_copy_out(Segment& s) {
 // allocators hand a block out again only once the compute stream has passed
 // its release). Whoever reads `input` waits for copied_back first.
 void Context::start_copy_back(Segment& s) {
-  if (s.input.defined()) return;
+  if (s.input.defined() || s.part.defined()) return;
   ZE_CHECK(s.host_input.defined()) << "checkpoint segment of " << s.modules.front()->name() << " has no saved input";
-  s.input = backend_.empty(s.host_input.shape(), s.host_input.dtype(), MemCategory::kActivations);
-  backend_.copy_async(s.input.data(), s.host_input.data(), s.host_input.nbytes(), copy_stream_);
+  Tensor& dst = partitioned() ? s.part : s.input;
+  dst = backend_.empty(s.host_input.shape(), s.host_input.dtype(), MemCategory::kActivations);
+  backend_.copy_async(dst.data(), s.host_input.data(), s.host_input.nbytes(), copy_stream_);
   s.copied_back = backend_.record_event(copy_stream_);
 }
 
@@ -90,6 +119,7 @@ Tensor Context::forward(Module& m, const Tensor& x) {
   if (seg_first != first_of_.end()) {
     Segment& s = segments_[seg_first->second];
     s.input = x;
+    s.input_shape = x.shape();
     s.recomputed = false;
     ++no_save_depth_;
     if (host_ != nullptr) {
@@ -112,10 +142,17 @@ Tensor Context::forward(Module& m, const Tensor& x) {
     auto seg_last = last_of_.find(&m);
     if (seg_last != last_of_.end()) {
       --no_save_depth_;
-      // Offload: the input is in host memory once its copy has landed.
+      // Offload: the input (or its partition) is in host memory once its
+      // copy has landed. Partitioned: this rank keeps its piece only.
       Segment& s = segments_[seg_last->second];
       if (host_ != nullptr && s.host_input.defined()) {
         wait_copies(s);
+        s.input = Tensor();
+      } else if (partitioned() && s.input.defined()) {
+        const Tensor piece = partition_view(s);
+        const int64_t t = partition_->world_size();
+        s.part = backend_.empty({(s.input.numel() + t - 1) / t}, s.input.dtype(), MemCategory::kActivations);
+        if (piece.numel() > 0) backend_.copy(s.part.slice(0, {piece.numel()}), piece);
         s.input = Tensor();
       }
     }
@@ -141,6 +178,7 @@ Tensor Context::backward(Module& m, const Tensor& dy) {
       }
       backend_.wait_event(kComputeStream, s.copied_back);
     }
+    if (partitioned() && !s.input.defined()) gather_input(s);
     recompute(s);
   }
   auto it = frames_.find(&m);
@@ -162,6 +200,7 @@ Tensor Context::backward(Module& m, const Tensor& dy) {
     wait_copies(s);
     s.input = Tensor();
     s.host_input = Tensor();
+    s.part = Tensor();
     s.recomputed = false;
     if (!forward_segments_.empty() && forward_segments_.back() == seg_first->second) forward_segments_.pop_back();
   }
@@ -192,6 +231,7 @@ void Context::clear() {
     wait_copies(s);
     s.input = Tensor();
     s.host_input = Tensor();
+    s.part = Tensor();
     s.recomputed = false;
   }
   forward_segments_.clear();

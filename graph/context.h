@@ -35,6 +35,13 @@
 // segment inputs are on the compute tier at once. The host copy is dropped
 // when the segment's backward is done. Buffers of a copy in flight are never
 // dropped before its event has completed (clear() waits too).
+//
+// Partitioned segment inputs (DeepSpeed's partition_activations,
+// set_checkpoint_partition): where a segment's input is the same on every
+// rank of a tensor group (plain tensor parallelism), each rank keeps only its
+// 1/T of it (flat elements [r ceil(n/T), (r+1) ceil(n/T))) from the end of
+// the segment's forward to its recompute, which first all-gathers the input
+// back. With host offload too, the partition is what goes to host memory.
 #pragma once
 
 #include <deque>
@@ -109,6 +116,12 @@ class Context {
   // of this context's backend. nullptr turns it off. `host` must outlive the
   // saved activations (clear() drops them).
   void set_checkpoint_offload(Backend* host);
+  // Keep 1/T of each segment input over `group` (see the top of this file);
+  // nullptr or a group of one rank turns it off. The inputs must be the same
+  // on every rank of the group. `group` must outlive the context.
+  void set_checkpoint_partition(Communicator* group);
+  // The group segment inputs are partitioned over, or nullptr.
+  const Communicator* checkpoint_partition() const { return partition_; }
   // Seconds spent recomputing segment forwards since the last call (then reset).
   double take_recompute_seconds();
 
@@ -152,7 +165,17 @@ class Context {
     // events of the copy out (compute -> host) and of the copy back.
     Tensor host_input;
     EventPtr copied_out, copied_back;
+    // Partitioned: this rank's piece of the input ([ceil(n/T)] elements),
+    // from the forward's end (or the copy back) to the recompute's gather.
+    Tensor part;
+    Shape input_shape;
   };
+  bool partitioned() const { return partition_ != nullptr; }
+  // Partitioned: elements [r ceil(n/T), ...) of the segment's input, at most
+  // ceil(n/T) of them (fewer or none on the last ranks).
+  Tensor partition_view(const Segment& s) const;
+  // Partitioned: the whole input again from every rank's part (a collective).
+  void gather_input(Segment& s);
   // Runs the segment's forward again, saving, from its kept input.
   void recompute(Segment& s);
   // Offload: starts copying the segment's input to host memory (forward).
@@ -172,6 +195,7 @@ class Context {
   int64_t first_sample_ = 0;
   std::vector<Segment> segments_;
   Backend* host_ = nullptr;     // offload: where host copies of segment inputs live
+  Communicator* partition_ = nullptr;  // partition_activations: the tensor group
   StreamId copy_stream_ = -1;   // offload: the copies' stream (created once)
   std::vector<size_t> forward_segments_;  // segments entered by this forward, in order, not yet through backward
   std::unordered_map<const Module*, size_t> first_of_, last_of_;  // module -> segment it starts / ends

@@ -57,6 +57,7 @@ class Gpt : public Module {
     return std::vector<Module*>(blocks_.begin(), blocks_.end());
   }
   std::optional<VocabSlice> logits_vocab_slice() const override { return vocab_slice_; }
+  bool sequence_parallel() const override { return sequence_group_ != nullptr; }
 
  private:
   GptConfig config_;

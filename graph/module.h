@@ -142,6 +142,10 @@ class Module {
   virtual std::vector<Module*> checkpointable_layers() { return {}; }
   // Set when forward's logits are this rank's vocabulary slice (see VocabSlice).
   virtual std::optional<VocabSlice> logits_vocab_slice() const { return std::nullopt; }
+  // Whether the activations between its tensor-parallel layers (and so its
+  // checkpoint segments' inputs) are sequence shards, different on each
+  // tensor rank (graph/sequence_parallel.h), rather than the same on all.
+  virtual bool sequence_parallel() const { return false; }
 
  protected:
   Parameter* add_parameter(const std::string& local_name, Shape shape, ParamInit init);

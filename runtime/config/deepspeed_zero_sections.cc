@@ -97,7 +97,6 @@ void parse_aio_section(ConfigReader r, RunConfig& c) {
 
 void parse_activation_checkpointing_section(ConfigReader r, RunConfig& c) {
   read_declared_keys(r, c);
-  // (partition_activations is refused; when it is asked for, that error is the one to read.)
   const ActivationCheckpointingConfig& a = c.engine.activation_checkpointing;
   if (a.contiguous_memory_optimization && r.get_raw("partition_activations") != Json(true)) {
     r.error("contiguous_memory_optimization",
@@ -242,12 +241,13 @@ std::vector<ConfigKey> zero_keys() {
                       "refill as each request completes (else per batch)"));
   k.push_back(refused("aio.use_gds", false, "GPUDirect Storage needs CUDA and cuFile"));
   const std::string ac = "activation_checkpointing.";
-  k.push_back(refused(ac + "partition_activations", false,
-                      "it splits checkpoints across tensor-parallel ranks, and ZeroEngine has no tensor "
-                      "parallelism"));
+  k.push_back(boolean(ac + "partition_activations", ZE_FIELD(engine.activation_checkpointing.partition_activations),
+                      "each tensor rank keeps 1/T of every segment input, all-gathered for the recompute "
+                      "(no effect at T = 1, or with sequence_parallel, whose inputs are 1/T shards already)"));
   k.push_back(boolean(ac + "contiguous_memory_optimization",
                       ZE_FIELD(engine.activation_checkpointing.contiguous_memory_optimization),
-                      "needs partition_activations (DeepSpeed's rule)"));
+                      "needs partition_activations (DeepSpeed's rule); accepted with no effect: each partition "
+                      "comes from the caching allocator on its own"));
   k.push_back(integer(ac + "number_checkpoints", ZE_FIELD(engine.activation_checkpointing.number_checkpoints), 1,
                       kMax, "the model's blocks in this many recomputed segments")
                   .shown("off"));

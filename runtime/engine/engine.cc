@@ -100,6 +100,14 @@ absl::Status Engine::init() {
     ZE_ASSIGN_OR_RETURN(auto segments, split_checkpoint_segments(model_->checkpointable_layers(), *k));
     ctx_.set_checkpoint_segments(std::move(segments));
   }
+  // partition_activations (DeepSpeed's): each tensor rank keeps 1/T of every
+  // segment input, gathered back for the recompute. Only where the inputs
+  // are the same on every tensor rank: with sequence parallelism they are
+  // already 1/T shards, and with T = 1 there is nothing to split.
+  if (config_.activation_checkpointing.partition_activations && mesh_->shape().tensor > 1 &&
+      !model_->sequence_parallel()) {
+    ctx_.set_checkpoint_partition(&mesh_->tensor());
+  }
   // cpu_checkpointing: segment inputs in pinned host memory of the compute
   // backend; where the CPU backend plays the device (force_offload_path), in
   // a host backend of their own, so that each backend's figures read as on a

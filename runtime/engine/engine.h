@@ -135,6 +135,8 @@ class Engine {
   // the segment inputs' host copies live (the compute backend, or a host
   // backend of their own standing in for pinned memory); nullptr when off.
   const Backend* checkpoint_host_backend() const { return checkpoint_host_; }
+  // partition_activations in effect: each tensor rank keeps 1/T of every segment input.
+  bool checkpoint_inputs_partitioned() const { return ctx_.checkpoint_partition() != nullptr; }
 
   // fp32 master values of a parameter, gathered from every rank's partition.
   // A collective: every rank calls it, in the same order.

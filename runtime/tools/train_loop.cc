@@ -132,6 +132,14 @@ absl::StatusOr<int> run_training(const RunConfig& c, Backend& backend, Communica
   if (engine->num_checkpoint_segments() > 0) {
     out << "activation checkpointing: " << g.n_layer << " blocks in " << engine->num_checkpoint_segments()
         << " segments (each keeps its input; backward recomputes it)\n";
+    if (engine->checkpoint_inputs_partitioned()) {
+      out << "activation checkpointing: partition_activations: each rank keeps 1/" << c.tensor_size()
+          << " of every segment input, all-gathered over its tensor group for the recompute\n";
+    } else if (c.engine.activation_checkpointing.partition_activations) {
+      out << "activation checkpointing: partition_activations has no effect here ("
+          << (c.tensor_size() == 1 ? "no tensor parallelism" : "sequence-parallel inputs are 1/T shards already")
+          << ")\n";
+    }
     if (engine->checkpoint_host_backend() != nullptr) {
       out << "activation checkpointing: cpu_checkpointing: segment inputs in pinned host memory between forward and "
              "recompute\n";

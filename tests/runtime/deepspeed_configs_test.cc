@@ -24,12 +24,10 @@ const std::vector<Expectation>& expectations() {
       {"zero1_fp16_megatron_gpt2.json", true, {}},
       {"zero2_bf16_cpu_offload_zenflow.json", false,
        {"zero_optimization.zenflow: {\"topk_ratio\"", "is not supported (ZenFlow is not implemented)"}},
-      {"zero2_cpu_offload_legacy_actckpt_megatron_gpt2.json", false,
-       {"activation_checkpointing.partition_activations: true is not supported (it splits checkpoints across "
-        "tensor-parallel ranks",
-        "(warning) zero_optimization.cpu_offload: is deprecated; treated as \"zero_optimization.offload_optimizer\""}},
-      {"zero2_fp16_actckpt_megatron_gpt2.json", false,
-       {"activation_checkpointing.partition_activations: true is not supported"}},
+      // partition_activations splits checkpoints across the tensor group (a no-op at T = 1).
+      {"zero2_cpu_offload_legacy_actckpt_megatron_gpt2.json", true,
+       {"zero_optimization.cpu_offload: is deprecated; treated as \"zero_optimization.offload_optimizer\""}},
+      {"zero2_fp16_actckpt_megatron_gpt2.json", true, {}},
       {"zero2_fp16_warmuplr_megatron_gpt2.json", true, {}},
       {"zero3_bf16_adamw_warmuplr_sdma.json", true, {}},
       {"zero3_bf16_cpu_offload_superoffload_script.json", true, {}},
@@ -74,6 +72,22 @@ INSTANTIATE_TEST_SUITE_P(All, DeepSpeedConfigsTest, ::testing::ValuesIn(expectat
                            name = name.substr(0, name.find('.'));
                            return name;
                          });
+
+// The Megatron configs that partition checkpointed activations load at a
+// tensor-parallel size too (world 4 = T 2 x D 2), with the split in effect.
+TEST(DeepSpeedConfigsTest, MegatronActivationPartitioningLoadsGivenATensorSize) {
+  for (const char* file : {"zero2_cpu_offload_legacy_actckpt_megatron_gpt2.json", "zero2_fp16_actckpt_megatron_gpt2.json"}) {
+    absl::StatusOr<Json> j = load_json_file(std::string(ZE_SOURCE_DIR) + "/tests/data/ds_configs/" + file);
+    ASSERT_TRUE(j.ok()) << j.status();
+    (*j)["tensor_parallel"] = {{"autotp_size", 2}};
+    absl::StatusOr<RunConfig> c = parse_run_config(*j, {.world_size = 4});
+    ASSERT_TRUE(c.ok()) << file << ": " << c.status();
+    EXPECT_EQ(c->tensor_size(), 2) << file;
+    EXPECT_EQ(c->data_size(), 2) << file;
+    EXPECT_TRUE(c->engine.activation_checkpointing.partition_activations) << file;
+    EXPECT_EQ(c->engine.micro_batch_size * c->engine.gradient_accumulation_steps * 2, c->train_batch_size) << file;
+  }
+}
 
 TEST(DeepSpeedConfigsTest, EveryFixtureHasAnExpectation) {
   EXPECT_EQ(expectations().size(), 13u);

@@ -68,6 +68,7 @@ struct Case {
   OptimizerPrecision precision;     // 16-bit master weights / states (bf16_master_weights_and_grads, ...)
   int tensor = 1;                   // tensor-parallel size (a mesh of world / tensor data-parallel ranks)
   bool sequence_parallel = false;   // Megatron-SP over the tensor group
+  bool partition = false;           // activation_checkpointing.partition_activations
 };
 
 EngineConfig engine_config(const Case& c) {
@@ -85,6 +86,7 @@ EngineConfig engine_config(const Case& c) {
   e.optimizer.type = c.optimizer;
   e.optimizer_precision = c.precision;
   e.activation_checkpointing.number_checkpoints = c.segments;
+  e.activation_checkpointing.partition_activations = c.partition;
   if (!c.nvme_dir.empty() && !c.params_alone) {
     e.zero.offload_optimizer.device = OffloadDevice::kNvme;
     e.zero.offload_optimizer.nvme_path = c.nvme_dir;
@@ -227,6 +229,24 @@ TEST(MemoryPlanTest, PlanEqualsMeasuredWithTensorParallelism) {
         c.name = cat("T=2 stage ", stage, k ? ", 2 segments" : "", sp ? ", sequence parallel" : "");
         expect_plan_matches(c);
       }
+    }
+    // partition_activations: each rank keeps half of every segment input
+    // (with and without the inputs in host memory), planned as measured, and
+    // the activations' peak is lower than with the whole inputs.
+    for (bool cpu : {false, true}) {
+      Case c;
+      c.stage = stage;
+      c.tensor = 2;
+      c.segments = 4;
+      c.cpu_checkpointing = cpu;
+      c.name = cat("T=2 stage ", stage, ", 4 segments", cpu ? ", cpu_checkpointing" : "");
+      MemoryPlan whole, parts;
+      expect_plan_matches(c, &whole);
+      c.partition = true;
+      c.name += ", partition_activations";
+      expect_plan_matches(c, &parts);
+      const Tier tier = Tier::kHost;
+      EXPECT_LT(parts.at(tier, MemCategory::kActivations), whole.at(tier, MemCategory::kActivations)) << c.name;
     }
   }
 }

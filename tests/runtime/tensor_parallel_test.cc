@@ -40,6 +40,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "comm/device_mesh.h"
@@ -151,7 +152,15 @@ std::unique_ptr<Trainer> make_trainer(Communicator& comm, int stage, int tensor)
 }
 
 // tensor = 0: one process, no mesh (the reference).
-RunResult train(int stage, int tensor, float dropout = 0.0f, bool sequence_parallel = false) {
+// What a run adds to the plain one.
+struct Options {
+  std::optional<int64_t> segments;  // activation_checkpointing.number_checkpoints
+  bool partition = false;           // activation_checkpointing.partition_activations
+  bool cpu_checkpointing = false;   // segment inputs to host memory (forced on the CPU backend)
+};
+
+RunResult train(int stage, int tensor, float dropout = 0.0f, bool sequence_parallel = false,
+                const Options& options = {}) {
   std::unique_ptr<DeviceMesh> mesh;
   if (tensor > 0) {
     absl::StatusOr<std::unique_ptr<DeviceMesh>> m = DeviceMesh::create(world(), tensor);
@@ -159,7 +168,11 @@ RunResult train(int stage, int tensor, float dropout = 0.0f, bool sequence_paral
     mesh = std::move(*m);
   }
   const int data_size = mesh ? mesh->shape().data : 1, data_rank = mesh ? mesh->coordinates().data : 0;
-  const EngineConfig ec = engine_config(stage, data_size);
+  EngineConfig ec = engine_config(stage, data_size);
+  ec.activation_checkpointing.number_checkpoints = options.segments;
+  ec.activation_checkpointing.partition_activations = options.partition;
+  ec.activation_checkpointing.cpu_checkpointing = options.cpu_checkpointing;
+  ec.force_offload_path = options.cpu_checkpointing;
   CpuBackend backend;
   GptConfig model = kModel;
   model.dropout = dropout;
@@ -316,6 +329,24 @@ TEST(TensorParallelDropoutTest, MatchesOneRankWithDropout) {
         expect_matches(train(stage, tensor, 0.1f, sp), reference(0.1f), what);
       }
     }
+  }
+}
+
+// partition_activations: each tensor rank keeps half of every checkpointed
+// block input and gathers it back for the recompute; the losses and the
+// weights are bitwise those of keeping the whole inputs (the recompute sees
+// the same bits), with the inputs in host memory too.
+TEST(TensorParallelCheckpointingTest, PartitionedActivationsTrainBitwiseAsWholeOnes) {
+  if (world().world_size() % 2 != 0) GTEST_SKIP() << "needs a tensor group of 2";
+  for (bool cpu : {false, true}) {
+    const RunResult whole = train(1, 2, 0.0f, false, {.segments = 2, .cpu_checkpointing = cpu});
+    const RunResult parts = train(1, 2, 0.0f, false, {.segments = 2, .partition = true, .cpu_checkpointing = cpu});
+    ASSERT_EQ(whole.losses.size(), parts.losses.size());
+    for (size_t s = 0; s < whole.losses.size(); ++s) {
+      EXPECT_EQ(whole.losses[s], parts.losses[s]) << "step " << s + 1 << (cpu ? " (cpu_checkpointing)" : "");
+    }
+    EXPECT_EQ(whole.master, parts.master) << (cpu ? "cpu_checkpointing" : "");
+    expect_matches(parts, reference(0.0f), "partition_activations");
   }
 }
 
