@@ -27,14 +27,16 @@ def measured(path):
     with open(path) as f:
         for line in f:
             j = json.loads(line)
-            steps.append(j.get("step_time_s", 0.0))
+            steps.append((j.get("step_time_s", 0.0), j.get("tokens_per_s", 0.0)))
             host = j["memory"]["host"]
             for c in CATEGORIES:
                 peaks[c] = max(peaks[c], host[c]["peak"])
             peaks["total"] = max(peaks["total"], host["allocated"]["peak"])
             rss = max(rss, j["rss"])
-    # The step time: the fastest step after the first (which initialises).
-    peaks["step_time_s"] = min(steps[1:]) if len(steps) > 1 else (steps[0] if steps else 0.0)
+    # The step time: the fastest step after the first (which initialises),
+    # and the global batch's tokens per second in it.
+    fastest = min(steps[1:]) if len(steps) > 1 else (steps[0] if steps else (0.0, 0.0))
+    peaks["step_time_s"], peaks["tokens_per_s"] = fastest
     return peaks, rss
 
 
@@ -70,10 +72,10 @@ def main():
             rows.append([stage, ranks, tensor, sp, r, "rss", rss, "", ""])
             if best_rank is None or got["total"] > best_rank[1]:
                 best_rank = (r, got["total"], planned["total"], rss, got["activations"], planned["activations"],
-                             got["step_time_s"])
-        r, m, p, rss, act, act_plan, step_s = best_rank
+                             got["step_time_s"], got["tokens_per_s"])
+        r, m, p, rss, act, act_plan, step_s, tok_s = best_rank
         summary.append([stage, ranks, r, m, p, f"{error_pct(m, p):.3f}", rss, f"{worst[0]:.3f}", worst[1], tensor,
-                        act, act_plan, sp, f"{step_s:.3f}"])
+                        act, act_plan, sp, f"{step_s:.3f}", f"{tok_s:.0f}"])
 
     with open(f"{out}/memory_scaling.csv", "w", newline="") as f:
         w = csv.writer(f)
@@ -84,7 +86,7 @@ def main():
         w = csv.writer(f)
         w.writerow(["stage", "ranks", "max_rank", "measured_total_bytes", "planned_total_bytes", "total_error_pct",
                     "rss_bytes", "worst_category_error_pct", "worst_category", "tensor", "measured_activation_bytes",
-                    "planned_activation_bytes", "sequence_parallel", "step_time_s"])
+                    "planned_activation_bytes", "sequence_parallel", "step_time_s", "tokens_per_s"])
         w.writerows(summary)
     # One data block per stage for gnuplot (T = 1): ranks, measured MiB, planned MiB.
     with open(f"{out}/memory_scaling.dat", "w") as f:
@@ -96,11 +98,11 @@ def main():
             f.write("\n\n")
 
     print(f"{'stage':>5} {'ranks':>5} {'T':>3} {'SP':>3} | {'measured MiB':>12} {'planned MiB':>12} {'error':>8} |"
-          f" {'activations MiB (planned)':>25} | {'step s':>7} | {'RSS MiB':>8} | worst category error")
+          f" {'activations MiB (planned)':>25} | {'step s':>7} {'tok/s':>7} | {'RSS MiB':>8} | worst category error")
     worst_all = 0.0
     for s in summary:
         print(f"{s[0]:>5} {s[1]:>5} {s[9]:>3} {s[12]:>3} | {s[3] / 2**20:12.1f} {s[4] / 2**20:12.1f} {float(s[5]):7.2f}% |"
-              f" {s[10] / 2**20:13.1f} ({s[11] / 2**20:8.1f}) | {float(s[13]):7.2f} | {s[6] / 2**20:8.1f} |"
+              f" {s[10] / 2**20:13.1f} ({s[11] / 2**20:8.1f}) | {float(s[13]):7.2f} {s[14]:>7} | {s[6] / 2**20:8.1f} |"
               f" {float(s[7]):.2f}% ({s[8] or '-'})")
         worst_all = max(worst_all, abs(float(s[5])))
     cat_worst = max((abs(float(s[7])) for s in summary), default=0.0)

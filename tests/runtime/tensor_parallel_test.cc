@@ -157,6 +157,7 @@ struct Options {
   std::optional<int64_t> segments;  // activation_checkpointing.number_checkpoints
   bool partition = false;           // activation_checkpointing.partition_activations
   bool cpu_checkpointing = false;   // segment inputs to host memory (forced on the CPU backend)
+  bool cpu_offload = false;         // ZeRO-Offload of the optimizer (and at stage 3 the parameters), forced
 };
 
 RunResult train(int stage, int tensor, float dropout = 0.0f, bool sequence_parallel = false,
@@ -172,7 +173,11 @@ RunResult train(int stage, int tensor, float dropout = 0.0f, bool sequence_paral
   ec.activation_checkpointing.number_checkpoints = options.segments;
   ec.activation_checkpointing.partition_activations = options.partition;
   ec.activation_checkpointing.cpu_checkpointing = options.cpu_checkpointing;
-  ec.force_offload_path = options.cpu_checkpointing;
+  ec.force_offload_path = options.cpu_checkpointing || options.cpu_offload;
+  if (options.cpu_offload) {
+    ec.zero.offload_optimizer.device = OffloadDevice::kCpu;
+    if (stage == 3) ec.zero.offload_param.device = OffloadDevice::kCpu;
+  }
   CpuBackend backend;
   GptConfig model = kModel;
   model.dropout = dropout;
@@ -347,6 +352,19 @@ TEST(TensorParallelCheckpointingTest, PartitionedActivationsTrainBitwiseAsWholeO
     }
     EXPECT_EQ(whole.master, parts.master) << (cpu ? "cpu_checkpointing" : "");
     expect_matches(parts, reference(0.0f), "partition_activations");
+  }
+}
+
+// ZeRO-Offload composes with tensor parallelism unchanged: the optimizer
+// state (and at stage 3 the parameter shard) of each tensor slice in host
+// memory, through the device path (forced on the CPU backend).
+TEST(TensorParallelOffloadTest, OffloadedRunsMatchOneRank) {
+  for (int tensor : tensor_sizes()) {
+    if (tensor == 1) continue;
+    for (int stage : {2, 3}) {
+      const std::string what = "cpu offload, T=" + std::to_string(tensor) + " stage " + std::to_string(stage);
+      expect_matches(train(stage, tensor, 0.0f, false, {.cpu_offload = true}), reference(0.0f), what);
+    }
   }
 }
 

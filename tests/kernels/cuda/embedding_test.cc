@@ -53,6 +53,24 @@ TEST_F(EmbeddingTest, LookupAndGradientMatchCpuExactly) {
   }
 }
 
+// A vocabulary-parallel slice (rows [first, first + rows) of the
+// vocabulary): ids outside give zero rows and no gradient, exactly as on the CPU.
+TEST_F(EmbeddingTest, VocabularySliceLookupAndGradientMatchCpuExactly) {
+  const int32_t vocab = 997;
+  const int64_t n = 4000, cols = 40, first = 300, rows = 250;
+  Mirrored ids = mirrored_ids(skewed_ids(n, vocab, 81), Shape{n});
+  Mirrored table = random(Shape{rows, cols}, DType::kBF16, 82);
+  Mirrored out = random(Shape{n, cols}, DType::kF32, 83);
+  cpu_.ops().embedding_slice_forward(ids.cpu, first, table.cpu, out.cpu);
+  gpu_->ops().embedding_slice_forward(ids.gpu, first, table.gpu, out.gpu);
+  expect_exact(values(out.gpu), values(out.cpu), "slice lookup");
+  Mirrored dout = random(Shape{n, cols}, DType::kF32, 84);
+  Mirrored dtable = random(Shape{rows, cols}, DType::kF32, 85);
+  cpu_.ops().embedding_slice_backward(ids.cpu, first, dout.cpu, dtable.cpu);
+  gpu_->ops().embedding_slice_backward(ids.gpu, first, dout.gpu, dtable.gpu);
+  expect_exact(values(dtable.gpu), values(dtable.cpu), "slice dtable");
+}
+
 TEST_F(EmbeddingTest, GradientOfLargeBatchMatchesCpuExactly) {
   // A batch large enough for a multi-block radix sort, with long runs of equal ids.
   const int32_t vocab = 5000;
