@@ -11,7 +11,9 @@
 #      micro-batch that fits (halving from 32): tokens/s and MFU, where MFU =
 #      (6 N + 12 L d T) x tokens/s over the bf16 GEMM rate cuBLAS reaches in
 #      this same run (bench/gpu/gemm_bench.cc)
-#   e  everything under $OUT (else ./gpu-results): summary.txt, one log per
+#   e  with two or more GPUs, the same run at tensor_parallel.autotp_size 2 on
+#      two of them (tokens/s beside the stage-0 line); skipped, saying why, on one
+#   f  everything under $OUT (else ./gpu-results): summary.txt, one log per
 #      phase, the GEMM bench's JSON, zero-train's metrics
 #
 # Usage: bench/gpu/check.sh [--cpu-only | --dry-run] [--build-dir DIR]
@@ -312,6 +314,24 @@ if [ "$mode" != cpu-only ]; then
   # Stage 3 on one GPU holds the same state: start where stage 0 fit.
   [ "$stage0_mb" -ge 1 ] || stage0_mb=$max_mb
   time_stage 3 "$stage0_mb"
+
+  # Tensor parallelism at T = 2 beside T = 1 (the stage-0 run above): two
+  # ranks, one GPU each, NCCL sub-communicators. NCCL places one rank of a
+  # communicator per GPU, so this needs two GPUs.
+  gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+  if [ "$mode" = full ] && [ "${gpus:-0}" -ge 2 ] && [ "$stage0_mb" -ge 1 ]; then
+    run_phase gpt2_tp2 "$(remaining)" mpirun --allow-run-as-root -np 2 "${train[@]}" \
+      --set zero_optimization.stage=0 --set tensor_parallel.autotp_size=2 \
+      --set train_micro_batch_size_per_gpu="$stage0_mb" --steps "$steps"
+    if [ "$phase_rc" -eq 0 ]; then
+      say "[PASS] GPT-2 124M at T=2 on 2 GPUs, micro-batch $stage0_mb: $(grep '^done:' "$out/gpt2_tp2.log")"
+    else
+      say "[FAIL] GPT-2 124M at T=2 on 2 GPUs: exit $phase_rc (see gpt2_tp2.log)"
+      failures=$((failures + 1))
+    fi
+  else
+    say "[SKIP] tensor parallelism T=2 vs T=1: ${gpus:-0} GPU(s) visible; NCCL needs one GPU per rank of a tensor group"
+  fi
 fi
 
 say "total $(elapsed)s of a ${budget}s budget; $failures failure(s); logs in $out"
