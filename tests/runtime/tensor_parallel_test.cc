@@ -50,6 +50,7 @@
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/engine/engine.h"
+#include "tests/testing/counting_rows.h"
 #include "tests/testing/mpi_test_main.h"
 
 #include <unistd.h>
@@ -59,6 +60,7 @@
 namespace zero {
 namespace {
 
+using testing::fnv;
 using testing::world;
 
 const GptConfig kModel{.n_layer = 2, .n_head = 4, .d_model = 16, .vocab_size = 37, .seq_len = 8};
@@ -66,22 +68,6 @@ constexpr int64_t kGlobalBatch = 24;  // divides over 1, 2, 4 and 8 data-paralle
 constexpr int kSteps = 20;
 const OptimizerConfig kSgd{.type = OptimizerType::kSGD, .lr = 0.1f, .weight_decay = 0.01f, .momentum = 0.9f};
 
-int32_t token(int64_t row, int64_t t) { return static_cast<int32_t>((row * 5 + t) % 37); }
-
-struct Rows {
-  std::vector<int32_t> ids, targets;
-  Batch make(int64_t first_row, int64_t count) {
-    ids.clear();
-    targets.clear();
-    for (int64_t r = first_row; r < first_row + count; ++r)
-      for (int64_t t = 0; t < kModel.seq_len; ++t) {
-        ids.push_back(token(r, t));
-        targets.push_back(token(r, t + 1));
-      }
-    return {Tensor::wrap(ids.data(), {count, kModel.seq_len}, DType::kI32),
-            Tensor::wrap(targets.data(), {count, kModel.seq_len}, DType::kI32)};
-  }
-};
 
 struct RunResult {
   std::vector<double> losses, norms;
@@ -91,11 +77,6 @@ struct RunResult {
   int64_t tensor_bytes_first_pass = -1;  // the tensor group's bytes over the first forward + backward
 };
 
-uint64_t fnv(const std::vector<float>& v, uint64_t h) {
-  const auto* p = reinterpret_cast<const unsigned char*>(v.data());
-  for (size_t i = 0; i < v.size() * sizeof(float); ++i) h = (h ^ p[i]) * 0x100000001b3ull;
-  return h;
-}
 
 // min == max of h over the group.
 bool same_everywhere(Communicator& group, uint64_t h) {
@@ -122,7 +103,7 @@ struct Trainer {
   std::unique_ptr<DeviceMesh> mesh;
   CpuBackend backend;
   std::unique_ptr<Engine> engine;
-  Rows rows;
+  testing::CountingRows rows{kModel.seq_len, kModel.vocab_size};
 
   // The mean loss of optimizer step `step` (its global batch).
   double step(int step) {
@@ -189,7 +170,7 @@ RunResult train(int stage, int tensor, float dropout = 0.0f, bool sequence_paral
   if (!engine.ok()) return out;
   Engine& e = **engine;
   for (Parameter* p : e.model().parameters()) out.local_parameters += p->numel();
-  Rows rows;
+  testing::CountingRows rows{kModel.seq_len, kModel.vocab_size};
   for (int step = 0; step < kSteps; ++step) {
     const int64_t first = (step * data_size + data_rank) * ec.micro_batch_size;
     const int64_t tensor_bytes = mesh ? mesh->tensor().bytes_communicated() : 0;

@@ -31,11 +31,13 @@
 #include "graph/gpt.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "runtime/engine/engine.h"
+#include "tests/testing/counting_rows.h"
 #include "tests/testing/mpi_test_main.h"
 
 namespace zero {
 namespace {
 
+using testing::fnv;
 using testing::world;
 
 const GptConfig kModel{.n_layer = 2, .n_head = 2, .d_model = 10, .vocab_size = 37, .seq_len = 8};
@@ -43,22 +45,6 @@ constexpr int64_t kGlobalBatch = 12;
 constexpr int kSteps = 20;
 
 // Each row counts up from its own start: a pattern the model can learn.
-int32_t token(int64_t row, int64_t t) { return static_cast<int32_t>((row * 5 + t) % 37); }
-
-struct Rows {
-  std::vector<int32_t> ids, targets;
-  Batch make(int64_t first_row, int64_t count) {
-    ids.clear();
-    targets.clear();
-    for (int64_t r = first_row; r < first_row + count; ++r)
-      for (int64_t t = 0; t < kModel.seq_len; ++t) {
-        ids.push_back(token(r, t));
-        targets.push_back(token(r, t + 1));
-      }
-    return {Tensor::wrap(ids.data(), {count, kModel.seq_len}, DType::kI32),
-            Tensor::wrap(targets.data(), {count, kModel.seq_len}, DType::kI32)};
-  }
-};
 
 struct RunResult {
   std::vector<double> losses, norms;
@@ -67,11 +53,6 @@ struct RunResult {
   bool ranks_identical = true;
 };
 
-uint64_t fnv(const std::vector<float>& v, uint64_t h) {
-  const auto* p = reinterpret_cast<const unsigned char*>(v.data());
-  for (size_t i = 0; i < v.size() * sizeof(float); ++i) h = (h ^ p[i]) * 0x100000001b3ull;
-  return h;
-}
 
 // SGD with momentum rather than Adam: Adam divides by sqrt(v), so a weight
 // whose gradient is exactly 0 in real arithmetic (the attention key bias:
@@ -96,7 +77,7 @@ RunResult train(EngineConfig ec, Communicator* comm, int64_t accumulation, doubl
   auto engine = initialize(std::make_unique<Gpt>(model), ec, backend, comm);
   EXPECT_TRUE(engine.ok()) << engine.status();
   RunResult out;
-  Rows rows;
+  testing::CountingRows rows{kModel.seq_len, kModel.vocab_size};
   for (int step = 0; step < kSteps; ++step) {
     StepResult r;
     for (int64_t micro = 0; micro < accumulation; ++micro) {
