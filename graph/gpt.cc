@@ -29,58 +29,73 @@ double GptConfig::flops_per_token(int64_t seq) const {
          12.0 * static_cast<double>(n_layer) * static_cast<double>(d_model) * static_cast<double>(seq);
 }
 
-Gpt::Gpt(const GptConfig& config, Communicator* tensor_group, bool sequence_parallel)
-    : Module(""), config_(config) {
+Gpt::Gpt(const GptConfig& config, Communicator* tensor_group, bool sequence_parallel, PipelineStage stage)
+    : Module(""), config_(config), stage_(stage) {
+  ZE_CHECK(stage.count >= 1 && stage.index >= 0 && stage.index < stage.count && stage.count <= config.n_layer)
+      << "pipeline stage " << stage.index << " of " << stage.count << " for " << config.n_layer << " layers";
   const float std = 0.02f;
   const float proj_std = std / std::sqrt(2.0f * static_cast<float>(config.n_layer));
   const bool split = tensor_group != nullptr && tensor_group->world_size() > 1;
   if (!split) tensor_group = nullptr;
   const bool sp = split && sequence_parallel;
   if (sp) sequence_group_ = tensor_group;
+  // The token table: on the first stage, and on the last as the head's copy.
   VocabParallelEmbedding* vocab_parallel = nullptr;
-  if (split) {
-    vocab_parallel =
-        add_child<VocabParallelEmbedding>("wte", config.vocab_size, config.d_model, std, *tensor_group, sp);
-    wte_ = vocab_parallel;
-    vocab_slice_ = VocabSlice{tensor_group, vocab_parallel->rows().offset, config.vocab_size};
-  } else {
-    wte_ = add_child<Embedding>("wte", config.vocab_size, config.d_model, std);
+  if (stage.first() || stage.last()) {
+    if (split) {
+      vocab_parallel =
+          add_child<VocabParallelEmbedding>("wte", config.vocab_size, config.d_model, std, *tensor_group, sp);
+      wte_ = vocab_parallel;
+      if (stage.last()) vocab_slice_ = VocabSlice{tensor_group, vocab_parallel->rows().offset, config.vocab_size};
+    } else {
+      wte_ = add_child<Embedding>("wte", config.vocab_size, config.d_model, std);
+    }
   }
-  if (sp) {
-    wpe_ = add_child<SequenceParallelPositionalEmbedding>("wpe", config.seq_len, config.d_model, std, *tensor_group);
-  } else {
-    wpe_ = add_child<PositionalEmbedding>("wpe", config.seq_len, config.d_model, std);
+  if (stage.first()) {
+    if (sp) {
+      wpe_ = add_child<SequenceParallelPositionalEmbedding>("wpe", config.seq_len, config.d_model, std,
+                                                            *tensor_group);
+    } else {
+      wpe_ = add_child<PositionalEmbedding>("wpe", config.seq_len, config.d_model, std);
+    }
+    // Dropout sites, each its own mask stream: 0 the embeddings, 1 + 2i and
+    // 2 + 2i block i's attention and MLP outputs.
+    if (config.dropout > 0.0f) drop_ = add_child<Dropout>("drop", config.dropout, 0, sequence_group_);
   }
-  // Dropout sites, each its own mask stream: 0 the embeddings, 1 + 2i and
-  // 2 + 2i block i's attention and MLP outputs.
-  if (config.dropout > 0.0f) drop_ = add_child<Dropout>("drop", config.dropout, 0, sequence_group_);
-  for (int64_t i = 0; i < config.n_layer; ++i) {
+  const SplitRange layers = even_split(config.n_layer, stage.count, stage.index);
+  for (int64_t i = layers.offset; i < layers.offset + layers.size; ++i) {
     blocks_.push_back(add_child<TransformerBlock>(cat("h.", i), config.d_model, config.n_head, std,
                                                   proj_std, config.dropout, 1 + 2 * i, tensor_group, sp));
   }
-  if (sp) {
-    ln_f_ = add_child<SequenceParallelLayerNorm>("ln_f", config.d_model, *tensor_group);
-  } else {
-    ln_f_ = add_child<LayerNorm>("ln_f", config.d_model);
+  if (stage.last()) {
+    if (sp) {
+      ln_f_ = add_child<SequenceParallelLayerNorm>("ln_f", config.d_model, *tensor_group);
+    } else {
+      ln_f_ = add_child<LayerNorm>("ln_f", config.d_model);
+    }
+    if (split) lm_head_ = add_child<VocabParallelLMHead>("lm_head", *vocab_parallel);
+    else lm_head_ = add_child<TiedLMHead>("lm_head", static_cast<Embedding*>(wte_)->weight());
   }
-  if (split) lm_head_ = add_child<VocabParallelLMHead>("lm_head", *vocab_parallel);
-  else lm_head_ = add_child<TiedLMHead>("lm_head", static_cast<Embedding*>(wte_)->weight());
 }
 
-Tensor Gpt::forward(Context& ctx, const Tensor& ids) {
-  ZE_CHECK(ids.ndim() == 2 && ids.dim(1) <= config_.seq_len) << ids.debug_string();
-  ZE_CHECK(sequence_group_ == nullptr || ids.dim(1) % sequence_group_->world_size() == 0)
-      << "sequence parallelism: a sequence of " << ids.dim(1) << " tokens does not split over a tensor group of "
-      << sequence_group_->world_size();
-  Tensor x = ctx.forward(*wpe_, ctx.forward(*wte_, ids));
-  if (drop_ != nullptr) x = ctx.forward(*drop_, x);
+Tensor Gpt::forward(Context& ctx, const Tensor& input) {
+  Tensor x = input;
+  if (stage_.first()) {
+    ZE_CHECK(input.ndim() == 2 && input.dim(1) <= config_.seq_len) << input.debug_string();
+    ZE_CHECK(sequence_group_ == nullptr || input.dim(1) % sequence_group_->world_size() == 0)
+        << "sequence parallelism: a sequence of " << input.dim(1) << " tokens does not split over a tensor group of "
+        << sequence_group_->world_size();
+    x = ctx.forward(*wpe_, ctx.forward(*wte_, input));
+    if (drop_ != nullptr) x = ctx.forward(*drop_, x);
+  }
   for (TransformerBlock* b : blocks_) x = ctx.forward(*b, x);
-  return ctx.forward(*lm_head_, ctx.forward(*ln_f_, x));
+  return stage_.last() ? ctx.forward(*lm_head_, ctx.forward(*ln_f_, x)) : x;
 }
 
-Tensor Gpt::backward(Context& ctx, const Tensor& dlogits) {
-  Tensor d = ctx.backward(*ln_f_, ctx.backward(*lm_head_, dlogits));
+Tensor Gpt::backward(Context& ctx, const Tensor& dy) {
+  Tensor d = stage_.last() ? ctx.backward(*ln_f_, ctx.backward(*lm_head_, dy)) : dy;
   for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) d = ctx.backward(**it, d);
+  if (!stage_.first()) return d;
   if (drop_ != nullptr) d = ctx.backward(*drop_, d);
   ctx.backward(*wte_, ctx.backward(*wpe_, d));
   return Tensor();

@@ -45,13 +45,31 @@ struct GptConfig {
   double flops_per_token(int64_t seq) const;
 };
 
+// One pipeline stage of P (issue 15's pipeline parallelism): stage i holds
+// the blocks even_split(n_layer, P, i) (the first n_layer mod P stages one
+// more), stage 0 also the embeddings and their dropout, stage P - 1 the final
+// layer norm and the LM head, with a copy of the token table of its own
+// ("wte.weight", the same initial values as stage 0's) that the head is tied
+// to; the two copies' gradients are summed between the first and last stage
+// (Megatron's embedding group) so they stay equal.
+struct PipelineStage {
+  int index = 0, count = 1;
+  bool first() const { return index == 0; }
+  bool last() const { return index == count - 1; }
+};
+
 class Gpt : public Module {
  public:
   // tensor_group: the mesh's tensor group (nullptr or one rank: no split);
   // it must outlive the model.
-  explicit Gpt(const GptConfig& config, Communicator* tensor_group = nullptr, bool sequence_parallel = false);
+  // stage: this rank's pipeline stage; forward then takes the previous
+  // stage's activations [B, S, C] (the ids on the first stage) and returns
+  // this stage's (the logits on the last), and backward their gradients.
+  explicit Gpt(const GptConfig& config, Communicator* tensor_group = nullptr, bool sequence_parallel = false,
+               PipelineStage stage = {});
   Tensor forward(Context& ctx, const Tensor& ids) override;
   Tensor backward(Context& ctx, const Tensor& dlogits) override;
+  const PipelineStage& stage() const { return stage_; }
   const GptConfig& config() const { return config_; }
   std::vector<Module*> checkpointable_layers() override {
     return std::vector<Module*>(blocks_.begin(), blocks_.end());
@@ -61,14 +79,15 @@ class Gpt : public Module {
 
  private:
   GptConfig config_;
+  PipelineStage stage_;
   std::optional<VocabSlice> vocab_slice_;  // tensor-parallel: this rank's logits
-  Module* wte_;
-  Module* wpe_;
+  Module* wte_ = nullptr;  // stage 0 (and the last stage's tied copy, never called)
+  Module* wpe_ = nullptr;  // stage 0
   Dropout* drop_ = nullptr;  // dropout > 0 only
   std::vector<TransformerBlock*> blocks_;
-  Module* ln_f_;
+  Module* ln_f_ = nullptr;  // last stage
   Communicator* sequence_group_ = nullptr;  // sequence parallelism: the tensor group
-  Module* lm_head_;
+  Module* lm_head_ = nullptr;  // last stage
 };
 
 // A plain MLP classifier for small tests: Linear(in, h) GELU ... Linear(h, classes).

@@ -141,9 +141,27 @@ int main(int argc, char** argv) {
   }
   if (const absl::Status s = zero::check_backend_supports(*config); !s.ok()) return fail(2, s);
   if (const absl::Status s = zero::check_run_paths(*config, rank); !s.ok()) return fail(2, s);
-  // Before anything is allocated: does this rank's plan fit the memory it
-  // shares with the other ranks on its machine?
   const int ranks_on_node = std::max(1, (*comm)->local_size());
+  // overlap_comm runs reductions on the communication thread beside compute;
+  // where OpenMP already has every core, that thread takes one from compute
+  // (1.15-1.4x slower steps measured on 2 cores: bench/zero_step_bench).
+  // DeepSpeed's stage-3 default is revised then; a value the config gave is kept.
+  const int threads = omp_get_max_threads();
+  const int cores = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));  // the machine's, not this rank's binding
+  if (world > 1 && config->engine.zero.overlap_comm && threads * ranks_on_node >= cores && rank == 0) {
+    std::printf("overlap_comm: %s: the communication thread has no core of its own here (%d OpenMP thread%s per rank "
+                "x %d rank%s on %d cores)%s\n",
+                config->engine.zero.overlap_comm_given ? "on as configured, though" : "off",
+                threads, threads == 1 ? "" : "s", ranks_on_node, ranks_on_node == 1 ? "" : "s", cores,
+                config->engine.zero.overlap_comm_given ? "" : "; DeepSpeed's stage-3 default would turn it on (set "
+                                                              "zero_optimization.overlap_comm to choose)");
+  }
+  if (config->engine.zero.overlap_comm && !config->engine.zero.overlap_comm_given && threads * ranks_on_node >= cores) {
+    config->engine.zero.overlap_comm = false;
+  }
+  // Before anything is allocated: does this rank's plan (of the run as it
+  // will be, overlap_comm decided) fit the memory it shares with the other
+  // ranks on its machine?
   if (const absl::Status s =
           zero::check_memory_fits(*config, world, rank, ranks_on_node, zero::host_memory_available_bytes());
       !s.ok()) {
@@ -162,23 +180,6 @@ int main(int argc, char** argv) {
     }
     return 1;
   };
-  // overlap_comm runs reductions on the communication thread beside compute;
-  // where OpenMP already has every core, that thread takes one from compute
-  // (1.15-1.4x slower steps measured on 2 cores: bench/zero_step_bench).
-  // DeepSpeed's stage-3 default is revised then; a value the config gave is kept.
-  const int threads = omp_get_max_threads();
-  const int cores = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));  // the machine's, not this rank's binding
-  if (world > 1 && config->engine.zero.overlap_comm && threads * ranks_on_node >= cores && rank == 0) {
-    std::printf("overlap_comm: %s: the communication thread has no core of its own here (%d OpenMP thread%s per rank "
-                "x %d rank%s on %d cores)%s\n",
-                config->engine.zero.overlap_comm_given ? "on as configured, though" : "off",
-                threads, threads == 1 ? "" : "s", ranks_on_node, ranks_on_node == 1 ? "" : "s", cores,
-                config->engine.zero.overlap_comm_given ? "" : "; DeepSpeed's stage-3 default would turn it on (set "
-                                                              "zero_optimization.overlap_comm to choose)");
-  }
-  if (config->engine.zero.overlap_comm && !config->engine.zero.overlap_comm_given && threads * ranks_on_node >= cores) {
-    config->engine.zero.overlap_comm = false;
-  }
   std::unique_ptr<zero::Communicator> bootstrap = *std::move(comm);
   absl::StatusOr<zero::ComputeSetup> setup = zero::make_compute_setup(*config, bootstrap);
   if (!setup.ok()) return fail_job(setup.status());
