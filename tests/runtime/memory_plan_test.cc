@@ -11,8 +11,7 @@
 //    plan is the engine's own dry run, so every category's peak in the
 //    tracking allocator must equal it byte for byte, oneDNN's scratchpads in
 //    the workspace included, and so must each tier's total.
-//  * zero-estimate as a user runs it: exit codes, the table's numbers are the
-//    planner's, errors name the bad argument (one rank only).
+// (zero-estimate's command line: zero_estimate_cli_test.cc.)
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -20,8 +19,6 @@
 #include <fstream>
 #include <optional>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "comm/device_mesh.h"
 #include "core/strings.h"
@@ -33,7 +30,6 @@
 #include "runtime/engine/engine.h"
 #include "runtime/engine/model_state_bytes.h"
 #include "tests/testing/mpi_test_main.h"
-#include "tests/testing/run_command.h"
 
 namespace zero {
 namespace {
@@ -615,115 +611,6 @@ TEST(MemoryPlanTest, NvmeOffloadMovesOptimizerStateToSwapFiles) {
   EXPECT_EQ(host.at(Tier::kHost, MemCategory::kOptimizerState), 12 * host.partition_numel);
   EXPECT_EQ(nvme.at(Tier::kHost, MemCategory::kParameters), host.at(Tier::kHost, MemCategory::kParameters));
 }
-
-// ---- zero-estimate end to end (rank 0 of a one-rank run only: it spawns processes)
-
-#ifdef ZE_ESTIMATE_BIN
-using testing::CommandResult;
-
-CommandResult estimate(const std::string& args) {
-  return testing::run_command(std::string(ZE_ESTIMATE_BIN) + " " + args);
-}
-
-std::string write_config(const std::string& name, const std::string& text) {
-  const std::string path = ::testing::TempDir() + "/memory_plan_test." + name;
-  std::ofstream(path) << text;
-  return path;
-}
-
-const char* kRunConfig = R"({
-  "model": {"n_layer": 4, "n_head": 2, "d_model": 32, "vocab_size": 97, "seq_len": 16},
-  "train_micro_batch_size_per_gpu": 2,
-  "bf16": {"enabled": true},
-  "zero_optimization": {"stage": 2, "reduce_bucket_size": 3000},
-  "activation_checkpointing": {"number_checkpoints": 2}
-})";
-
-TEST(ZeroEstimateCliTest, TableHoldsThePlannersNumbers) {
-  if (world().world_size() > 1) GTEST_SKIP() << "one rank runs the CLI tests";
-  const std::string config = write_config("run.json", kRunConfig);
-  CommandResult r = estimate("--config " + config + " --world 3");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  RunConfig parsed;
-  {
-    absl::StatusOr<Json> merged = load_merged_config({config}, {});
-    ASSERT_TRUE(merged.ok());
-    parsed = parse_run_config(*merged, {.world_size = 3}).value();
-  }
-  int64_t max_total = -1;
-  int max_rank = -1;
-  for (int rank = 0; rank < 3; ++rank) {
-    const MemoryPlan p = plan_memory(parsed, 3, rank).value();
-    if (p.total(Tier::kHost) > max_total) max_total = p.total(Tier::kHost), max_rank = rank;
-  }
-  const MemoryPlan plan = plan_memory(parsed, 3, max_rank).value();
-  EXPECT_NE(r.output.find(cat("rank ", max_rank, " of 3")), std::string::npos) << r.output;
-  for (int c = 0; c < kNumMemCategories; ++c) {
-    const int64_t b = plan.at(Tier::kHost, static_cast<MemCategory>(c));
-    if (b > 0) {
-      EXPECT_NE(r.output.find(cat(b, " (")), std::string::npos) << b << "\n" << r.output;
-    }
-  }
-  EXPECT_NE(r.output.find(cat(plan.total(Tier::kHost), " (")), std::string::npos) << r.output;
-
-  // --json carries the same numbers for every rank.
-  r = estimate("--config " + config + " --world 3 --json");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const nlohmann::json j = nlohmann::json::parse(r.output);
-  ASSERT_EQ(j["ranks"].size(), 3u);
-  EXPECT_EQ(j["max_rank"], max_rank);
-  EXPECT_EQ(j["ranks"][max_rank]["peak"]["host"]["activations"].get<int64_t>(),
-            plan.at(Tier::kHost, MemCategory::kActivations));
-  EXPECT_EQ(j["ranks"][max_rank]["total"]["host"].get<int64_t>(), plan.total(Tier::kHost));
-
-  // --set overrides a key as zero-train's does.
-  r = estimate("--config " + config + " --world 1 --set zero_optimization.stage=0 --json");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_EQ(nlohmann::json::parse(r.output)["stage"], 0);
-}
-
-TEST(ZeroEstimateCliTest, ParamsModePrintsTheZeroFormulas) {
-  if (world().world_size() > 1) GTEST_SKIP() << "one rank runs the CLI tests";
-  CommandResult r = estimate("--params 7.5e9 --world 64");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  // Table 1, 7.5B at DP 64: 120 / 31.4 / 16.6 / 1.88 GB.
-  for (const char* gb : {"120.00", "31.41", "16.64", "1.88"}) {
-    EXPECT_NE(r.output.find(gb), std::string::npos) << gb << "\n" << r.output;
-  }
-  r = estimate("--params 1e12 --world 1,4,1024");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("16000.00"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("15.62"), std::string::npos) << r.output;
-}
-
-TEST(ZeroEstimateCliTest, BadArgumentsAreNamed) {
-  if (world().world_size() > 1) GTEST_SKIP() << "one rank runs the CLI tests";
-  struct Bad {
-    std::string args, message;
-    int code;
-  };
-  const std::string config = write_config("run2.json", kRunConfig);
-  const Bad bad[] = {
-      {"", "give --config FILE", 2},
-      {"--params 7.5e9", "--world", 2},
-      {"--params abc --world 4", "--params: \"abc\"", 2},
-      {"--params 7.5e9 --world 0", "--world: \"0\"", 2},
-      {"--params 7.5e9 --world 4 --config " + config, "not both", 2},
-      {"--config " + config + " --world 2 --rank 2", "--rank 2", 2},
-      {"--config /no/such/file.json --world 2", "/no/such/file.json", 2},
-      {"--config " + config + " --world 2 --set zero_optimization.stage=7", "zero_optimization.stage", 2},
-      {"--config " + config + " --world 2 --set activation_checkpointing.number_checkpoints=9",
-       "number_checkpoints", 2},
-      {"--frobnicate", "unknown argument --frobnicate", 2},
-  };
-  for (const Bad& b : bad) {
-    const CommandResult r = estimate(b.args);
-    EXPECT_EQ(r.exit_code, b.code) << b.args << "\n" << r.output;
-    EXPECT_NE(r.output.find(b.message), std::string::npos) << b.args << "\n" << r.output;
-  }
-  EXPECT_EQ(estimate("--help").exit_code, 0);
-}
-#endif
 
 }  // namespace
 }  // namespace zero
