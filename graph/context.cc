@@ -52,15 +52,19 @@ void Context::set_checkpoint_partition(Communicator* group) {
   partition_ = group != nullptr && group->world_size() > 1 ? group : nullptr;
 }
 
+int64_t Context::partition_block(int64_t n) const {
+  const int64_t t = partition_->world_size();
+  return (n + t - 1) / t;
+}
+
 Tensor Context::partition_view(const Segment& s) const {
-  const int64_t n = s.input.numel(), t = partition_->world_size();
-  const int64_t block = (n + t - 1) / t, first = std::min(n, partition_->rank() * block);
+  const int64_t n = s.input.numel(), block = partition_block(n), first = std::min(n, partition_->rank() * block);
   return s.input.view({n}).slice(first, {std::min(block, n - first)});
 }
 
 void Context::gather_input(Segment& s) {
-  const int64_t n = shape_numel(s.input_shape), t = partition_->world_size(), block = (n + t - 1) / t;
-  Tensor whole = backend_.empty({t * block}, s.part.dtype(), MemCategory::kActivations);
+  const int64_t block = partition_block(shape_numel(s.input_shape));
+  Tensor whole = backend_.empty({partition_->world_size() * block}, s.part.dtype(), MemCategory::kActivations);
   backend_.copy(whole.slice(partition_->rank() * block, {block}), s.part);
   note(annotate(partition_->all_gather(whole.data(), block, block, whole.dtype()),
                 cat("partition_activations: all-gather of the input of the segment at ", s.modules.front()->name())));
@@ -76,10 +80,8 @@ double Context::take_recompute_seconds() { return std::exchange(recompute_second
 void Context::start_copy_out(Segment& s) {
   // Partitioned, only this rank's piece goes (into a buffer of a whole block).
   const Tensor src = partitioned() ? partition_view(s) : s.input;
-  const int64_t t = partitioned() ? partition_->world_size() : 1;
-  s.host_input = partitioned()
-                     ? host_->empty({(s.input.numel() + t - 1) / t}, s.input.dtype(), MemCategory::kActivations, Tier::kHost)
-                     : host_->empty(s.input.shape(), s.input.dtype(), MemCategory::kActivations, Tier::kHost);
+  const Shape kept = partitioned() ? Shape{partition_block(s.input.numel())} : s.input.shape();
+  s.host_input = host_->empty(kept, s.input.dtype(), MemCategory::kActivations, Tier::kHost);
   backend_.wait_event(copy_stream_, backend_.record_event(kComputeStream));
   backend_.copy_async(s.host_input.data(), src.data(), src.nbytes(), copy_stream_);
   s.copied_out = backend_.record_event(copy_stream_);
@@ -150,8 +152,7 @@ Tensor Context::forward(Module& m, const Tensor& x) {
         s.input = Tensor();
       } else if (partitioned() && s.input.defined()) {
         const Tensor piece = partition_view(s);
-        const int64_t t = partition_->world_size();
-        s.part = backend_.empty({(s.input.numel() + t - 1) / t}, s.input.dtype(), MemCategory::kActivations);
+        s.part = backend_.empty({partition_block(s.input.numel())}, s.input.dtype(), MemCategory::kActivations);
         if (piece.numel() > 0) backend_.copy(s.part.slice(0, {piece.numel()}), piece);
         s.input = Tensor();
       }

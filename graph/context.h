@@ -171,6 +171,8 @@ class Context {
     Shape input_shape;
   };
   bool partitioned() const { return partition_ != nullptr; }
+  // Partitioned: the elements each rank keeps of an input of n, ceil(n/T).
+  int64_t partition_block(int64_t n) const;
   // Partitioned: elements [r ceil(n/T), ...) of the segment's input, at most
   // ceil(n/T) of them (fewer or none on the last ranks).
   Tensor partition_view(const Segment& s) const;

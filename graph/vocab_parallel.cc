@@ -13,7 +13,6 @@ VocabParallelEmbedding::VocabParallelEmbedding(std::string name, int64_t vocab, 
     : Module(std::move(name)),
       group_(group),
       sequence_parallel_(sequence_parallel),
-      vocab_(vocab),
       dim_(dim),
       rows_(even_split(vocab, group.world_size(), group.rank())) {
   ZE_CHECK(rows_.size > 0) << this->name() << ": a vocabulary of " << vocab << " over a tensor group of "

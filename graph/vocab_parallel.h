@@ -37,14 +37,13 @@ class VocabParallelEmbedding : public Module {
   Parameter* weight() const { return weight_; }
   // This rank's rows of the vocabulary.
   const SplitRange& rows() const { return rows_; }
-  int64_t vocab() const { return vocab_; }
   Communicator& group() const { return group_; }
   bool sequence_parallel() const { return sequence_parallel_; }
 
  private:
   Communicator& group_;
   bool sequence_parallel_;
-  int64_t vocab_, dim_;
+  int64_t dim_;
   SplitRange rows_;
   Parameter* weight_;
 };

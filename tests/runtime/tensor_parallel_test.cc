@@ -98,41 +98,6 @@ EngineConfig engine_config(int stage, int data_size) {
   return ec;
 }
 
-// An engine on a mesh of `tensor` x (comm's size / tensor) over `comm`.
-struct Trainer {
-  std::unique_ptr<DeviceMesh> mesh;
-  CpuBackend backend;
-  std::unique_ptr<Engine> engine;
-  testing::CountingRows rows{kModel.seq_len, kModel.vocab_size};
-
-  // The mean loss of optimizer step `step` (its global batch).
-  double step(int step) {
-    const int data_size = mesh->shape().data, data_rank = mesh->coordinates().data;
-    const int64_t mb = engine->config().micro_batch_size;
-    EXPECT_TRUE(engine->forward(rows.make((step * data_size + data_rank) * mb, mb)).ok());
-    EXPECT_TRUE(engine->backward().ok());
-    absl::StatusOr<StepResult> r = engine->step();
-    EXPECT_TRUE(r.ok()) << r.status();
-    return r.ok() ? r->loss : NAN;
-  }
-};
-
-std::unique_ptr<Trainer> make_trainer(Communicator& comm, int stage, int tensor) {
-  auto t = std::make_unique<Trainer>();
-  absl::StatusOr<std::unique_ptr<DeviceMesh>> m = DeviceMesh::create(comm, tensor);
-  EXPECT_TRUE(m.ok()) << m.status();
-  if (!m.ok()) return nullptr;
-  t->mesh = std::move(*m);
-  absl::StatusOr<std::unique_ptr<Engine>> e =
-      Engine::create(std::make_unique<Gpt>(kModel, &t->mesh->tensor()), engine_config(stage, t->mesh->shape().data),
-                     t->backend, *t->mesh);
-  EXPECT_TRUE(e.ok()) << e.status();
-  if (!e.ok()) return nullptr;
-  t->engine = std::move(*e);
-  return t;
-}
-
-// tensor = 0: one process, no mesh (the reference).
 // What a run adds to the plain one.
 struct Options {
   std::optional<int64_t> segments;  // activation_checkpointing.number_checkpoints
@@ -141,16 +106,44 @@ struct Options {
   bool cpu_offload = false;         // ZeRO-Offload of the optimizer (and at stage 3 the parameters), forced
 };
 
-RunResult train(int stage, int tensor, float dropout = 0.0f, bool sequence_parallel = false,
-                const Options& options = {}) {
+// An engine on a mesh of `tensor` x (comm's size / tensor) over `comm`.
+struct Trainer {
   std::unique_ptr<DeviceMesh> mesh;
-  if (tensor > 0) {
-    absl::StatusOr<std::unique_ptr<DeviceMesh>> m = DeviceMesh::create(world(), tensor);
-    EXPECT_TRUE(m.ok()) << m.status();
-    mesh = std::move(*m);
+  CpuBackend backend;
+  std::unique_ptr<Engine> engine;
+  testing::CountingRows rows{kModel.seq_len, kModel.vocab_size};
+
+  // Forward and backward of optimizer step `step`'s micro-batch (its global batch's rows of this data rank).
+  void pass(int step) {
+    const int data_size = mesh->shape().data, data_rank = mesh->coordinates().data;
+    const int64_t mb = engine->config().micro_batch_size;
+    EXPECT_TRUE(engine->forward(rows.make((step * data_size + data_rank) * mb, mb)).ok());
+    EXPECT_TRUE(engine->backward().ok());
   }
-  const int data_size = mesh ? mesh->shape().data : 1, data_rank = mesh ? mesh->coordinates().data : 0;
-  EngineConfig ec = engine_config(stage, data_size);
+  // The optimizer step after pass(); the loss is NaN when it failed.
+  StepResult update() {
+    absl::StatusOr<StepResult> r = engine->step();
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (r.ok()) return *r;
+    StepResult failed;
+    failed.loss = NAN;
+    return failed;
+  }
+  // The mean loss of optimizer step `step` (its global batch).
+  double step(int step) {
+    pass(step);
+    return update().loss;
+  }
+};
+
+std::unique_ptr<Trainer> make_trainer(Communicator& comm, int stage, int tensor, float dropout = 0.0f,
+                                      bool sequence_parallel = false, const Options& options = {}) {
+  auto t = std::make_unique<Trainer>();
+  absl::StatusOr<std::unique_ptr<DeviceMesh>> m = DeviceMesh::create(comm, tensor);
+  EXPECT_TRUE(m.ok()) << m.status();
+  if (!m.ok()) return nullptr;
+  t->mesh = std::move(*m);
+  EngineConfig ec = engine_config(stage, t->mesh->shape().data);
   ec.activation_checkpointing.number_checkpoints = options.segments;
   ec.activation_checkpointing.partition_activations = options.partition;
   ec.activation_checkpointing.cpu_checkpointing = options.cpu_checkpointing;
@@ -159,41 +152,45 @@ RunResult train(int stage, int tensor, float dropout = 0.0f, bool sequence_paral
     ec.zero.offload_optimizer.device = OffloadDevice::kCpu;
     if (stage == 3) ec.zero.offload_param.device = OffloadDevice::kCpu;
   }
-  CpuBackend backend;
   GptConfig model = kModel;
   model.dropout = dropout;
-  absl::StatusOr<std::unique_ptr<Engine>> engine =
-      mesh ? Engine::create(std::make_unique<Gpt>(model, &mesh->tensor(), sequence_parallel), ec, backend, *mesh)
-           : initialize(std::make_unique<Gpt>(model), ec, backend);
-  EXPECT_TRUE(engine.ok()) << engine.status();
+  absl::StatusOr<std::unique_ptr<Engine>> e = Engine::create(
+      std::make_unique<Gpt>(model, &t->mesh->tensor(), sequence_parallel), ec, t->backend, *t->mesh);
+  EXPECT_TRUE(e.ok()) << e.status();
+  if (!e.ok()) return nullptr;
+  t->engine = std::move(*e);
+  return t;
+}
+
+// tensor = 0: the reference, one rank on a communicator of its own.
+RunResult train(int stage, int tensor, float dropout = 0.0f, bool sequence_parallel = false,
+                const Options& options = {}) {
+  const std::unique_ptr<Communicator> own = tensor == 0 ? make_local_communicator() : nullptr;
+  std::unique_ptr<Trainer> t =
+      make_trainer(own ? *own : world(), stage, std::max(tensor, 1), dropout, sequence_parallel, options);
   RunResult out;
-  if (!engine.ok()) return out;
-  Engine& e = **engine;
+  if (t == nullptr) return out;
+  Engine& e = *t->engine;
+  const DeviceMesh& mesh = *t->mesh;
   for (Parameter* p : e.model().parameters()) out.local_parameters += p->numel();
-  testing::CountingRows rows{kModel.seq_len, kModel.vocab_size};
   for (int step = 0; step < kSteps; ++step) {
-    const int64_t first = (step * data_size + data_rank) * ec.micro_batch_size;
-    const int64_t tensor_bytes = mesh ? mesh->tensor().bytes_communicated() : 0;
-    EXPECT_TRUE(e.forward(rows.make(first, ec.micro_batch_size)).ok());
-    EXPECT_TRUE(e.backward().ok());
-    if (step == 0 && mesh) out.tensor_bytes_first_pass = mesh->tensor().bytes_communicated() - tensor_bytes;
-    absl::StatusOr<StepResult> r = e.step();
-    EXPECT_TRUE(r.ok()) << r.status();
-    if (!r.ok()) return out;
-    out.losses.push_back(r->loss);
-    out.norms.push_back(r->grad_norm);
-    if (mesh) {
-      uint64_t all = 0xcbf29ce484222325ull, replicated = all;
-      for (Parameter* p : e.model().parameters()) {
-        absl::StatusOr<std::vector<float>> v = e.state().gather_parameter(*p);
-        EXPECT_TRUE(v.ok()) << v.status();
-        if (!v.ok()) continue;
-        all = fnv(*v, all);
-        if (!p->slice()) replicated = fnv(*v, replicated);
-      }
-      out.data_replicas_identical = out.data_replicas_identical && same_everywhere(mesh->data(), all);
-      out.tensor_replicas_identical = out.tensor_replicas_identical && same_everywhere(mesh->tensor(), replicated);
+    const int64_t tensor_bytes = mesh.tensor().bytes_communicated();
+    t->pass(step);
+    if (step == 0) out.tensor_bytes_first_pass = mesh.tensor().bytes_communicated() - tensor_bytes;
+    const StepResult r = t->update();
+    if (std::isnan(r.loss)) return out;
+    out.losses.push_back(r.loss);
+    out.norms.push_back(r.grad_norm);
+    uint64_t all = 0xcbf29ce484222325ull, replicated = all;
+    for (Parameter* p : e.model().parameters()) {
+      absl::StatusOr<std::vector<float>> v = e.state().gather_parameter(*p);
+      EXPECT_TRUE(v.ok()) << v.status();
+      if (!v.ok()) continue;
+      all = fnv(*v, all);
+      if (!p->slice()) replicated = fnv(*v, replicated);
     }
+    out.data_replicas_identical = out.data_replicas_identical && same_everywhere(mesh.data(), all);
+    out.tensor_replicas_identical = out.tensor_replicas_identical && same_everywhere(mesh.tensor(), replicated);
   }
   // The full master weights: each tensor rank places its slice in the
   // unsplit tensor, and the slices are summed over the tensor group.
@@ -205,9 +202,9 @@ RunResult train(int stage, int tensor, float dropout = 0.0f, bool sequence_paral
       out.master[p->name()] = *v;
       continue;
     }
-    std::vector<float> full(static_cast<size_t>(shape_numel(p->slice()->global_shape)), 0.0f);
+    std::vector<float> full(static_cast<size_t>(shape_numel(p->global_shape())), 0.0f);
     for (int64_t i = 0; i < p->numel(); ++i) full[p->global_index(i)] = (*v)[i];
-    EXPECT_TRUE(mesh->tensor().all_reduce(full.data(), static_cast<int64_t>(full.size()), DType::kF32, ReduceOp::kSum)
+    EXPECT_TRUE(mesh.tensor().all_reduce(full.data(), static_cast<int64_t>(full.size()), DType::kF32, ReduceOp::kSum)
                     .ok());
     out.master[p->name()] = full;
   }
