@@ -82,6 +82,13 @@ class Communicator {
   // not both send first without the receive posted (as blocking MPI).
   virtual CommHandle send_async(const void* buf, int64_t count, DType dtype, int peer) = 0;
   virtual CommHandle recv_async(void* buf, int64_t count, DType dtype, int peer) = 0;
+  // Both at once with one peer (MPI_Sendrecv; NCCL's grouped send and
+  // receive): what a pipeline stage does when it hands its output to a
+  // neighbour and needs that neighbour's reply next (Megatron's
+  // send_forward_recv_backward). Two ranks that each issue it towards the
+  // other never deadlock, whatever the message sizes.
+  virtual CommHandle send_recv_async(const void* send, int64_t send_count, void* recv, int64_t recv_count,
+                                     DType dtype, int peer) = 0;
 
   absl::Status all_reduce(void* buf, int64_t count, DType dtype, ReduceOp op) {
     return all_reduce_async(buf, count, dtype, op)->wait();

@@ -38,6 +38,14 @@ absl::StatusOr<std::unique_ptr<DeviceMesh>> DeviceMesh::create(Communicator& wor
                       group(shape.tensor, c.pipeline * shape.data + c.data, c.tensor, mesh->owned_tensor_));
   ZE_ASSIGN_OR_RETURN(mesh->pipeline_,
                       group(shape.pipeline, c.data * tensor + c.tensor, c.pipeline, mesh->owned_pipeline_));
+  if (pipeline > 1) {
+    // Every rank splits; a middle stage's rank alone in a color of its own.
+    const bool end_stage = c.pipeline == 0 || c.pipeline == pipeline - 1;
+    const int color = end_stage ? c.tensor : tensor + world.rank();
+    const int key = (c.pipeline == 0 ? 0 : shape.data) + c.data;
+    ZE_ASSIGN_OR_RETURN(mesh->owned_embedding_, world.split(color, key));
+    if (end_stage) mesh->embedding_ = mesh->owned_embedding_.get();
+  }
   return mesh;
 }
 
@@ -56,6 +64,11 @@ absl::StatusOr<std::unique_ptr<DeviceMesh>> DeviceMesh::dry_run(const MeshShape&
   mesh->data_ = mesh->owned_data_.get();
   mesh->tensor_ = mesh->owned_tensor_.get();
   mesh->pipeline_ = mesh->owned_pipeline_.get();
+  if (shape.pipeline > 1 && (c.pipeline == 0 || c.pipeline == shape.pipeline - 1)) {
+    mesh->owned_embedding_ =
+        make_dry_run_communicator((c.pipeline == 0 ? 0 : shape.data) + c.data, 2 * shape.data);
+    mesh->embedding_ = mesh->owned_embedding_.get();
+  }
   return mesh;
 }
 

@@ -53,6 +53,8 @@ class DeviceMesh {
   Communicator& data() const { return *data_; }
   Communicator& tensor() const { return *tensor_; }
   Communicator& pipeline() const { return *pipeline_; }
+  // The embedding group (above); nullptr on a middle stage or when P = 1.
+  Communicator* embedding() const { return embedding_; }
 
  private:
   DeviceMesh(Communicator& world, MeshShape shape, MeshCoordinates coords)
@@ -62,7 +64,8 @@ class DeviceMesh {
   Communicator& world_;
   MeshShape shape_;
   MeshCoordinates coords_;
-  std::unique_ptr<Communicator> owned_data_, owned_tensor_, owned_pipeline_;
+  std::unique_ptr<Communicator> owned_data_, owned_tensor_, owned_pipeline_, owned_embedding_;
+  Communicator* embedding_ = nullptr;
   Communicator* data_ = nullptr;
   Communicator* tensor_ = nullptr;
   Communicator* pipeline_ = nullptr;

@@ -48,6 +48,11 @@ class DryRunCommunicator final : public Communicator {
   CommHandle recv_async(void*, int64_t, DType, int peer) override {
     return completed_work(check_peer("receive from", peer));
   }
+  CommHandle send_recv_async(const void*, int64_t send_count, void*, int64_t, DType dtype, int peer) override {
+    if (absl::Status s = check_peer("exchange with", peer); !s.ok()) return completed_work(s);
+    count_send(send_count, dtype);
+    return done();
+  }
 
  private:
   static CommHandle done() { return completed_work(); }

@@ -256,4 +256,17 @@ CommHandle MpiCommunicator::recv_async(void* buf, int64_t count, DType dtype, in
   });
 }
 
+CommHandle MpiCommunicator::send_recv_async(const void* send, int64_t send_count, void* recv, int64_t recv_count,
+                                            DType dtype, int peer) {
+  if (absl::Status s = check_peer("exchange with", peer); !s.ok()) return completed_work(s);
+  count_send(send_count, dtype);
+  return thread_->enqueue(
+      cat(describe("send", send_count, dtype), " to and ", describe("receive", recv_count, dtype), " from rank ", peer),
+      [=, comm = comm_->comm] {
+        return mpi_status(MPI_Sendrecv(send, checked_count(send_count), mpi_type(dtype), peer, 0, recv,
+                                       checked_count(recv_count), mpi_type(dtype), peer, 0, comm, MPI_STATUS_IGNORE),
+                          "MPI_Sendrecv");
+      });
+}
+
 }  // namespace zero

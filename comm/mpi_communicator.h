@@ -45,6 +45,8 @@ class MpiCommunicator final : public Communicator {
   absl::StatusOr<std::unique_ptr<Communicator>> split(int color, int key) override;
   CommHandle send_async(const void* buf, int64_t count, DType dtype, int peer) override;
   CommHandle recv_async(void* buf, int64_t count, DType dtype, int peer) override;
+  CommHandle send_recv_async(const void* send, int64_t send_count, void* recv, int64_t recv_count, DType dtype,
+                             int peer) override;
 
  private:
   MpiCommunicator();

@@ -199,4 +199,16 @@ CommHandle NcclCommunicator::recv_async(void* buf, int64_t count, DType dtype, i
   });
 }
 
+CommHandle NcclCommunicator::send_recv_async(const void* send, int64_t send_count, void* recv, int64_t recv_count,
+                                             DType dtype, int peer) {
+  if (absl::Status s = check_peer("exchange with", peer); !s.ok()) return completed_work(s);
+  count_send(send_count, dtype);
+  return run("ncclSend/ncclRecv", [&] {
+    ZE_NCCL_CHECK(ncclGroupStart());
+    ZE_NCCL_CHECK(ncclSend(send, static_cast<size_t>(send_count), nccl_type(dtype), peer, comm_, stream_));
+    ZE_NCCL_CHECK(ncclRecv(recv, static_cast<size_t>(recv_count), nccl_type(dtype), peer, comm_, stream_));
+    ZE_NCCL_CHECK(ncclGroupEnd());
+  });
+}
+
 }  // namespace zero

@@ -52,6 +52,8 @@ class NcclCommunicator final : public Communicator {
   // ncclSend / ncclRecv on the communicator's stream.
   CommHandle send_async(const void* buf, int64_t count, DType dtype, int peer) override;
   CommHandle recv_async(void* buf, int64_t count, DType dtype, int peer) override;
+  CommHandle send_recv_async(const void* send, int64_t send_count, void* recv, int64_t recv_count, DType dtype,
+                             int peer) override;
 
  private:
   NcclCommunicator() = default;

@@ -9,15 +9,31 @@
 
 namespace zero {
 
+int64_t GptConfig::block_parameters() const {
+  const int64_t c = d_model;
+  return 2 * c                  // ln_1
+         + 3 * c * c + 3 * c    // c_attn
+         + c * c + c            // attn c_proj
+         + 2 * c                // ln_2
+         + 4 * c * c + 4 * c    // c_fc
+         + 4 * c * c + c;       // mlp c_proj
+}
+
 int64_t GptConfig::num_parameters() const {
   const int64_t c = d_model;
-  const int64_t per_block = 2 * c                  // ln_1
-                            + 3 * c * c + 3 * c     // c_attn
-                            + c * c + c             // attn c_proj
-                            + 2 * c                 // ln_2
-                            + 4 * c * c + 4 * c     // c_fc
-                            + 4 * c * c + c;        // mlp c_proj
-  return vocab_size * c + seq_len * c + n_layer * per_block + 2 * c;
+  return vocab_size * c + seq_len * c + n_layer * block_parameters() + 2 * c;
+}
+
+absl::StatusOr<PipelineStage> gpt_pipeline_stage(const GptConfig& config, int index, int count,
+                                                 PartitionMethod method) {
+  const int64_t c = config.d_model;
+  const std::vector<int64_t> blocks(static_cast<size_t>(config.n_layer), config.block_parameters());
+  absl::StatusOr<std::vector<SplitRange>> parts =
+      partition_layers(blocks, count, method, /*first_extra=*/(config.vocab_size + config.seq_len) * c,
+                       /*last_extra=*/config.vocab_size * c + 2 * c);
+  if (!parts.ok()) return parts.status();
+  if (index < 0 || index >= count) return absl::InvalidArgumentError(cat("pipeline stage ", index, " of ", count));
+  return PipelineStage{index, count, (*parts)[index]};
 }
 
 double GptConfig::flops_per_token(int64_t seq) const {
@@ -62,7 +78,11 @@ Gpt::Gpt(const GptConfig& config, Communicator* tensor_group, bool sequence_para
     // 2 + 2i block i's attention and MLP outputs.
     if (config.dropout > 0.0f) drop_ = add_child<Dropout>("drop", config.dropout, 0, sequence_group_);
   }
-  const SplitRange layers = even_split(config.n_layer, stage.count, stage.index);
+  const SplitRange layers =
+      stage.layers.size >= 0 ? stage.layers : even_split(config.n_layer, stage.count, stage.index);
+  ZE_CHECK(layers.size >= 1 && layers.offset >= 0 && layers.offset + layers.size <= config.n_layer)
+      << "pipeline stage " << stage.index << ": blocks [" << layers.offset << ", " << layers.offset + layers.size
+      << ") of " << config.n_layer;
   for (int64_t i = layers.offset; i < layers.offset + layers.size; ++i) {
     blocks_.push_back(add_child<TransformerBlock>(cat("h.", i), config.d_model, config.n_head, std,
                                                   proj_std, config.dropout, 1 + 2 * i, tensor_group, sp));
@@ -99,6 +119,18 @@ Tensor Gpt::backward(Context& ctx, const Tensor& dy) {
   if (drop_ != nullptr) d = ctx.backward(*drop_, d);
   ctx.backward(*wte_, ctx.backward(*wpe_, d));
   return Tensor();
+}
+
+Shape Gpt::stage_output_shape(const Shape& ids) const {
+  ZE_CHECK(ids.size() == 2) << "token ids [B, S], not rank " << ids.size();
+  const int64_t shards = sequence_group_ != nullptr ? sequence_group_->world_size() : 1;
+  return {ids[0], ids[1] / shards, config_.d_model};
+}
+
+std::vector<Parameter*> Gpt::parameters_tied_across_stages() {
+  if (stage_.count == 1 || (!stage_.first() && !stage_.last())) return {};
+  for (Parameter* p : wte_->direct_parameters()) return {p};
+  return {};
 }
 
 std::unique_ptr<Sequential> make_mlp_classifier(int64_t in, const std::vector<int64_t>& hidden,

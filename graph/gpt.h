@@ -26,6 +26,9 @@
 
 #include <memory>
 
+#include "absl/status/statusor.h"
+#include "graph/parallel_layers.h"
+#include "graph/pipeline_partition.h"
 #include "graph/transformer.h"
 
 namespace zero {
@@ -40,23 +43,33 @@ struct GptConfig {
 
   // Parameters, counted exactly (tied head counted once).
   int64_t num_parameters() const;
+  // Of one transformer block.
+  int64_t block_parameters() const;
   // Training FLOPs per token at sequence length seq: 6 per parameter plus
   // 12 n_layer d_model seq for attention (PaLM's and llm.c's accounting).
   double flops_per_token(int64_t seq) const;
 };
 
-// One pipeline stage of P (issue 15's pipeline parallelism): stage i holds
-// the blocks even_split(n_layer, P, i) (the first n_layer mod P stages one
-// more), stage 0 also the embeddings and their dropout, stage P - 1 the final
-// layer norm and the LM head, with a copy of the token table of its own
-// ("wte.weight", the same initial values as stage 0's) that the head is tied
-// to; the two copies' gradients are summed between the first and last stage
-// (Megatron's embedding group) so they stay equal.
+// One pipeline stage of P: stage i holds a contiguous run of blocks
+// (`layers`; unset, even_split(n_layer, P, i): the first n_layer mod P
+// stages one more), stage 0 also the embeddings and their dropout, stage
+// P - 1 the final layer norm and the LM head, with a copy of the token table
+// of its own ("wte.weight", the same initial values as stage 0's) that the
+// head is tied to; the engine sums the two copies' gradients between the
+// first and last stage (Megatron's embedding group) so they stay equal.
 struct PipelineStage {
   int index = 0, count = 1;
+  SplitRange layers{0, -1};  // size < 0: the uniform split
   bool first() const { return index == 0; }
   bool last() const { return index == count - 1; }
 };
+
+// Stage `index` of `count` with its blocks chosen by `method` (uniform, or
+// balanced by parameters counting the embeddings on the first stage and the
+// tied table and final norm on the last); INVALID_ARGUMENT when n_layer <
+// count.
+absl::StatusOr<PipelineStage> gpt_pipeline_stage(const GptConfig& config, int index, int count,
+                                                 PartitionMethod method);
 
 class Gpt : public Module {
  public:
@@ -76,6 +89,12 @@ class Gpt : public Module {
   }
   std::optional<VocabSlice> logits_vocab_slice() const override { return vocab_slice_; }
   bool sequence_parallel() const override { return sequence_group_ != nullptr; }
+  int pipeline_stage_index() const override { return stage_.index; }
+  int pipeline_stages() const override { return stage_.count; }
+  // [B, S, C], or [B, S / T, C] with sequence parallelism.
+  Shape stage_output_shape(const Shape& ids) const override;
+  // wte.weight on the first and the last stage (when they differ).
+  std::vector<Parameter*> parameters_tied_across_stages() override;
 
  private:
   GptConfig config_;

@@ -146,6 +146,18 @@ class Module {
   // checkpoint segments' inputs) are sequence shards, different on each
   // tensor rank (graph/sequence_parallel.h), rather than the same on all.
   virtual bool sequence_parallel() const { return false; }
+  // ---- pipeline parallelism: a model built as one stage of several
+  // This module's stage and the number of stages (0 of 1: the whole model).
+  virtual int pipeline_stage_index() const { return 0; }
+  virtual int pipeline_stages() const { return 1; }
+  // The activation (fp32) this stage hands the next for a micro-batch whose
+  // inputs (the first stage's) have shape `inputs`; the next stage's input.
+  virtual Shape stage_output_shape(const Shape& inputs) const { return inputs; }
+  // Parameters this stage holds a copy of that another stage holds too (a
+  // token table tied to the head on the last stage): their gradients are
+  // summed between the stages holding them. The stage that owns the
+  // original is the first; a later stage's are its copies.
+  virtual std::vector<Parameter*> parameters_tied_across_stages() { return {}; }
 
  protected:
   Parameter* add_parameter(const std::string& local_name, Shape shape, ParamInit init);

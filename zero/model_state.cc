@@ -5,6 +5,7 @@
 
 #include "core/status.h"
 #include "core/strings.h"
+#include "graph/parallel_layers.h"
 #include "zero/flat_model_state.h"
 #include "zero/stage3_model_state.h"
 #include "zero/state_buffers.h"
@@ -35,6 +36,26 @@ double ModelState::local_grad_square_sum(const std::function<bool(const Paramete
     if (include(*r.param)) sum += backend_.ops().sum_squares(grads.slice(r.offset, {r.end - r.begin}));
   }
   return sum;
+}
+
+absl::Status ModelState::sum_gradient_over(const Parameter& p, Communicator& group) {
+  const Tensor grads = owned_grads();
+  const DType dtype = options_.grad_dtype;
+  const Tensor sum = backend_.zeros({p.numel()}, dtype, MemCategory::kCommBuffers);
+  const SplitRange share =
+      grads_replicated() ? even_split(p.numel(), comm_.world_size(), comm_.rank()) : SplitRange{0, p.numel()};
+  const std::vector<StateRange> held = held_ranges();
+  for (const StateRange& r : held) {
+    if (r.param != &p) continue;
+    const int64_t a = std::max(r.begin, share.offset), b = std::min(r.end, share.offset + share.size);
+    if (a < b) backend_.copy(sum.slice(a, {b - a}), grads.slice(r.offset + a - r.begin, {b - a}));
+  }
+  ZE_RETURN_IF_ERROR(annotate(group.all_reduce(sum.data(), p.numel(), dtype, ReduceOp::kSum),
+                              cat("summing the gradient of ", p.name(), " over ", group.world_size(), " ranks")));
+  for (const StateRange& r : held) {
+    if (r.param == &p) backend_.copy(grads.slice(r.offset, {r.end - r.begin}), sum.slice(r.begin, {r.end - r.begin}));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ModelState::init_optimizer_state(int64_t numel, Tensor master, int64_t max_param_read) {

@@ -97,6 +97,14 @@ class ModelState : public ModuleHooks {
   double local_grad_square_sum(const std::function<bool(const Parameter&)>& include);
   int64_t local_nonfinite_grads() { return backend_.ops().count_nonfinite(owned_grads()); }
   virtual bool grads_replicated() const { return false; }
+  // After end_backward at the boundary: p's reduced gradient becomes its sum
+  // over `group`, which holds this data group and another one's (the first
+  // and last pipeline stages' copies of a tied embedding). Each element
+  // enters the all-reduce once per data group, from the rank that holds it
+  // (where every rank holds all, from its even share), the others as zeros,
+  // so the sum is exact and the same on every member: the copies stay
+  // bitwise equal.
+  absl::Status sum_gradient_over(const Parameter& p, Communicator& group);
   // Parameters whose gradients hold inf/NaN (names, for the overflow message).
   virtual std::string nonfinite_gradient_names() = 0;
 

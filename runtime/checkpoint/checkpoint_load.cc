@@ -123,7 +123,9 @@ absl::Status check_model(const Manifest& m, Module& model, const std::string& wh
                                                shape_string(p->global_shape()), " in the model"));
     }
   }
-  if (saved.size() != params.size()) {
+  // A pipeline stage holds part of the model: the checkpoint's other
+  // tensors are other stages'.
+  if (saved.size() != params.size() && model.pipeline_stages() == 1) {
     for (const auto& [name, shape] : m.parameters) {
       const bool known = std::any_of(params.begin(), params.end(), [&](Parameter* p) { return p->name() == name; });
       if (!known) {

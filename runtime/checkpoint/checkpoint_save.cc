@@ -2,6 +2,8 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "core/status.h"
 #include "core/strings.h"
 #include "runtime/checkpoint/checkpoint.h"
@@ -32,10 +34,11 @@ struct PlannedSegment {
 };
 
 std::vector<PlannedSegment> plan(const ModelState& state, const std::vector<std::string>& kinds, int data_rank,
-                                 bool with_replicated) {
+                                 bool with_replicated, const std::vector<Parameter*>& copies) {
   std::vector<PlannedSegment> pieces;  // of one kind, offsets to be set
   for (const StateRange& r : state.written_ranges(data_rank)) {
     if (!with_replicated && !r.param->slice()) continue;  // another tensor rank writes the replicas
+    if (std::find(copies.begin(), copies.end(), r.param) != copies.end()) continue;  // the first stage writes it
     const size_t first = pieces.size();
     r.param->for_each_global_run(r.begin, r.end, [&](int64_t local, int64_t element, int64_t count) {
       if (pieces.size() > first) {
@@ -98,6 +101,48 @@ absl::StatusOr<std::vector<uint32_t>> write_shard(OptimizerStateStore& store, co
   return crcs;
 }
 
+using ParameterList = std::vector<std::pair<std::string, Shape>>;
+
+// Every rank's parameters (name, unsplit shape) for rank 0's manifest: the
+// ranks of different pipeline stages hold different ones. Sent as the
+// characters of "name:d0,d1;..." in an all-reduced table of doubles, each
+// rank filling its own slots (exact: characters are small integers).
+absl::StatusOr<std::vector<ParameterList>> every_ranks_parameters(Communicator& comm,
+                                                                  const std::vector<Parameter*>& mine) {
+  std::string text;
+  for (const Parameter* p : mine) {
+    text += p->name() + ":";
+    for (size_t i = 0; i < p->global_shape().size(); ++i) text += cat(i == 0 ? "" : ",", p->global_shape()[i]);
+    text += ";";
+  }
+  const int world = comm.world_size(), rank = comm.rank();
+  std::vector<double> lengths(world, 0.0);
+  lengths[rank] = static_cast<double>(text.size());
+  ZE_RETURN_IF_ERROR(comm.all_reduce_doubles(lengths.data(), world, ReduceOp::kSum));
+  std::vector<size_t> first(world + 1, 0);
+  for (int r = 0; r < world; ++r) first[r + 1] = first[r] + static_cast<size_t>(lengths[r]);
+  std::vector<double> chars(first[world], 0.0);
+  for (size_t i = 0; i < text.size(); ++i) chars[first[rank] + i] = static_cast<unsigned char>(text[i]);
+  ZE_RETURN_IF_ERROR(comm.all_reduce_doubles(chars.data(), static_cast<int64_t>(chars.size()), ReduceOp::kSum));
+  std::vector<ParameterList> out(world);
+  for (int r = 0; r < world; ++r) {
+    std::string theirs;
+    for (size_t i = first[r]; i < first[r + 1]; ++i) theirs += static_cast<char>(chars[i]);
+    for (const std::string& entry : std::vector<std::string>(absl::StrSplit(theirs, ';', absl::SkipEmpty()))) {
+      const size_t colon = entry.rfind(':');
+      Shape shape;
+      for (const std::string& d :
+           std::vector<std::string>(absl::StrSplit(entry.substr(colon + 1), ',', absl::SkipEmpty()))) {
+        int64_t v = 0;
+        if (!absl::SimpleAtoi(d, &v)) return absl::InternalError(cat("parameter table of rank ", r, ": ", entry));
+        shape.push_back(v);
+      }
+      out[r].emplace_back(std::string(entry.substr(0, colon)), shape);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> save_checkpoint(Engine& engine, const SaveOptions& options) {
@@ -151,8 +196,11 @@ absl::StatusOr<std::string> save_checkpoint(Engine& engine, const SaveOptions& o
 
   // 2. every rank writes its shard.
   const std::vector<std::string> kinds = state.state_store().names();  // "master", then the optimizer's
+  // A pipeline's later stages hold copies of a tied table; the first stage writes it.
+  const bool later_stage = engine.mesh().coordinates().pipeline > 0;
   const std::vector<PlannedSegment> mine =
-      plan(state, kinds, engine.mesh().coordinates().data, engine.mesh().coordinates().tensor == 0);
+      plan(state, kinds, engine.mesh().coordinates().data, engine.mesh().coordinates().tensor == 0,
+           later_stage ? engine.model().parameters_tied_across_stages() : std::vector<Parameter*>{});
   absl::StatusOr<std::vector<uint32_t>> crcs =
       write_shard(state.state_store(), mine, partial + "/" + shard_name(rank), rank, world, tag);
   absl::Status written = agree(crcs.status(), "to write its shard");
@@ -171,6 +219,16 @@ absl::StatusOr<std::string> save_checkpoint(Engine& engine, const SaveOptions& o
   std::vector<size_t> first(world + 1, 0);
   for (int r = 0; r < world; ++r) first[r + 1] = first[r] + static_cast<size_t>(counts[r]);
   const std::vector<Parameter*> params = engine.model().parameters();
+  // Parameters by their index in the writing rank's list: each rank's own
+  // list, or with pipeline stages every rank's, exchanged.
+  std::vector<ParameterList> lists;
+  if (engine.mesh().shape().pipeline > 1) {
+    ZE_ASSIGN_OR_RETURN(lists, every_ranks_parameters(comm, params));
+  } else {
+    ParameterList own;
+    for (const Parameter* p : params) own.emplace_back(p->name(), p->global_shape());
+    lists.assign(world, own);
+  }
   std::vector<double> table(first[world] * kFields, 0.0);
   for (size_t i = 0; i < mine.size(); ++i) {
     const PlannedSegment& p = mine[i];
@@ -197,18 +255,23 @@ absl::StatusOr<std::string> save_checkpoint(Engine& engine, const SaveOptions& o
     m.optimizer = std::string(state.optimizer_name());
     m.optimizer_states.assign(kinds.begin() + 1, kinds.end());
     m.progress = progress;
-    for (Parameter* p : params) m.parameters.emplace_back(p->name(), p->global_shape());
+    // The whole model's parameters: every rank's, each once, in rank order
+    // (with pipeline stages: the first stage's, then the next's new ones).
+    for (const ParameterList& list : lists)
+      for (const auto& entry : list)
+        if (std::find(m.parameters.begin(), m.parameters.end(), entry) == m.parameters.end())
+          m.parameters.push_back(entry);
     for (int r = 0; r < world; ++r) {
       int64_t end = kShardHeaderBytes;
       for (size_t i = first[r]; i < first[r + 1]; ++i) {
         const double* row = &table[i * kFields];
         const auto v = [&](int f) { return static_cast<int64_t>(row[f]); };
-        const Parameter& p = *params.at(static_cast<size_t>(v(1)));
+        const auto& [name, shape] = lists[r].at(static_cast<size_t>(v(1)));
         const std::string& kind = kinds.at(static_cast<size_t>(v(0)));
-        CheckpointTensor& t = m.tensors[Manifest::key(kind, p.name())];
-        t.param = p.name();
+        CheckpointTensor& t = m.tensors[Manifest::key(kind, name)];
+        t.param = name;
         t.kind = kind;
-        t.shape = p.global_shape();
+        t.shape = shape;
         t.segments.push_back({r, v(2), v(2) + v(3), v(6), static_cast<uint32_t>(v(7)), v(4), v(5)});
         end = v(6) + v(3) * 4;
       }

@@ -28,6 +28,10 @@ void parse_checkpoint_section(ConfigReader r, RunConfig& out);
 // must divide the world and the model's heads; the keys of DeepSpeed's
 // module-injection machinery are refused by name.
 void parse_tensor_parallel_section(ConfigReader r, RunConfig& out);
+// "pipeline": stages, partition_method, schedule,
+// activation_checkpoint_interval; the stages must divide the world with the
+// tensor size, and each needs a block.
+void parse_pipeline_section(ConfigReader r, RunConfig& out);
 // DeepSpeed features ZeroEngine does not have (monitors, profilers,
 // autotuning, pipeline, ...): accepted when absent or disabled, refused when
 // enabled, each with its reason.

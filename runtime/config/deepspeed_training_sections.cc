@@ -153,6 +153,20 @@ void parse_tensor_parallel_section(ConfigReader r, RunConfig& c) {
   r.finish();
 }
 
+void parse_pipeline_section(ConfigReader r, RunConfig& c) {
+  read_declared_keys(r, c);
+  const int p = c.engine.pipeline.stages;
+  const int64_t tp = c.tensor_size() * int64_t{p};
+  if (p > 1 && c.world_size % tp != 0) {
+    r.error("stages", cat(p, " pipeline stages x tensor_parallel.autotp_size ", c.tensor_size(),
+                          " do not divide the world of ", c.world_size, " ranks (world = data x tensor x pipeline)"));
+  } else if (p > c.model.gpt.n_layer) {
+    r.error("stages", cat(p, " pipeline stages for model.n_layer ", c.model.gpt.n_layer,
+                          " blocks: each stage needs at least one block"));
+  }
+  r.finish();
+}
+
 void parse_unsupported_feature_sections(ConfigReader& root) {
   // Sections with an "enabled" switch: fine while disabled (their other
   // options then have no effect, so they are not checked).
@@ -197,7 +211,6 @@ void parse_unsupported_feature_sections(ConfigReader& root) {
   }
   // Sections without a switch: present means wanted.
   static const Switch kPresence[] = {
-      {"pipeline", "no pipeline parallelism"},
       {"sparse_attention", "no block-sparse attention"},
       {"expert_parallel", "no expert parallelism"},
       {"compression_training", "no compression training"},
@@ -436,6 +449,29 @@ std::vector<ConfigKey> training_keys() {
   k.push_back(refused(tp + "keep_module_on_host", false, "weights load straight into each rank's slices"));
   k.push_back(refused(tp + "replace_with_kernel_inject", false, "no inference kernel injection"));
   k.push_back(refused(tp + "kernel_inject", false, "no inference kernel injection"));
+  // ---- pipeline (DeepSpeed's "pipeline" section with PipelineModule's arguments).
+  const std::string pp = "pipeline.";
+  k.push_back(integer(pp + "stages", ZE_FIELD(engine.pipeline.stages), 1, 65536,
+                      "pipeline stages P: the GPT's blocks split over P stages of ranks, world = data x tensor x "
+                      "pipeline with the stages outermost"));
+  k.push_back(enum_choice(pp + "partition_method", ZE_FIELD(engine.pipeline.partition_method),
+                          {PartitionMethod::kParameters, PartitionMethod::kUniform}, partition_method_name,
+                          "PipelineModule's: blocks split to balance parameters (the embeddings and the tied head "
+                          "counted on the first and last stage), or evenly by count"));
+  k.push_back(enum_choice(pp + "schedule", ZE_FIELD(engine.pipeline.schedule),
+                          {PipelineScheduleKind::k1F1B, PipelineScheduleKind::kGPipe}, pipeline_schedule_name,
+                          "ZeroEngine's: 1F1B (DeepSpeed's TrainSchedule; at most P - s micro-batches alive on stage "
+                          "s) or GPipe (all forwards, then all backwards)"));
+  k.push_back(integer(pp + "activation_checkpoint_interval", ZE_FIELD(engine.pipeline.activation_checkpoint_interval),
+                      0, 65536, "PipelineModule's: checkpoint every K blocks of a stage (0: off)"));
+  k.push_back(accepted(pp + "partition", KeyKind::kString, "best",
+                       "DeepSpeed's config default, unused by its engine; the split is pipeline.partition_method"));
+  k.push_back(accepted(pp + "seed_layers", KeyKind::kBool, false,
+                       "initial values are drawn by parameter name, the same whichever stage holds a layer"));
+  k.push_back(accepted(pp + "pipe_partitioned", KeyKind::kBool, true,
+                       "each tensor rank sends its whole activation to the same tensor rank of the next stage"));
+  k.push_back(accepted(pp + "grad_partitioned", KeyKind::kBool, true,
+                       "each tensor rank sends its whole gradient to the same tensor rank of the previous stage"));
   return k;
 }
 

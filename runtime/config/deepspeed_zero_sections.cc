@@ -220,7 +220,9 @@ std::vector<ConfigKey> zero_keys() {
   k.push_back(refused(z + "allgather_sequential", false, "parameters are gathered in buckets")
                   .also("stage3_allgather_sequential"));
   k.push_back(refused(z + "zenflow", Json(), "ZenFlow is not implemented"));
-  k.push_back(refused(z + "pipeline_loading_checkpoint", false, "there is no pipeline parallelism"));
+  k.push_back(refused(z + "pipeline_loading_checkpoint", false,
+                      "DeepSpeed's stage-3 loading of a pipeline module's checkpoint; here every stage loads its "
+                      "parameters by name from any checkpoint, and stage 3 does not combine with pipeline stages"));
   k.push_back(refused(z + "save_muon_momentum_buffer_in_memory", false, "there is no Muon optimizer"));
   k.push_back(refused(z + "leaf_module", Json::object(), "leaf-module grouping is not implemented"));
   for (const char* name : {"memory_efficient_linear", "override_module_apply"}) {
@@ -264,7 +266,8 @@ std::vector<ConfigKey> zero_keys() {
   k.push_back(accepted("checkpoint.load_universal", KeyKind::kBool, false,
                        "accepted; every checkpoint here loads at any world size"));
   k.push_back(refused("checkpoint.use_node_local_storage", false, "ranks share one checkpoint directory"));
-  k.push_back(refused("checkpoint.parallel_write.pipeline_stage", false, "there is no pipeline parallelism"));
+  k.push_back(accepted("checkpoint.parallel_write.pipeline_stage", KeyKind::kBool, false,
+                       "every rank already writes its own parameters' segments in parallel, pipeline stages too"));
   return k;
 }
 

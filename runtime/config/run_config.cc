@@ -122,6 +122,30 @@ absl::Status resolve_batch(ConfigReader& r, int world, RunConfig& out) {
   return absl::OkStatus();
 }
 
+// What the pipeline asks of the other sections, once they are read.
+void check_pipeline_composition(ConfigReader& root, RunConfig& out) {
+  const PipelineConfig& p = out.engine.pipeline;
+  if (p.stages == 1) return;
+  if (out.engine.zero.stage == ZeroStage::k3) {
+    root.error("zero_optimization.stage",
+               cat("3 with pipeline.stages ", p.stages, ": refused, as DeepSpeed does (stage 3 gathers parameters by "
+                   "replaying one recorded module order, and the schedule interleaves micro-batches); use 0, 1 or 2"));
+  }
+  if (p.activation_checkpoint_interval > 0 && out.engine.activation_checkpointing.number_checkpoints) {
+    root.error("activation_checkpointing.number_checkpoints",
+               cat(*out.engine.activation_checkpointing.number_checkpoints, " and pipeline.activation_checkpoint_interval ",
+                   p.activation_checkpoint_interval, " both say how blocks are checkpointed: keep one"));
+  }
+  const int64_t m = out.engine.gradient_accumulation_steps;
+  if (p.schedule == PipelineScheduleKind::k1F1B && m < p.stages) {
+    root.diagnostics().warnings.push_back(absl::StrFormat(
+        "pipeline: gradient_accumulation_steps %d micro-batches for %d stages: 1F1B never reaches its steady state "
+        "and each stage idles (P - 1) / (M + P - 1) = %.0f%% of the step; use at least %d micro-batches (4 P keeps the "
+        "bubble under 20%%)",
+        m, p.stages, 100.0 * ideal_bubble_fraction(p.stages, static_cast<int>(m)), p.stages));
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<RunConfig> parse_run_config(const Json& config, const ConfigOptions& options) {
@@ -140,8 +164,10 @@ absl::StatusOr<RunConfig> parse_run_config(const Json& config, const ConfigOptio
   // DeepSpeed's AutoTP section (a pydantic model there: unknown keys fail): before the batch, whose
   // triple counts data-parallel ranks only.
   parse_tensor_parallel_section(root.section("tensor_parallel"), out);
-  if (out.world_size % out.tensor_size() != 0) {
-    ZE_RETURN_IF_ERROR(diag.status());  // the section's error says why
+  parse_pipeline_section(root.section("pipeline"), out);
+  if (out.world_size % (out.tensor_size() * out.pipeline_size()) != 0 ||
+      out.pipeline_size() > out.model.gpt.n_layer) {
+    ZE_RETURN_IF_ERROR(diag.status());  // the sections' errors say why
   }
   ZE_RETURN_IF_ERROR(resolve_batch(root, out.data_size(), out));
   read_declared_keys(root, out);
@@ -191,6 +217,7 @@ absl::StatusOr<RunConfig> parse_run_config(const Json& config, const ConfigOptio
   parse_activation_checkpointing_section(root.section("activation_checkpointing", UnknownKeys::kWarnUnlessNearMiss),
                                          out);
   parse_checkpoint_section(root.section("checkpoint", UnknownKeys::kWarnUnlessNearMiss), out);
+  check_pipeline_composition(root, out);
   parse_unsupported_feature_sections(root);
   root.finish();
   ZE_RETURN_IF_ERROR(diag.status());

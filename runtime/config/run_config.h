@@ -73,7 +73,8 @@ struct RunConfig {
   int64_t train_batch_size = 0;  // global: micro x accumulation x data-parallel size
   // The mesh: tensor groups of tensor_size() adjacent ranks, data_size() of them.
   int tensor_size() const { return autotp_size > 1 ? static_cast<int>(autotp_size) : 1; }
-  int data_size() const { return world_size / tensor_size(); }
+  int pipeline_size() const { return engine.pipeline.stages; }
+  int data_size() const { return world_size / (tensor_size() * pipeline_size()); }
   int64_t steps_per_print = 10;  // DeepSpeed's default is None (no progress log); ours prints every 10
   bool wall_clock_breakdown = false;  // forward/backward/step times at each print
   bool memory_breakdown = false;      // every category and tier at each print

@@ -1,6 +1,7 @@
 // The training engine; see engine.h.
 #include "runtime/engine/engine.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -24,6 +25,11 @@ int64_t count_valid_targets(const Tensor& targets) {
   return n;
 }
 
+absl::Status refuse_with_pipeline(std::string_view what, int stages) {
+  return absl::FailedPreconditionError(cat(what, " with ", stages, " pipeline stages: a stage's forward and backward "
+                                           "need its neighbours'; train with train_batch(), which runs the schedule"));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Module> model, const EngineConfig& config,
@@ -39,11 +45,21 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Module> m
 absl::StatusOr<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Module> model, const EngineConfig& config,
                                                        Backend& backend, const DeviceMesh& mesh) {
   if (model == nullptr) return absl::InvalidArgumentError("initialize: model is null");
-  if (mesh.shape().pipeline != 1) {
-    return absl::UnimplementedError(cat("a mesh of pipeline ", mesh.shape().pipeline,
-                                        ": the engine runs data and tensor parallelism only (pipeline = 1) so far"));
+  const int stages = mesh.shape().pipeline;
+  if (model->pipeline_stages() != stages || model->pipeline_stage_index() != mesh.coordinates().pipeline) {
+    return absl::InvalidArgumentError(cat(
+        "a mesh of pipeline ", stages, ": this rank is stage ", mesh.coordinates().pipeline, " but the model is stage ",
+        model->pipeline_stage_index(), " of ", model->pipeline_stages(),
+        " (build it as this rank's stage, e.g. Gpt(config, tensor, sp, PipelineStage{stage, P}))"));
   }
-  if (mesh.shape().tensor > 1) {
+  if (stages > 1 && config.zero.stage == ZeroStage::k3) {
+    return absl::InvalidArgumentError(cat(
+        "zero_optimization.stage 3 with ", stages, " pipeline stages: refused, as DeepSpeed does. Stage 3 gathers each "
+        "module's parameters by replaying the module order it recorded for one forward and one backward, and a "
+        "pipeline schedule interleaves the forwards and backwards of several micro-batches; use stage 0, 1 or 2"));
+  }
+  const bool last_stage = model->pipeline_stage_index() == stages - 1;
+  if (mesh.shape().tensor > 1 && last_stage) {
     // The model's tensor-parallel layers must split over this mesh's tensor
     // group; its logits then come as this rank's vocabulary slice.
     const std::optional<VocabSlice> slice = model->logits_vocab_slice();
@@ -76,7 +92,7 @@ Engine::Engine(std::unique_ptr<Module> model, const EngineConfig& config, Backen
                  /*momentum_capable=*/config.optimizer.type != OptimizerType::kSGD) {}
 
 Engine::~Engine() {
-  ctx_.clear();
+  for (Context* c : contexts()) c->clear();
   for (Parameter* p : model_->parameters()) p->data = p->grad = Tensor();
 }
 
@@ -92,13 +108,42 @@ absl::Status Engine::init() {
   o.post_reduce_scale = config_.post_reduce_scale;
   o.force_offload_path = config_.force_offload_path;
   ZE_ASSIGN_OR_RETURN(state_, ModelState::create(*model_, o, backend_, comm()));
-  ctx_.set_hooks(state_.get());
+  // Pipeline: a context for each micro-batch that can be in flight on this
+  // stage (1F1B: min(P - s, M); GPipe: M).
+  if (pipelined()) {
+    const std::vector<PipeInstruction> order =
+        pipeline_compute_order(config_.pipeline.schedule, mesh_->shape().pipeline, mesh_->coordinates().pipeline,
+                               static_cast<int>(config_.gradient_accumulation_steps));
+    for (int i = 1; i < max_micro_batches_in_flight(order); ++i)
+      pipeline_contexts_.push_back(std::make_unique<Context>(backend_, config_.param_dtype));
+  }
+  for (Context* c : contexts()) ZE_RETURN_IF_ERROR(configure(*c));
+  return absl::OkStatus();
+}
+
+absl::Status Engine::configure(Context& ctx) {
+  ctx.set_hooks(state_.get());
   // activation_checkpointing.number_checkpoints = K: the model's layers in K
   // contiguous segments of (as) equal (as possible) length, each keeping only
   // its input (K = number of layers: every layer its own segment).
+  // With a pipeline, activation_checkpoint_interval = K instead: segments of
+  // K consecutive layers of the stage (DeepSpeed's PipelineModule).
+  const int64_t interval = config_.pipeline.activation_checkpoint_interval;
   if (const std::optional<int64_t> k = config_.activation_checkpointing.number_checkpoints) {
+    if (interval > 0) {
+      return absl::InvalidArgumentError(cat("activation_checkpointing.number_checkpoints ", *k,
+                                            " and pipeline.activation_checkpoint_interval ", interval,
+                                            " both set how layers are checkpointed: keep one"));
+    }
     ZE_ASSIGN_OR_RETURN(auto segments, split_checkpoint_segments(model_->checkpointable_layers(), *k));
-    ctx_.set_checkpoint_segments(std::move(segments));
+    ctx.set_checkpoint_segments(std::move(segments));
+  } else if (interval > 0) {
+    const std::vector<Module*> layers = model_->checkpointable_layers();
+    std::vector<std::vector<Module*>> segments;
+    for (size_t i = 0; i < layers.size(); i += static_cast<size_t>(interval)) {
+      segments.emplace_back(layers.begin() + i, layers.begin() + std::min(layers.size(), i + interval));
+    }
+    ctx.set_checkpoint_segments(std::move(segments));
   }
   // partition_activations (DeepSpeed's): each tensor rank keeps 1/T of every
   // segment input, gathered back for the recompute. Only where the inputs
@@ -106,22 +151,28 @@ absl::Status Engine::init() {
   // already 1/T shards, and with T = 1 there is nothing to split.
   if (config_.activation_checkpointing.partition_activations && mesh_->shape().tensor > 1 &&
       !model_->sequence_parallel()) {
-    ctx_.set_checkpoint_partition(&mesh_->tensor());
+    ctx.set_checkpoint_partition(&mesh_->tensor());
   }
   // cpu_checkpointing: segment inputs in pinned host memory of the compute
   // backend; where the CPU backend plays the device (force_offload_path), in
   // a host backend of their own, so that each backend's figures read as on a
   // GPU (the "device" without them, host memory with exactly them).
   if (checkpoint_inputs_to_host(config_, backend_.compute_tier())) {
-    if (backend_.compute_tier() == Tier::kHost) {
+    if (checkpoint_host_ == nullptr && backend_.compute_tier() == Tier::kHost) {
       owned_checkpoint_host_ = backend_.make_host_backend();
       checkpoint_host_ = owned_checkpoint_host_.get();
-    } else {
+    } else if (checkpoint_host_ == nullptr) {
       checkpoint_host_ = &backend_;
     }
-    ctx_.set_checkpoint_offload(checkpoint_host_);
+    ctx.set_checkpoint_offload(checkpoint_host_);
   }
   return absl::OkStatus();
+}
+
+std::vector<Context*> Engine::contexts() {
+  std::vector<Context*> out{&ctx_};
+  for (const auto& c : pipeline_contexts_) out.push_back(c.get());
+  return out;
 }
 
 absl::Status Engine::cross_entropy(const Tensor& logits, const Tensor& targets, float grad_scale,
@@ -148,6 +199,7 @@ Tensor Engine::to_compute(const Tensor& t) {
 }
 
 absl::StatusOr<float> Engine::forward(const Batch& batch) {
+  if (pipelined()) return refuse_with_pipeline("forward()", mesh_->shape().pipeline);
   const auto t0 = std::chrono::steady_clock::now();
   if (micro_step_ % config_.gradient_accumulation_steps == 0) comm_bytes_at_step_start_ = comm_bytes();
   ctx_.clear();  // a forward without backward (or after an error) leaves nothing behind
@@ -164,32 +216,38 @@ absl::StatusOr<float> Engine::forward(const Batch& batch) {
     ctx_.clear();
     return annotate(s, cat("forward of micro-step ", micro_step_));
   }
+  absl::StatusOr<float> loss = loss_and_gradient(logits, batch.targets);
+  if (!loss.ok()) {
+    ctx_.clear();
+    return annotate(loss.status(), cat("loss of micro-step ", micro_step_));
+  }
+  pending_dlogits_ = logits;
+  loss_sum_ += *loss;
+  timing_.forward_s += seconds_since(t0);
+  return *loss;
+}
+
+absl::StatusOr<float> Engine::loss_and_gradient(const Tensor& logits, const Tensor& targets) {
   const int64_t vocab = logits.dim(-1), rows = logits.numel() / vocab;
-  ZE_CHECK_EQ(batch.targets.numel(), rows);
-  const int64_t valid = count_valid_targets(batch.targets);
+  ZE_CHECK_EQ(targets.numel(), rows);
+  const int64_t valid = count_valid_targets(targets);
   // Mean over this micro-batch's tokens, divided by the accumulation steps
   // (DeepSpeed divides the loss by GAS in backward) and by the data-parallel
   // pre-divisor (DeepSpeed divides gradients by it before communicating),
   // times the loss scale.
   const double divisor = static_cast<double>(valid) * config_.gradient_accumulation_steps * config_.pre_divide;
   const float grad_scale = valid == 0 ? 0.0f : static_cast<float>(scaler_.scale() / divisor);
-  Tensor losses = ctx_.activation({rows});
-  if (absl::Status s = cross_entropy(logits.view({rows, vocab}), batch.targets, grad_scale, losses); !s.ok()) {
-    ctx_.clear();
-    return annotate(s, cat("loss of micro-step ", micro_step_));
-  }
+  Tensor losses = backend_.empty({rows}, DType::kF32, MemCategory::kActivations);
+  ZE_RETURN_IF_ERROR(cross_entropy(logits.view({rows, vocab}), targets, grad_scale, losses));
   std::vector<float> host(rows);
   backend_.copy(host.data(), losses.data(), rows * sizeof(float));
   double sum = 0.0;
   for (float l : host) sum += l;
-  const float loss = valid == 0 ? 0.0f : static_cast<float>(sum / valid);
-  pending_dlogits_ = logits;
-  loss_sum_ += loss;
-  timing_.forward_s += seconds_since(t0);
-  return loss;
+  return valid == 0 ? 0.0f : static_cast<float>(sum / valid);
 }
 
 absl::Status Engine::backward() {
+  if (pipelined()) return refuse_with_pipeline("backward()", mesh_->shape().pipeline);
   ZE_CHECK(pending_dlogits_.defined()) << "backward() without a forward()";
   const auto t0 = std::chrono::steady_clock::now();
   Tensor dlogits = std::move(pending_dlogits_);
@@ -207,6 +265,27 @@ absl::Status Engine::backward() {
 }
 
 absl::StatusOr<StepResult> Engine::step() {
+  if (pipelined()) return refuse_with_pipeline("step()", mesh_->shape().pipeline);
+  return finish_micro_step();
+}
+
+absl::StatusOr<StepResult> Engine::train_batch(const MicroBatchSource& next) {
+  if (pipelined()) return run_pipeline(next);
+  ZE_CHECK(micro_step_ % config_.gradient_accumulation_steps == 0) << "train_batch() in the middle of an accumulation";
+  executed_.clear();
+  StepResult r;
+  for (int m = 0; m < config_.gradient_accumulation_steps; ++m) {
+    ZE_ASSIGN_OR_RETURN(const Batch batch, next(m));
+    ZE_RETURN_IF_ERROR(forward(batch).status());
+    executed_.push_back({PipeOp::kForward, m});
+    ZE_RETURN_IF_ERROR(backward());
+    executed_.push_back({PipeOp::kBackward, m});
+    ZE_ASSIGN_OR_RETURN(r, step());
+  }
+  return r;
+}
+
+absl::StatusOr<StepResult> Engine::finish_micro_step() {
   const auto t0 = std::chrono::steady_clock::now();
   StepResult r;
   r.boundary = is_accumulation_boundary();
@@ -241,15 +320,26 @@ absl::StatusOr<StepResult> Engine::step() {
     // the tensor group, while the replicated ones (layer norms, the position
     // table, row-parallel biases: the same gradient on every tensor rank)
     // count once, from tensor rank 0 (Megatron's rule).
+    // With pipeline stages each adds its own parameters, the tied token
+    // table counted once, on the first stage (its copies are equal).
     const bool tensor_split = mesh_->shape().tensor > 1;
-    double square_sum = !tensor_split || mesh_->coordinates().tensor == 0
+    const bool replica_tensor_rank = tensor_split && mesh_->coordinates().tensor != 0;
+    std::vector<Parameter*> copies;
+    if (pipelined() && mesh_->coordinates().pipeline != 0) copies = model_->parameters_tied_across_stages();
+    double square_sum = !replica_tensor_rank && copies.empty()
                             ? state_->local_grad_square_sum()
-                            : state_->local_grad_square_sum([](const Parameter& p) { return p.slice().has_value(); });
+                            : state_->local_grad_square_sum([&](const Parameter& p) {
+                                if (std::find(copies.begin(), copies.end(), &p) != copies.end()) return false;
+                                return !replica_tensor_rank || p.slice().has_value();
+                              });
     if (!state_->grads_replicated()) {
       ZE_ASSIGN_OR_RETURN(square_sum, comm().all_reduce_sum(square_sum));
     }
     if (tensor_split) {
       ZE_ASSIGN_OR_RETURN(square_sum, mesh_->tensor().all_reduce_sum(square_sum));
+    }
+    if (pipelined()) {
+      ZE_ASSIGN_OR_RETURN(square_sum, mesh_->pipeline().all_reduce_sum(square_sum));
     }
     const double scale = r.loss_scale;
     r.grad_norm = std::sqrt(square_sum) / scale;
@@ -289,6 +379,10 @@ absl::StatusOr<StepResult> Engine::step() {
   // The loss shown is the mean over the global batch: every rank's mean.
   double loss = loss_sum_ / config_.gradient_accumulation_steps;
   ZE_ASSIGN_OR_RETURN(loss, comm().all_reduce_sum(loss));
+  // Pipeline: only the last stage has the loss; the others add zeros.
+  if (pipelined()) {
+    ZE_ASSIGN_OR_RETURN(loss, mesh_->pipeline().all_reduce_sum(loss));
+  }
   r.loss = static_cast<float>(loss / comm().world_size());
   loss_sum_ = 0.0;
   timing_.step_s += seconds_since(t0);
@@ -296,12 +390,15 @@ absl::StatusOr<StepResult> Engine::step() {
   r.backward_s = timing_.backward_s;
   r.step_s = timing_.step_s;
   r.recompute_s = timing_.recompute_s;
+  r.pipeline_wait_s = timing_.pipeline_wait_s;
+  r.pipeline_s = timing_.pipeline_s;
   r.comm_bytes = comm_bytes() - comm_bytes_at_step_start_;
   timing_ = StepResult();
   return r;
 }
 
 absl::StatusOr<float> Engine::evaluate(const Batch& batch) {
+  if (pipelined()) return refuse_with_pipeline("evaluate()", mesh_->shape().pipeline);
   ctx_.clear();
   ctx_.set_grad_enabled(false);
   Tensor logits = ctx_.forward(*model_, to_compute(batch.inputs));

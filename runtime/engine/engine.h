@@ -13,8 +13,10 @@
 // optimizer run as one fused pass over this rank's partition.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "comm/communicator.h"
@@ -56,6 +58,9 @@ struct StepResult {
   // Wall time of this optimizer step's phases, summed over its micro-steps.
   double forward_s = 0, backward_s = 0, step_s = 0;
   double recompute_s = 0;     // of backward_s: recomputing checkpointed segments
+  // Pipeline: how long this stage waited for a neighbour's activation or
+  // gradient (its share of the bubble), and the whole schedule's wall time.
+  double pipeline_wait_s = 0, pipeline_s = 0;
   int64_t comm_bytes = 0;     // bytes this rank sent into collectives during the step
 };
 
@@ -81,8 +86,12 @@ class Engine {
   // on it (Gpt(config, &mesh.tensor())): each rank of a tensor group gets the
   // same batch, the gradient norm adds the split parameters' slices over the
   // group and counts the replicated ones once, and an overflow anywhere
-  // skips the step everywhere. Pipeline groups of more than one rank are
-  // refused until the pipeline schedule exists.
+  // skips the step everywhere. With a pipeline of P > 1 stages the model
+  // must be built as this rank's stage (Gpt(config, tensor, sp,
+  // PipelineStage{mesh.coordinates().pipeline, P})) and trained through
+  // train_batch(); ZeRO stage 3 is refused (its gathers replay one recorded
+  // module order per forward and per backward, which a schedule
+  // interleaving micro-batches does not have).
   static absl::StatusOr<std::unique_ptr<Engine>> create(std::unique_ptr<Module> model, const EngineConfig& config,
                                                         Backend& backend, const DeviceMesh& mesh);
   ~Engine();
@@ -100,6 +109,21 @@ class Engine {
   // when fp16's loss scale cannot go lower (DeepSpeed's exit) or a collective
   // fails.
   absl::StatusOr<StepResult> step();
+
+  // One optimizer step over gradient_accumulation_steps micro-batches, the
+  // i-th from next(i) (DeepSpeed's PipelineEngine.train_batch). Without a
+  // pipeline: forward, backward, step per micro-batch. With one: the
+  // configured schedule (runtime/engine/pipeline_schedule.h); every stage
+  // draws each micro-batch (the first stage uses its inputs, the last its
+  // targets, the others its shape), activations and their gradients travel
+  // between neighbouring stages, the tied embedding's copies sum their
+  // gradients, and the result (loss, norm, skip) is the same on every rank.
+  // A batch next() returns must stay valid until its next call only.
+  using MicroBatchSource = std::function<absl::StatusOr<Batch>(int micro)>;
+  absl::StatusOr<StepResult> train_batch(const MicroBatchSource& next);
+  // The forwards and backwards the last train_batch ran, in order (kForward
+  // and kBackward only).
+  const std::vector<PipeInstruction>& executed_order() const { return executed_; }
 
   // Loss of a batch without touching gradients or saving activations.
   absl::StatusOr<float> evaluate(const Batch& batch);
@@ -128,7 +152,7 @@ class Engine {
   // onto Module::checkpointable_layers instead): each segment a run of
   // modules called one after another; see Context.
   void set_checkpoint_segments(std::vector<std::vector<Module*>> segments) {
-    ctx_.set_checkpoint_segments(std::move(segments));
+    for (Context* c : contexts()) c->set_checkpoint_segments(segments);
   }
   size_t num_checkpoint_segments() const { return ctx_.num_checkpoint_segments(); }
   // activation_checkpointing.cpu_checkpointing on a device (or forced): where
@@ -156,6 +180,19 @@ class Engine {
   // The loss of logits [N, V] and its gradient in place: the fused kernel,
   // or the vocabulary-parallel one when the model's logits are a slice.
   absl::Status cross_entropy(const Tensor& logits, const Tensor& targets, float grad_scale, const Tensor& losses);
+  // The micro-batch's mean loss over its valid targets; logits become their
+  // gradient, scaled for the accumulation, the data-parallel pre-divisor and
+  // the loss scale.
+  absl::StatusOr<float> loss_and_gradient(const Tensor& logits, const Tensor& targets);
+  // The optimizer step's bookkeeping after a micro-step (step()'s body).
+  absl::StatusOr<StepResult> finish_micro_step();
+  // train_batch with P > 1 (runtime/engine/pipeline_engine.cc).
+  absl::StatusOr<StepResult> run_pipeline(const MicroBatchSource& next);
+  // Sets a context up as the engine's (hooks, checkpoint segments, offload, partition).
+  absl::Status configure(Context& ctx);
+  // ctx_ and the pipeline's others.
+  std::vector<Context*> contexts();
+  bool pipelined() const { return mesh_->shape().pipeline > 1; }
   // Bytes this rank sent into collectives so far: data group, and tensor group when split.
   int64_t comm_bytes() const;
 
@@ -169,6 +206,10 @@ class Engine {
   std::unique_ptr<Backend> owned_checkpoint_host_;
   Backend* checkpoint_host_ = nullptr;
   Context ctx_;
+  // Pipeline: one context per micro-batch in flight (ctx_ the first), each
+  // holding that micro-batch's saved activations.
+  std::vector<std::unique_ptr<Context>> pipeline_contexts_;
+  std::vector<PipeInstruction> executed_;
   std::unique_ptr<ModelState> state_;
   LossScaler scaler_;
   LrScheduler scheduler_;

@@ -8,10 +8,12 @@
 
 #include "core/dtype.h"
 #include "core/memory_tracker.h"
+#include "graph/pipeline_partition.h"
 #include "kernels/optimizer.h"
 #include "offload/aio_config.h"
 #include "runtime/engine/loss_scaler.h"
 #include "runtime/engine/lr_scheduler.h"
+#include "runtime/engine/pipeline_schedule.h"
 #include "zero/zero_config.h"
 
 namespace zero {
@@ -24,6 +26,19 @@ struct ActivationCheckpointingConfig {
   bool synchronize_checkpoint_boundary = false;
   bool profile = false;
   bool cpu_checkpointing = false;
+};
+
+// DeepSpeed's "pipeline" section with PipelineModule's arguments: the mesh
+// has `stages` pipeline stages; the model is built as this rank's stage,
+// its layers chosen by partition_method; each optimizer step runs its
+// gradient_accumulation_steps micro-batches through `schedule`.
+// activation_checkpoint_interval K > 0: each stage's layers in checkpoint
+// segments of K (DeepSpeed's PipelineModule), 0: none.
+struct PipelineConfig {
+  int stages = 1;
+  PartitionMethod partition_method = PartitionMethod::kParameters;  // DeepSpeed's default
+  PipelineScheduleKind schedule = PipelineScheduleKind::k1F1B;
+  int64_t activation_checkpoint_interval = 0;
 };
 
 struct EngineConfig {
@@ -63,6 +78,7 @@ struct EngineConfig {
   double pre_divide = 1.0;
   float post_reduce_scale = 1.0f;
   ActivationCheckpointingConfig activation_checkpointing;
+  PipelineConfig pipeline;
 
   uint64_t seed = 42;  // parameter initialisation and dropout masks (kernels/dropout_mask.h)
 

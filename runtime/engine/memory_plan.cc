@@ -46,13 +46,23 @@ absl::StatusOr<MemoryPlan> plan_memory(const PlanInput& in) {
     return absl::InvalidArgumentError(cat("tensor_parallel.sequence_parallel: the sequence of ", seq,
                                           " does not divide by autotp_size ", in.tensor));
 
+  const int stages = in.engine.pipeline.stages;
+  if (stages < 1 || in.world % (in.tensor * stages) != 0)
+    return absl::InvalidArgumentError(cat("pipeline.stages ", stages, " x tensor_parallel.autotp_size ", in.tensor,
+                                          " must divide the world of ", in.world, " ranks"));
+
   DryRunBackend backend(in.compute_tier);
   ZE_ASSIGN_OR_RETURN(const std::unique_ptr<DeviceMesh> mesh,
-                      DeviceMesh::dry_run({in.world / in.tensor, in.tensor, 1}, in.rank));
+                      DeviceMesh::dry_run({in.world / (in.tensor * stages), in.tensor, stages}, in.rank));
   EngineConfig e = in.engine;
   e.micro_batch_size = in.micro_batch;
+  // With pipeline stages the rank's own stage (first and last hold the
+  // embeddings and the head, so their plans differ from the middle ones').
+  ZE_ASSIGN_OR_RETURN(const PipelineStage stage, gpt_pipeline_stage(g, mesh->coordinates().pipeline, stages,
+                                                                     e.pipeline.partition_method));
   ZE_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
-                      Engine::create(std::make_unique<Gpt>(g, &mesh->tensor(), in.sequence_parallel), e, backend, *mesh));
+                      Engine::create(std::make_unique<Gpt>(g, &mesh->tensor(), in.sequence_parallel, stage), e,
+                                     backend, *mesh));
   MemoryTracker& tracker = backend.process_tracker();
 
   MemoryPlan plan;
@@ -70,12 +80,8 @@ absl::StatusOr<MemoryPlan> plan_memory(const PlanInput& in) {
   const Batch batch{Tensor::wrap(const_cast<int32_t*>(tokens.data()), {in.micro_batch, seq}, DType::kI32),
                     Tensor::wrap(const_cast<int32_t*>(tokens.data()), {in.micro_batch, seq}, DType::kI32)};
   for (int step = 0; step < std::max(1, in.optimizer_steps); ++step) {
-    for (int64_t micro = 0; micro < e.gradient_accumulation_steps; ++micro) {
-      ZE_RETURN_IF_ERROR(engine->forward(batch).status());
-      ZE_RETURN_IF_ERROR(engine->backward());
-      ZE_ASSIGN_OR_RETURN(const StepResult r, engine->step());
-      if (r.boundary) plan.comm_bytes_per_step = r.comm_bytes;
-    }
+    ZE_ASSIGN_OR_RETURN(const StepResult r, engine->train_batch([&](int) -> absl::StatusOr<Batch> { return batch; }));
+    plan.comm_bytes_per_step = r.comm_bytes;
   }
 
   const MemorySnapshot s = tracker.snapshot();

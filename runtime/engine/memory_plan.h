@@ -9,7 +9,8 @@
 // (kernels/dry_run/dry_run_backend.h: allocations tracked, nothing touched,
 // ops and copies do nothing) and a dry-run communicator playing rank r of W
 // (comm/dry_run_communicator.h), skips parameter initialisation, runs
-// the real step path (forward, backward, step per micro-batch) for
+// the real step path (train_batch: the pipeline schedule, or forward,
+// backward, step per micro-batch) for
 // `optimizer_steps` optimizer steps, and reads the dry run's tracker. So the
 // plan follows every layout, bucket, prefetch, swap and recompute rule by
 // construction, and a new feature is planned the day it runs.
@@ -38,7 +39,7 @@ struct PlanInput {
   int64_t micro_batch = 1;  // sequences per micro-batch on this rank
   int64_t seq_len = 0;      // tokens per sequence; 0: model.seq_len
   EngineConfig engine;
-  int world = 1;            // ranks: tensor x data-parallel
+  int world = 1;            // ranks: data x tensor x pipeline (engine.pipeline.stages)
   int tensor = 1;           // tensor-parallel size T (dividing world and the model's heads)
   bool sequence_parallel = false;  // Megatron-SP over the tensor group (T > 1)
   int rank = 0;             // which rank to plan (padding, the last shard and the vocabulary slice differ per rank)

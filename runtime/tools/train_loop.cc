@@ -54,23 +54,33 @@ absl::StatusOr<int> run_training(const RunConfig& c, Backend& backend, Communica
   ZE_ASSIGN_OR_RETURN(std::unique_ptr<DataLoader> data, open_data(c));
   // The mesh (comm/device_mesh.h): tensor groups of T adjacent ranks, ZeRO
   // over the data groups; the model splits over this rank's tensor group.
-  ZE_ASSIGN_OR_RETURN(std::unique_ptr<DeviceMesh> mesh, DeviceMesh::create(comm, c.tensor_size()));
+  // With pipeline stages (outermost), this rank builds its own stage.
+  ZE_ASSIGN_OR_RETURN(std::unique_ptr<DeviceMesh> mesh,
+                      DeviceMesh::create(comm, c.tensor_size(), c.pipeline_size()));
+  ZE_ASSIGN_OR_RETURN(const PipelineStage stage,
+                      gpt_pipeline_stage(c.model.gpt, mesh->coordinates().pipeline, c.pipeline_size(),
+                                         c.engine.pipeline.partition_method));
   ZE_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
-                      Engine::create(std::make_unique<Gpt>(c.model.gpt, &mesh->tensor(), c.sequence_parallel),
+                      Engine::create(std::make_unique<Gpt>(c.model.gpt, &mesh->tensor(), c.sequence_parallel, stage),
                                      c.engine, backend, *mesh));
   const GptConfig& g = c.model.gpt;
   out << absl::StrFormat("model: GPT n_layer=%d n_head=%d d_model=%d vocab=%d seq_len=%d, %.2fM parameters%s (%s)%s\n",
                          g.n_layer, g.n_head, g.d_model, g.vocab_size, g.seq_len,
                          static_cast<double>(g.num_parameters()) / 1e6,
-                         c.tensor_size() > 1 ? absl::StrFormat(", %.2fM in rank 0's tensor slice",
-                                                               static_cast<double>(engine->num_parameters()) / 1e6)
-                                             : std::string(),
+                         c.tensor_size() > 1 || c.pipeline_size() > 1
+                             ? absl::StrFormat(", %.2fM on rank 0 (its %s)",
+                                               static_cast<double>(engine->num_parameters()) / 1e6,
+                                               c.pipeline_size() > 1 && c.tensor_size() > 1 ? "stage's tensor slice"
+                                               : c.pipeline_size() > 1                     ? "stage"
+                                                                                           : "tensor slice")
+                             : std::string(),
                          dtype_name(c.engine.param_dtype),
                          g.dropout > 0.0f ? absl::StrFormat(", dropout %g (seed %d)", g.dropout, c.engine.seed) : "");
   out << "data: " << data->source().describe() << "\n";
   out << absl::StrFormat("batch: %d sequences/step = micro %d x accumulation %d x %d %srank%s; ZeRO stage %d%s\n",
                          c.train_batch_size, c.engine.micro_batch_size, c.engine.gradient_accumulation_steps,
-                         c.data_size(), c.tensor_size() > 1 ? "data-parallel " : "", c.data_size() == 1 ? "" : "s",
+                         c.data_size(), c.tensor_size() * c.pipeline_size() > 1 ? "data-parallel " : "",
+                         c.data_size() == 1 ? "" : "s",
                          stage_number(c.engine.zero.stage), c.engine.zero.overlap_comm ? " (overlap_comm)" : "");
   if (c.tensor_size() > 1) {
     out << absl::StrFormat("tensor parallel: %d ranks per tensor group (ranks %d-%d hold the first model copy), "
@@ -78,6 +88,23 @@ absl::StatusOr<int> run_training(const RunConfig& c, Backend& backend, Communica
                            c.tensor_size(), 0, c.tensor_size() - 1, c.data_size(), c.data_size() == 1 ? "" : "s",
                            c.tensor_size(),
                            c.sequence_parallel ? "; sequence parallel: layer norms and residuals on seq_len / T" : "");
+  }
+  if (c.pipeline_size() > 1) {
+    // Stage s holds world ranks [s W / P, (s + 1) W / P) (comm/device_mesh.h).
+    const PipelineConfig& p = c.engine.pipeline;
+    const int per_stage = c.world_size / p.stages;
+    std::string stages;
+    for (int s = 0; s < p.stages; ++s) {
+      const PipelineStage st = *gpt_pipeline_stage(g, s, p.stages, p.partition_method);
+      stages += absl::StrFormat("%s stage %d: ranks %d-%d, blocks %d-%d", s == 0 ? "" : ";", s, s * per_stage,
+                                (s + 1) * per_stage - 1, st.layers.offset, st.layers.offset + st.layers.size - 1);
+    }
+    out << absl::StrFormat("pipeline: %d stages split by %s (embeddings on the first, the head and a tied copy of the "
+                           "token table on the last);%s\n"
+                           "pipeline: %s over %d micro-batches, ideal bubble (P-1)/(M+P-1) = %.1f%%\n",
+                           p.stages, partition_method_name(p.partition_method), stages, pipeline_schedule_name(p.schedule),
+                           c.engine.gradient_accumulation_steps,
+                           100.0 * ideal_bubble_fraction(p.stages, static_cast<int>(c.engine.gradient_accumulation_steps)));
   }
   if (backend.compute_tier() == Tier::kHost) {
     out << absl::StrFormat("backend: %s, %d threads per rank, %s kernels; communicator: %s\n", backend.name(),
@@ -231,17 +258,13 @@ absl::StatusOr<int> run_training(const RunConfig& c, Backend& backend, Communica
       return sig;
     }
     const auto t0 = std::chrono::steady_clock::now();
-    StepResult r;
-    for (int64_t micro = 0; micro < c.engine.gradient_accumulation_steps; ++micro) {
-      // This data-parallel rank's slice of the global batch (see data_loader.h).
-      Communicator& dp = engine->mesh().data();
-      ZE_ASSIGN_OR_RETURN(const Batch batch,
-                          data->micro_batch(step, micro, dp.rank(), dp.world_size(), c.engine.micro_batch_size,
-                                            c.engine.gradient_accumulation_steps));
-      ZE_RETURN_IF_ERROR(engine->forward(batch).status());
-      ZE_RETURN_IF_ERROR(engine->backward());
-      ZE_ASSIGN_OR_RETURN(r, engine->step());
-    }
+    // This data-parallel rank's slice of the global batch (see data_loader.h),
+    // one micro-batch at a time as the schedule asks.
+    Communicator& dp = engine->mesh().data();
+    ZE_ASSIGN_OR_RETURN(const StepResult r, engine->train_batch([&](int micro) {
+      return data->micro_batch(step, micro, dp.rank(), dp.world_size(), c.engine.micro_batch_size,
+                               c.engine.gradient_accumulation_steps);
+    }));
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     progress.on_step(r, {seconds, tokens_per_step});
     nonfinite_run = (r.skipped || !std::isfinite(r.loss)) ? nonfinite_run + 1 : 0;

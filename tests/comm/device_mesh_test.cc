@@ -115,24 +115,43 @@ TEST(DeviceMeshTest, SendAndReceiveAroundARing) {
   for (size_t i = 0; i < in.size(); ++i) ASSERT_EQ(in[i], static_cast<float>(prev * 1000 + static_cast<int>(i))) << i;
 }
 
-TEST(DeviceMeshTest, TheEngineShardsOverTheDataGroupAndRefusesPipelineGroups) {
+TEST(DeviceMeshTest, TheEngineShardsOverTheDataGroupAndWantsTheModelBuiltAsItsStage) {
   const int w = world().world_size();
   CpuBackend backend;
   EngineConfig ec;
   ec.zero.stage = ZeroStage::k2;
-  const GptConfig g{.n_layer = 1, .n_head = 2, .d_model = 16, .vocab_size = 17, .seq_len = 8};
+  const GptConfig g{.n_layer = 2, .n_head = 2, .d_model = 16, .vocab_size = 17, .seq_len = 8};
   auto mesh = DeviceMesh::create(world());
   ASSERT_TRUE(mesh.ok());
   auto engine = Engine::create(std::make_unique<Gpt>(g), ec, backend, **mesh);
   ASSERT_TRUE(engine.ok()) << engine.status();
   EXPECT_EQ(&(*engine)->comm(), &(*mesh)->data());
   EXPECT_EQ((*engine)->comm().world_size(), w);
+  EXPECT_EQ((*mesh)->embedding(), nullptr);
   if (w % 2 == 0) {
     auto pp = DeviceMesh::create(world(), 1, 2);
     ASSERT_TRUE(pp.ok());
+    // The whole model on a rank of a 2-stage mesh: refused, naming both.
     auto refused = Engine::create(std::make_unique<Gpt>(g), ec, backend, **pp);
-    EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnimplemented);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_NE(refused.status().message().find("pipeline 2"), std::string_view::npos) << refused.status();
+    const int stage = (*pp)->coordinates().pipeline;
+    // Both stages hold the token table: the embedding group is the 2 D ranks of the two stages.
+    ASSERT_NE((*pp)->embedding(), nullptr);
+    EXPECT_EQ((*pp)->embedding()->world_size(), w);
+    EXPECT_EQ((*pp)->embedding()->rank(), stage * (w / 2) + (*pp)->coordinates().data);
+    // ZeRO-3 with stages: refused, naming the stage.
+    ec.zero.stage = ZeroStage::k3;
+    auto stage3 = Engine::create(std::make_unique<Gpt>(g, nullptr, false, PipelineStage{stage, 2}), ec, backend, **pp);
+    EXPECT_EQ(stage3.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(stage3.status().message().find("stage 3"), std::string_view::npos) << stage3.status();
+    // As its stage, at ZeRO-2: built, and forward() points to train_batch().
+    ec.zero.stage = ZeroStage::k2;
+    auto built = Engine::create(std::make_unique<Gpt>(g, nullptr, false, PipelineStage{stage, 2}), ec, backend, **pp);
+    ASSERT_TRUE(built.ok()) << built.status();
+    const absl::Status direct = (*built)->forward(Batch{}).status();
+    EXPECT_EQ(direct.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(direct.message().find("train_batch"), std::string_view::npos) << direct;
   }
 }
 

@@ -56,6 +56,10 @@ class FaultyCommunicator final : public Communicator {
   CommHandle recv_async(void* buf, int64_t count, DType dtype, int peer) override {
     return inner_->recv_async(buf, count, dtype, peer);
   }
+  CommHandle send_recv_async(const void* send, int64_t send_count, void* recv, int64_t recv_count, DType dtype,
+                             int peer) override {
+    return inner_->send_recv_async(send, send_count, recv, recv_count, dtype, peer);
+  }
 
  private:
   bool fails(Collective c) { return calls_[static_cast<int>(c)]++ == nth_ && c == which_; }

@@ -1,0 +1,64 @@
+// Pipeline stage partitions; see pipeline_partition.h.
+#include "graph/pipeline_partition.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "core/strings.h"
+
+namespace zero {
+
+std::string_view partition_method_name(PartitionMethod m) {
+  return m == PartitionMethod::kUniform ? "uniform" : "parameters";
+}
+
+absl::StatusOr<std::vector<SplitRange>> partition_layers(const std::vector<int64_t>& layer_params, int stages,
+                                                         PartitionMethod method, int64_t first_extra,
+                                                         int64_t last_extra) {
+  const int64_t n = static_cast<int64_t>(layer_params.size());
+  if (stages < 1) return absl::InvalidArgumentError(cat("pipeline stages ", stages, " must be >= 1"));
+  if (n < stages) {
+    return absl::InvalidArgumentError(
+        cat("a model of ", n, " layers cannot fill ", stages, " pipeline stages (each stage needs at least one layer)"));
+  }
+  std::vector<SplitRange> out(stages);
+  if (method == PartitionMethod::kUniform) {
+    for (int s = 0; s < stages; ++s) out[s] = even_split(n, stages, s);
+    return out;
+  }
+  // Balanced: best[k][i] = the smallest possible largest stage when layers
+  // [0, i) fill stages [0, k); a stage's weight is its layers' parameters
+  // plus the extras of the first / last stage. O(P n^2), n is a layer count.
+  std::vector<int64_t> prefix(n + 1, 0);
+  for (int64_t i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + layer_params[i];
+  auto weight = [&](int k, int64_t a, int64_t b) {
+    return prefix[b] - prefix[a] + (k == 0 ? first_extra : 0) + (k == stages - 1 ? last_extra : 0);
+  };
+  constexpr int64_t kInf = std::numeric_limits<int64_t>::max();
+  std::vector<std::vector<int64_t>> best(stages + 1, std::vector<int64_t>(n + 1, kInf));
+  std::vector<std::vector<int64_t>> cut(stages + 1, std::vector<int64_t>(n + 1, 0));
+  best[0][0] = 0;
+  for (int k = 1; k <= stages; ++k) {
+    for (int64_t i = k; i <= n - (stages - k); ++i) {
+      for (int64_t j = k - 1; j < i; ++j) {
+        if (best[k - 1][j] == kInf) continue;
+        const int64_t w = std::max(best[k - 1][j], weight(k - 1, j, i));
+        // Ties go to the later cut: earlier stages take fewer layers, as the
+        // first stage already holds the embeddings.
+        if (w <= best[k][i]) {
+          best[k][i] = w;
+          cut[k][i] = j;
+        }
+      }
+    }
+  }
+  int64_t end = n;
+  for (int k = stages; k >= 1; --k) {
+    const int64_t begin = cut[k][end];
+    out[k - 1] = {begin, end - begin};
+    end = begin;
+  }
+  return out;
+}
+
+}  // namespace zero

@@ -1,0 +1,35 @@
+// How a model's layers are divided among P pipeline stages (DeepSpeed's
+// PipelineModule partition_method): contiguous runs of layers, every stage
+// at least one.
+//
+//   uniform     as equal a count of layers as can be (the first
+//               n mod P stages one more; DeepSpeed's partition_uniform).
+//   parameters  the split whose largest stage holds the fewest parameters
+//               (DeepSpeed's partition_balanced over per-layer parameter
+//               counts), counting what the first and last stages hold beside
+//               their layers (a GPT's embeddings; its final norm and the tied
+//               copy of the token table), so those stages get fewer layers.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "graph/parallel_layers.h"
+
+namespace zero {
+
+enum class PartitionMethod { kUniform, kParameters };
+
+std::string_view partition_method_name(PartitionMethod m);
+
+// The layers of each of `stages` stages, in order. layer_params[i]: layer
+// i's parameters; first_extra / last_extra: the first and last stages'
+// parameters outside the layers (both on one stage when stages is 1).
+// INVALID_ARGUMENT naming both numbers when there are fewer layers than stages.
+absl::StatusOr<std::vector<SplitRange>> partition_layers(const std::vector<int64_t>& layer_params, int stages,
+                                                         PartitionMethod method, int64_t first_extra = 0,
+                                                         int64_t last_extra = 0);
+
+}  // namespace zero

@@ -1,0 +1,230 @@
+// The engine's pipeline schedule: Engine::train_batch with P > 1 stages (see
+// engine.h and runtime/engine/pipeline_schedule.h).
+//
+// Each micro-batch in flight has a Context of its own (its saved
+// activations), chosen round-robin: under 1F1B the micro-batches alive on
+// stage s are consecutive and at most min(P - s, M), under GPipe all M, and
+// the engine built that many. Transfers go through the pipeline group's
+// communicator, whose operations run in issue order on its progress thread:
+// a send is issued as soon as its tensor exists and the compute goes on; the
+// tensor is kept until that send completes. The compute thread waits for a
+// receive only right before the forward or backward that needs it; that wait
+// is the stage's share of the bubble (StepResult::pipeline_wait_s).
+#include <chrono>
+#include <deque>
+
+#include "core/status.h"
+#include "core/strings.h"
+#include "runtime/engine/engine.h"
+
+namespace zero {
+
+namespace {
+
+double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// What one micro-batch holds on this stage between its instructions.
+struct MicroBatch {
+  Batch batch;         // drawn at its forward
+  Tensor input;        // the previous stage's activation (stages after the first)
+  CommHandle input_ready;
+  Tensor output;       // this stage's activation for the next stage (stages before the last)
+  Tensor output_grad;  // its gradient: from the next stage, or the loss's (the last stage's logits)
+  CommHandle output_grad_ready;
+  Tensor input_grad;   // the gradient this stage sends back (stages after the first)
+  Context* ctx = nullptr;
+};
+
+// A send in flight and the tensor it reads.
+struct Sending {
+  CommHandle handle;
+  Tensor buffer;
+};
+
+}  // namespace
+
+absl::StatusOr<StepResult> Engine::run_pipeline(const MicroBatchSource& next) {
+  const auto t_start = std::chrono::steady_clock::now();
+  ZE_CHECK(micro_step_ % config_.gradient_accumulation_steps == 0) << "train_batch() in the middle of an accumulation";
+  const int stages = mesh_->shape().pipeline, stage = mesh_->coordinates().pipeline;
+  const int m_count = static_cast<int>(config_.gradient_accumulation_steps);
+  const bool first = stage == 0, last = stage == stages - 1;
+  Communicator& pipe = mesh_->pipeline();
+  const std::vector<Context*> pool = contexts();
+  const int64_t base_micro_step = micro_step_;
+  comm_bytes_at_step_start_ = comm_bytes();
+  executed_.clear();
+
+  std::vector<MicroBatch> micro(static_cast<size_t>(m_count));
+  std::deque<Sending> sending;
+  absl::Status status;  // the first failure; the schedule stops there
+  double wait_s = 0;
+
+  // Waits for a receive; the time it took is bubble.
+  auto wait_for = [&](CommHandle& h, std::string_view what, int m) -> absl::Status {
+    if (h == nullptr) return absl::OkStatus();
+    const auto t0 = std::chrono::steady_clock::now();
+    absl::Status s = h->wait();
+    wait_s += seconds_between(t0, std::chrono::steady_clock::now());
+    h = nullptr;
+    return annotate(s, cat("pipeline stage ", stage, ": receiving micro-batch ", m, "'s ", what, " from stage ",
+                           what == "activation" ? stage - 1 : stage + 1));
+  };
+  auto drop_sent = [&](bool all) -> absl::Status {
+    absl::Status first_error;
+    while (!sending.empty() && (all || sending.front().handle->done())) {
+      first_error.Update(sending.front().handle->wait());
+      sending.pop_front();
+    }
+    return first_error;
+  };
+  auto activation_like = [&](const MicroBatch& mb) {
+    return backend_.empty(model_->stage_output_shape(mb.batch.inputs.shape()), DType::kF32,
+                          MemCategory::kActivations);
+  };
+  auto post_recv_activation = [&](int m) -> absl::Status {
+    MicroBatch& mb = micro[m];
+    ZE_ASSIGN_OR_RETURN(mb.batch, next(m));
+    mb.input = activation_like(mb);
+    mb.input_ready = pipe.recv_async(mb.input.data(), mb.input.numel(), DType::kF32, stage - 1);
+    return absl::OkStatus();
+  };
+  auto post_recv_grad = [&](int m) {
+    MicroBatch& mb = micro[m];
+    mb.output_grad = activation_like(mb);
+    mb.output_grad_ready = pipe.recv_async(mb.output_grad.data(), mb.output_grad.numel(), DType::kF32, stage + 1);
+  };
+
+  auto forward = [&](int m) -> absl::Status {
+    MicroBatch& mb = micro[m];
+    if (!mb.batch.inputs.defined()) {
+      ZE_ASSIGN_OR_RETURN(mb.batch, next(m));
+    }
+    if (!first) ZE_RETURN_IF_ERROR(wait_for(mb.input_ready, "activation", m));
+    const auto t0 = std::chrono::steady_clock::now();
+    mb.ctx = pool[static_cast<size_t>(m) % pool.size()];
+    Context& ctx = *mb.ctx;
+    ctx.clear();
+    ctx.set_grad_enabled(true);
+    state_->begin_forward();
+    const int64_t rows = mb.batch.inputs.dim(0);
+    ctx.set_dropout_key(config_.seed,
+                        first_global_sample(base_micro_step + m, comm().world_size(), comm().rank(), rows));
+    // The first stage's ids: a copy of its own, as the embedding's backward
+    // reads them after later micro-batches were drawn.
+    if (first) {
+      mb.input = backend_.empty(mb.batch.inputs.shape(), mb.batch.inputs.dtype(), MemCategory::kActivations);
+      backend_.copy(mb.input, mb.batch.inputs);
+    }
+    Tensor out = ctx.forward(*model_, mb.input);
+    mb.input = Tensor();  // the context holds what backward needs of it
+    ZE_RETURN_IF_ERROR(annotate(ctx.take_status(), cat("forward of micro-batch ", m, " on pipeline stage ", stage)));
+    if (last) {
+      ZE_ASSIGN_OR_RETURN(const float loss, loss_and_gradient(out, mb.batch.targets));
+      loss_sum_ += loss;
+      mb.output_grad = out;  // the logits, now their gradient
+    } else {
+      mb.output = out;
+    }
+    timing_.forward_s += seconds_between(t0, std::chrono::steady_clock::now());
+    executed_.push_back({PipeOp::kForward, m});
+    return absl::OkStatus();
+  };
+
+  auto backward = [&](int m) -> absl::Status {
+    MicroBatch& mb = micro[m];
+    if (!last) ZE_RETURN_IF_ERROR(wait_for(mb.output_grad_ready, "gradient", m));
+    const auto t0 = std::chrono::steady_clock::now();
+    Context& ctx = *mb.ctx;
+    // Micro-batches go backward in order: m_count - 1 is this stage's last,
+    // where ZeRO-0/1 reduce the accumulated gradients.
+    state_->begin_backward(m == m_count - 1);
+    Tensor dx = ctx.backward(*model_, mb.output_grad);
+    mb.output_grad = Tensor();
+    ZE_CHECK_EQ(ctx.live_frames(), 0u);
+    timing_.recompute_s += ctx.take_recompute_seconds();
+    absl::Status s = ctx.take_status();
+    s.Update(state_->end_backward());
+    ZE_RETURN_IF_ERROR(annotate(s, cat("backward of micro-batch ", m, " on pipeline stage ", stage)));
+    if (!first) mb.input_grad = dx;
+    timing_.backward_s += seconds_between(t0, std::chrono::steady_clock::now());
+    executed_.push_back({PipeOp::kBackward, m});
+    return absl::OkStatus();
+  };
+
+  auto send = [&](Tensor& t, int peer) {
+    sending.push_back({pipe.send_async(t.data(), t.numel(), DType::kF32, peer), t});
+    t = Tensor();
+  };
+
+  const std::vector<PipeInstruction> program =
+      pipeline_instructions(config_.pipeline.schedule, stages, stage, m_count);
+  for (const PipeInstruction& in : program) {
+    switch (in.op) {
+      case PipeOp::kForward: status = forward(in.micro); break;
+      case PipeOp::kBackward: status = backward(in.micro); break;
+      case PipeOp::kRecvActivation: status = post_recv_activation(in.micro); break;
+      case PipeOp::kRecvGrad: post_recv_grad(in.micro); break;
+      case PipeOp::kSendActivation: send(micro[in.micro].output, stage + 1); break;
+      case PipeOp::kSendGrad: send(micro[in.micro].input_grad, stage - 1); break;
+      case PipeOp::kSendActivationRecvGrad: {
+        MicroBatch& out = micro[in.micro];
+        MicroBatch& back = micro[in.recv_micro];
+        back.output_grad = activation_like(back);
+        CommHandle h = pipe.send_recv_async(out.output.data(), out.output.numel(), back.output_grad.data(),
+                                            back.output_grad.numel(), DType::kF32, stage + 1);
+        back.output_grad_ready = h;
+        sending.push_back({h, out.output});
+        out.output = Tensor();
+        break;
+      }
+      case PipeOp::kSendGradRecvActivation: {
+        MicroBatch& out = micro[in.micro];
+        MicroBatch& fwd = micro[in.recv_micro];
+        absl::StatusOr<Batch> batch = next(in.recv_micro);
+        if (!batch.ok()) {
+          status = batch.status();
+          break;
+        }
+        fwd.batch = *std::move(batch);
+        fwd.input = activation_like(fwd);
+        CommHandle h = pipe.send_recv_async(out.input_grad.data(), out.input_grad.numel(), fwd.input.data(),
+                                            fwd.input.numel(), DType::kF32, stage - 1);
+        fwd.input_ready = h;
+        sending.push_back({h, out.input_grad});
+        out.input_grad = Tensor();
+        break;
+      }
+    }
+    if (!status.ok()) break;
+    status = drop_sent(false);
+    if (!status.ok()) break;
+  }
+  // Every transfer finishes before its buffers go, failed or not.
+  for (MicroBatch& mb : micro) {
+    for (CommHandle* h : {&mb.input_ready, &mb.output_grad_ready}) {
+      if (*h != nullptr) status.Update((*h)->wait());
+    }
+  }
+  status.Update(drop_sent(true));
+  if (!status.ok()) {
+    for (Context* c : pool) c->clear();
+    return annotate(status, cat("pipeline stage ", stage, " of ", stages, " (step ", global_step_ + 1, ")"));
+  }
+
+  // The tied token table: its copies on the first and the last stage sum
+  // their (data-reduced) gradients over the embedding group.
+  if (Communicator* group = mesh_->embedding()) {
+    for (Parameter* p : model_->parameters_tied_across_stages()) {
+      ZE_RETURN_IF_ERROR(state_->sum_gradient_over(*p, *group));
+    }
+  }
+  timing_.pipeline_wait_s += wait_s;
+  timing_.pipeline_s += seconds_between(t_start, std::chrono::steady_clock::now());
+  micro_step_ += m_count - 1;
+  return finish_micro_step();
+}
+
+}  // namespace zero

@@ -1,0 +1,322 @@
+// Pipeline parallelism composed with tensor parallelism and ZeRO over the
+// data group: a GPT of 4 layers on a mesh of P pipeline x T tensor x D data
+// ranks trains what one rank trains on the same global batch. Under mpirun
+// with W ranks the layouts with P x T x D = W, P in {2, 4}, T in {1, 2}, D in
+// {1, 2} run (W = 2, 4, 8 cover all seven), each under 1F1B and GPipe, at
+// ZeRO stages 0, 1 and 2; gradient_accumulation_steps 4 micro-batches.
+//
+// Per layout, schedule and stage, over 20 steps of SGD with momentum:
+//  * the loss matches one rank's within 1e-5 relative, the gradient norm
+//    within 5e-5 (1e-6 at step 1), on every rank (the last stage's loss and
+//    the norm over all stages reach every rank);
+//  * parameters are bitwise identical across the data replicas, and the token
+//    table's two copies (first stage, last stage's tied head) bitwise equal;
+//  * every stage's fp32 master weights, reassembled from the tensor slices,
+//    match one rank's for the same names within 1e-5 of the largest;
+//  * the forwards and backwards each stage ran are the schedule's order.
+// The schedule itself (PipelineScheduleOrder): P = 4, M = 8 under 1F1B is
+// the order written out by hand, and the activations alive on a stage (the
+// tracker's peak) hold at most min(P - s, M) micro-batches, where GPipe's
+// hold M.
+//
+// Checkpoints (PipelineCheckpointTest): a run on a pipeline layout saves
+// after step 5 (each stage its own parameters, the token table once, from
+// the first stage); the checkpoint resumes on one rank without a pipeline and
+// over the world as other layouts (other P, T, ZeRO stage and schedule), and
+// steps 6-10 lose what the uninterrupted run lost within 1e-5; consolidated,
+// it is a one-rank checkpoint's safetensors file (names, shapes), its values
+// within 1e-5 of the largest.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "comm/device_mesh.h"
+#include "core/memory_tracker.h"
+#include "core/strings.h"
+#include "graph/gpt.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/checkpoint/safetensors.h"
+#include "runtime/engine/engine.h"
+#include "tests/testing/counting_rows.h"
+#include "tests/testing/mpi_test_main.h"
+#include "tests/testing/same_model_file.h"
+
+namespace zero {
+namespace {
+
+using testing::fnv;
+using testing::world;
+
+const GptConfig kModel{.n_layer = 4, .n_head = 4, .d_model = 16, .vocab_size = 37, .seq_len = 8};
+constexpr int64_t kGlobalBatch = 24;
+constexpr int kMicroBatches = 4;
+constexpr int kSteps = 20;
+const OptimizerConfig kSgd{.type = OptimizerType::kSGD, .lr = 0.1f, .weight_decay = 0.01f, .momentum = 0.9f};
+
+struct Layout {
+  int pipeline = 1, tensor = 1;
+  PipelineScheduleKind schedule = PipelineScheduleKind::k1F1B;
+  int stage = 0;  // ZeRO
+  int micro_batches = kMicroBatches;
+  int64_t global_batch = kGlobalBatch;
+  std::string name() const {
+    return cat("P=", pipeline, " T=", tensor, " D=", world().world_size() / (pipeline * tensor), " ",
+               pipeline_schedule_name(schedule), " ZeRO-", stage);
+  }
+};
+
+struct RunResult {
+  std::vector<double> losses, norms;
+  std::map<std::string, std::vector<float>> master;  // this rank's stage's, reassembled over the tensor group
+  bool data_replicas_identical = true, tied_copies_identical = true, order_as_scheduled = true;
+  int64_t activation_peak = 0;  // bytes, over the last step
+};
+
+bool same_everywhere(Communicator& group, uint64_t h) {
+  const double hv = static_cast<double>(h >> 12);  // 52 bits survive a double
+  const double lo = -group.all_reduce_max(-hv).value(), hi = group.all_reduce_max(hv).value();
+  return lo == hi;
+}
+
+struct Checkpointing {
+  std::string save_dir;  // saves after step save_after
+  int save_after = 0;
+  std::string resume_dir;  // resumes from its latest checkpoint first
+};
+
+// `comm`: the world, or a communicator of one rank for the reference.
+RunResult train(Communicator& comm, const Layout& l, int steps = kSteps, const Checkpointing& ck = {}) {
+  RunResult out;
+  absl::StatusOr<std::unique_ptr<DeviceMesh>> m = DeviceMesh::create(comm, l.tensor, l.pipeline);
+  EXPECT_TRUE(m.ok()) << m.status();
+  if (!m.ok()) return out;
+  const DeviceMesh& mesh = **m;
+  const int data_size = mesh.shape().data, data_rank = mesh.coordinates().data;
+  EngineConfig ec;
+  ec.zero.stage = zero_stage(l.stage);
+  ec.zero.reduce_bucket_size = ec.zero.allgather_bucket_size = 500;
+  ec.zero.sub_group_size = 1000;
+  ec.gradient_accumulation_steps = l.micro_batches;
+  ec.micro_batch_size = l.global_batch / (data_size * l.micro_batches);
+  ec.pre_divide = data_size;
+  ec.optimizer = kSgd;
+  ec.gradient_clipping = 1.0f;
+  ec.pipeline.stages = l.pipeline;
+  ec.pipeline.schedule = l.schedule;
+  absl::StatusOr<PipelineStage> stage =
+      gpt_pipeline_stage(kModel, mesh.coordinates().pipeline, l.pipeline, PartitionMethod::kUniform);
+  EXPECT_TRUE(stage.ok()) << stage.status();
+  CpuBackend backend;
+  absl::StatusOr<std::unique_ptr<Engine>> e =
+      Engine::create(std::make_unique<Gpt>(kModel, &mesh.tensor(), false, *stage), ec, backend, mesh);
+  EXPECT_TRUE(e.ok()) << e.status();
+  if (!e.ok()) return out;
+  Engine& engine = **e;
+  testing::CountingRows rows{kModel.seq_len, kModel.vocab_size, {}, {}};
+  const int64_t mb = ec.micro_batch_size;
+  const std::vector<PipeInstruction> scheduled =
+      pipeline_compute_order(l.schedule, l.pipeline, mesh.coordinates().pipeline, l.micro_batches);
+  if (!ck.resume_dir.empty()) {
+    const absl::Status loaded = load_checkpoint(engine, ck.resume_dir);
+    EXPECT_TRUE(loaded.ok()) << loaded;
+    if (!loaded.ok()) return out;
+  }
+  for (int step = static_cast<int>(engine.global_step()); step < steps; ++step) {
+    MemoryTracker::global().reset_peaks();
+    absl::StatusOr<StepResult> r = engine.train_batch([&](int micro) -> absl::StatusOr<Batch> {
+      return rows.make(((int64_t{step} * l.micro_batches + micro) * data_size + data_rank) * mb, mb);
+    });
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return out;
+    out.activation_peak = MemoryTracker::global().snapshot().at(Tier::kHost, MemCategory::kActivations).peak;
+    out.losses.push_back(r->loss);
+    out.norms.push_back(r->grad_norm);
+    out.order_as_scheduled = out.order_as_scheduled && engine.executed_order() == scheduled;
+    uint64_t all = 0xcbf29ce484222325ull;
+    for (Parameter* p : engine.model().parameters()) {
+      absl::StatusOr<std::vector<float>> v = engine.state().gather_parameter(*p);
+      EXPECT_TRUE(v.ok()) << v.status();
+      if (v.ok()) all = fnv(*v, all);
+    }
+    out.data_replicas_identical = out.data_replicas_identical && same_everywhere(mesh.data(), all);
+    if (Communicator* tied = mesh.embedding()) {
+      uint64_t h = 0xcbf29ce484222325ull;
+      for (Parameter* p : engine.model().parameters_tied_across_stages()) {
+        absl::StatusOr<std::vector<float>> v = engine.state().gather_parameter(*p);
+        if (v.ok()) h = fnv(*v, h);
+      }
+      out.tied_copies_identical = out.tied_copies_identical && same_everywhere(*tied, h);
+    }
+    if (!ck.save_dir.empty() && step + 1 == ck.save_after) {
+      const absl::StatusOr<std::string> saved = save_checkpoint(engine, SaveOptions{ck.save_dir, "", 0});
+      EXPECT_TRUE(saved.ok()) << saved.status();
+    }
+  }
+  for (Parameter* p : engine.model().parameters()) {
+    absl::StatusOr<std::vector<float>> v = engine.gather_master(*p);
+    EXPECT_TRUE(v.ok()) << v.status();
+    if (!v.ok()) continue;
+    if (!p->slice()) {
+      out.master[p->name()] = *v;
+      continue;
+    }
+    std::vector<float> full(static_cast<size_t>(shape_numel(p->global_shape())), 0.0f);
+    for (int64_t i = 0; i < p->numel(); ++i) full[p->global_index(i)] = (*v)[i];
+    EXPECT_TRUE(mesh.tensor().all_reduce(full.data(), static_cast<int64_t>(full.size()), DType::kF32, ReduceOp::kSum)
+                    .ok());
+    out.master[p->name()] = full;
+  }
+  return out;
+}
+
+const RunResult& reference() {
+  static const RunResult ref = [] {
+    const std::unique_ptr<Communicator> own = make_local_communicator();
+    return train(*own, Layout{});
+  }();
+  return ref;
+}
+
+// The (P, T) with P x T x D = W, P in {2, 4}, T in {1, 2}, D in {1, 2}.
+std::vector<std::pair<int, int>> layouts() {
+  std::vector<std::pair<int, int>> out;
+  for (int p : {2, 4})
+    for (int t : {1, 2})
+      for (int d : {1, 2})
+        if (p * t * d == world().world_size()) out.push_back({p, t});
+  return out;
+}
+
+void expect_matches(const RunResult& got, const RunResult& ref, const std::string& what) {
+  ASSERT_EQ(got.losses.size(), ref.losses.size()) << what;
+  for (int s = 0; s < kSteps; ++s) {
+    EXPECT_NEAR(got.losses[s], ref.losses[s], 1e-5 * ref.losses[s]) << what << " step " << s + 1;
+    EXPECT_NEAR(got.norms[s], ref.norms[s], (s == 0 ? 1e-6 : 5e-5) * ref.norms[s]) << what << " step " << s + 1;
+  }
+  EXPECT_TRUE(got.data_replicas_identical) << what << ": parameters differ across data replicas";
+  EXPECT_TRUE(got.tied_copies_identical) << what << ": the token table's copies differ between first and last stage";
+  EXPECT_TRUE(got.order_as_scheduled) << what << ": forwards and backwards ran out of the schedule's order";
+  ASSERT_FALSE(got.master.empty()) << what;
+  double max_abs = 0, max_diff = 0;
+  for (const auto& [name, have] : got.master) {
+    const auto it = ref.master.find(name);
+    ASSERT_NE(it, ref.master.end()) << what << ": " << name << " is not the whole model's";
+    ASSERT_EQ(have.size(), it->second.size()) << what << ": " << name;
+    for (size_t j = 0; j < have.size(); ++j) {
+      max_abs = std::max(max_abs, std::abs(double(it->second[j])));
+      max_diff = std::max(max_diff, std::abs(double(have[j]) - it->second[j]));
+    }
+  }
+  EXPECT_LE(max_diff, 1e-5 * max_abs) << what << ": final master weights";
+  EXPECT_LT(ref.losses.back(), ref.losses.front() - 0.1) << "the reference run learns";
+}
+
+class PipelineParallelTest : public ::testing::TestWithParam<std::tuple<int, PipelineScheduleKind>> {};
+
+TEST_P(PipelineParallelTest, MatchesOneRankOnTheSameGlobalBatch) {
+  const auto [stage, schedule] = GetParam();
+  if (layouts().empty()) GTEST_SKIP() << "no pipeline layout at world " << world().world_size();
+  for (const auto& [p, t] : layouts()) {
+    const Layout l{.pipeline = p, .tensor = t, .schedule = schedule, .stage = stage};
+    expect_matches(train(world(), l), reference(), l.name());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Stages, PipelineParallelTest,
+                         ::testing::Combine(::testing::Values(0, 1, 2),
+                                            ::testing::Values(PipelineScheduleKind::k1F1B,
+                                                              PipelineScheduleKind::kGPipe)),
+                         [](const auto& info) {
+                           return cat("Zero", std::get<0>(info.param), "_",
+                                      pipeline_schedule_name(std::get<1>(info.param)));
+                         });
+
+TEST(PipelineScheduleOrder, OneForwardOneBackwardAsWrittenOut) {
+  const char* want[4] = {
+      "F0 F1 F2 F3 B0 F4 B1 F5 B2 F6 B3 F7 B4 B5 B6 B7",
+      "F0 F1 F2 B0 F3 B1 F4 B2 F5 B3 F6 B4 F7 B5 B6 B7",
+      "F0 F1 B0 F2 B1 F3 B2 F4 B3 F5 B4 F6 B5 F7 B6 B7",
+      "F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7",
+  };
+  for (int s = 0; s < 4; ++s) {
+    EXPECT_EQ(describe(pipeline_compute_order(PipelineScheduleKind::k1F1B, 4, s, 8)), want[s]) << "stage " << s;
+    EXPECT_EQ(max_micro_batches_in_flight(pipeline_compute_order(PipelineScheduleKind::k1F1B, 4, s, 8)), 4 - s);
+    EXPECT_EQ(max_micro_batches_in_flight(pipeline_compute_order(PipelineScheduleKind::kGPipe, 4, s, 8)), 8);
+  }
+  // Fewer micro-batches than stages: everything warms up, nothing steadies.
+  EXPECT_EQ(describe(pipeline_compute_order(PipelineScheduleKind::k1F1B, 4, 0, 2)), "F0 F1 B0 B1");
+  // The transfers: a send and the next receive with the same neighbour are one exchange.
+  EXPECT_EQ(describe(pipeline_instructions(PipelineScheduleKind::k1F1B, 2, 0, 3)),
+            "F0 send-act0 F1 send-act1/recv-grad0 B0 F2 send-act2/recv-grad1 B1 recv-grad2 B2");
+  EXPECT_EQ(describe(pipeline_instructions(PipelineScheduleKind::k1F1B, 2, 1, 3)),
+            "recv-act0 F0 B0 send-grad0/recv-act1 F1 B1 send-grad1/recv-act2 F2 B2 send-grad2");
+  EXPECT_DOUBLE_EQ(ideal_bubble_fraction(4, 8), 3.0 / 11.0);
+}
+
+// The tracker's activation peak on each stage: 1F1B keeps at most
+// min(P - s, M) micro-batches alive, GPipe all M. A (one micro-batch's
+// activations on this stage) is read off GPipe at M = P and M = 2P; a
+// 1F1B peak at M = 2P is GPipe's at M = P with P - min(P - s, M) fewer
+// micro-batches, within half a micro-batch (a send buffer in flight).
+TEST(PipelineScheduleOrder, ActivationsAliveAtMostPMinusStageMicroBatches) {
+  const int p = world().world_size() >= 4 ? 4 : world().world_size();
+  if (p < 2 || world().world_size() % p != 0) GTEST_SKIP() << "needs 2 or 4 stages";
+  // One sample per micro-batch on each data rank.
+  const int d = world().world_size() / p;
+  auto peak = [&](PipelineScheduleKind k, int m) {
+    const Layout l{.pipeline = p, .schedule = k, .micro_batches = m, .global_batch = int64_t{m} * d};
+    return static_cast<double>(train(world(), l, 1).activation_peak);
+  };
+  const double gpipe_p = peak(PipelineScheduleKind::kGPipe, p), gpipe_2p = peak(PipelineScheduleKind::kGPipe, 2 * p);
+  const double one_f_one_b = peak(PipelineScheduleKind::k1F1B, 2 * p);
+  const double a = (gpipe_2p - gpipe_p) / p;
+  const int s = world().rank() / (world().world_size() / p);
+  const int alive = std::min(p - s, 2 * p);
+  EXPECT_GT(a, 0) << "stage " << s;
+  EXPECT_NEAR(one_f_one_b, gpipe_p - (p - alive) * a, a / 2)
+      << "stage " << s << ": 1F1B's peak should hold " << alive << " micro-batches (GPipe at M = " << p
+      << " holds " << p << ", one is " << a << " bytes)";
+}
+
+TEST(PipelineCheckpointTest, SavedPerStageResumesInAnyLayoutAndConsolidatesAsOneRanks) {
+  if (layouts().empty()) GTEST_SKIP() << "no pipeline layout at world " << world().world_size();
+  const std::string dir = ::testing::TempDir() + "/pipeline_ckpt_np" + std::to_string(world().world_size());
+  const auto [p, t] = layouts().back();
+  const Layout saved{.pipeline = p, .tensor = t, .stage = 1};
+  if (world().rank() == 0) std::filesystem::remove_all(dir);
+  ASSERT_TRUE(world().barrier().ok());
+  const RunResult whole = train(world(), saved, 10, {.save_dir = dir + "/pp", .save_after = 5});
+  ASSERT_EQ(whole.losses.size(), 10u);
+  auto expect_continues = [&](const RunResult& resumed, const std::string& what) {
+    ASSERT_EQ(resumed.losses.size(), 5u) << what;
+    for (int s = 0; s < 5; ++s)
+      EXPECT_NEAR(resumed.losses[s], whole.losses[5 + s], 1e-5 * whole.losses[5 + s]) << what << " step " << 6 + s;
+  };
+  {
+    const std::unique_ptr<Communicator> own = make_local_communicator();
+    expect_continues(train(*own, Layout{.stage = 0}, 10, {.resume_dir = dir + "/pp"}), "one rank, ZeRO-0");
+  }
+  // Other layouts of this world: every (P', T') it runs but the saving one, at ZeRO-2 under GPipe.
+  for (const auto& [p2, t2] : layouts()) {
+    if (p2 == p && t2 == t) continue;
+    const Layout other{.pipeline = p2, .tensor = t2, .schedule = PipelineScheduleKind::kGPipe, .stage = 2};
+    expect_continues(train(world(), other, 10, {.resume_dir = dir + "/pp"}), other.name());
+  }
+  // The same step on one rank, saved, and both consolidated.
+  if (world().rank() == 0) {
+    const std::unique_ptr<Communicator> own = make_local_communicator();
+    train(*own, Layout{.stage = 0}, 5, {.save_dir = dir + "/one", .save_after = 5});
+    ASSERT_TRUE(consolidate_to_safetensors(dir + "/pp", "global_step5", dir + "/pp.safetensors", DType::kF32).ok());
+    ASSERT_TRUE(consolidate_to_safetensors(dir + "/one", "global_step5", dir + "/one.safetensors", DType::kF32).ok());
+    testing::expect_same_model_file(dir + "/pp.safetensors", dir + "/one.safetensors");
+  }
+  ASSERT_TRUE(world().barrier().ok());
+}
+
+}  // namespace
+}  // namespace zero
