@@ -26,27 +26,32 @@ absl::StatusOr<std::vector<SplitRange>> partition_layers(const std::vector<int64
     for (int s = 0; s < stages; ++s) out[s] = even_split(n, stages, s);
     return out;
   }
-  // Balanced: best[k][i] = the smallest possible largest stage when layers
-  // [0, i) fill stages [0, k); a stage's weight is its layers' parameters
-  // plus the extras of the first / last stage. O(P n^2), n is a layer count.
+  // Balanced: best[k][i] = the best split of layers [0, i) into stages
+  // [0, k): the smallest largest stage, and among those the smallest sum of
+  // squared stage weights (so the stages below the largest even out too); a
+  // stage's weight is its layers' parameters plus the extras of the first /
+  // last stage. O(P n^2), n is a layer count.
   std::vector<int64_t> prefix(n + 1, 0);
   for (int64_t i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + layer_params[i];
   auto weight = [&](int k, int64_t a, int64_t b) {
     return prefix[b] - prefix[a] + (k == 0 ? first_extra : 0) + (k == stages - 1 ? last_extra : 0);
   };
-  constexpr int64_t kInf = std::numeric_limits<int64_t>::max();
-  std::vector<std::vector<int64_t>> best(stages + 1, std::vector<int64_t>(n + 1, kInf));
+  struct Cost {
+    int64_t largest = std::numeric_limits<int64_t>::max();
+    double squares = 0;
+    bool operator<(const Cost& o) const { return largest != o.largest ? largest < o.largest : squares < o.squares; }
+  };
+  std::vector<std::vector<Cost>> best(stages + 1, std::vector<Cost>(n + 1));
   std::vector<std::vector<int64_t>> cut(stages + 1, std::vector<int64_t>(n + 1, 0));
-  best[0][0] = 0;
+  best[0][0] = {0, 0};
   for (int k = 1; k <= stages; ++k) {
     for (int64_t i = k; i <= n - (stages - k); ++i) {
       for (int64_t j = k - 1; j < i; ++j) {
-        if (best[k - 1][j] == kInf) continue;
-        const int64_t w = std::max(best[k - 1][j], weight(k - 1, j, i));
-        // Ties go to the later cut: earlier stages take fewer layers, as the
-        // first stage already holds the embeddings.
-        if (w <= best[k][i]) {
-          best[k][i] = w;
+        if (best[k - 1][j].largest == std::numeric_limits<int64_t>::max()) continue;
+        const int64_t w = weight(k - 1, j, i);
+        const Cost c{std::max(best[k - 1][j].largest, w), best[k - 1][j].squares + static_cast<double>(w) * w};
+        if (c < best[k][i]) {
+          best[k][i] = c;
           cut[k][i] = j;
         }
       }

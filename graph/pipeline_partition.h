@@ -8,7 +8,9 @@
 //               (DeepSpeed's partition_balanced over per-layer parameter
 //               counts), counting what the first and last stages hold beside
 //               their layers (a GPT's embeddings; its final norm and the tied
-//               copy of the token table), so those stages get fewer layers.
+//               copy of the token table), so those stages get fewer layers;
+//               among equals, the one with the most even stages (least sum
+//               of squares).
 #pragma once
 
 #include <cstdint>

@@ -6,12 +6,15 @@
 // stage s are consecutive and at most min(P - s, M), under GPipe all M, and
 // the engine built that many. Transfers go through the pipeline group's
 // communicator, whose operations run in issue order on its progress thread:
-// a send is issued as soon as its tensor exists and the compute goes on; the
-// tensor is kept until that send completes. The compute thread waits for a
-// receive only right before the forward or backward that needs it; that wait
-// is the stage's share of the bubble (StepResult::pipeline_wait_s).
+// a send is issued as soon as its tensor exists and overlaps the next
+// forward or backward; it is waited for, and its tensor dropped, before the
+// one after (so the memory held never depends on timing, and the planner's
+// dry run holds what a run holds). The compute thread waits for a receive
+// only right before the forward or backward that needs it; that wait is the
+// stage's share of the bubble (StepResult::pipeline_wait_s).
 #include <chrono>
 #include <deque>
+#include <limits>
 
 #include "core/status.h"
 #include "core/strings.h"
@@ -37,10 +40,12 @@ struct MicroBatch {
   Context* ctx = nullptr;
 };
 
-// A send in flight and the tensor it reads.
+// A send in flight, the tensor it reads, and how many forwards and
+// backwards had run when it was issued.
 struct Sending {
   CommHandle handle;
   Tensor buffer;
+  int after_computes = 0;
 };
 
 }  // namespace
@@ -72,9 +77,11 @@ absl::StatusOr<StepResult> Engine::run_pipeline(const MicroBatchSource& next) {
     return annotate(s, cat("pipeline stage ", stage, ": receiving micro-batch ", m, "'s ", what, " from stage ",
                            what == "activation" ? stage - 1 : stage + 1));
   };
-  auto drop_sent = [&](bool all) -> absl::Status {
+  int computes = 0;  // forwards and backwards run so far
+  // Waits for the sends issued when fewer than `computes_done` computes had run.
+  auto finish_sends = [&](int computes_done) -> absl::Status {
     absl::Status first_error;
-    while (!sending.empty() && (all || sending.front().handle->done())) {
+    while (!sending.empty() && sending.front().after_computes < computes_done) {
       first_error.Update(sending.front().handle->wait());
       sending.pop_front();
     }
@@ -99,6 +106,7 @@ absl::StatusOr<StepResult> Engine::run_pipeline(const MicroBatchSource& next) {
 
   auto forward = [&](int m) -> absl::Status {
     MicroBatch& mb = micro[m];
+    ZE_RETURN_IF_ERROR(finish_sends(computes++));  // the sends issued before the last compute
     if (!mb.batch.inputs.defined()) {
       ZE_ASSIGN_OR_RETURN(mb.batch, next(m));
     }
@@ -135,6 +143,7 @@ absl::StatusOr<StepResult> Engine::run_pipeline(const MicroBatchSource& next) {
 
   auto backward = [&](int m) -> absl::Status {
     MicroBatch& mb = micro[m];
+    ZE_RETURN_IF_ERROR(finish_sends(computes++));
     if (!last) ZE_RETURN_IF_ERROR(wait_for(mb.output_grad_ready, "gradient", m));
     const auto t0 = std::chrono::steady_clock::now();
     Context& ctx = *mb.ctx;
@@ -155,7 +164,7 @@ absl::StatusOr<StepResult> Engine::run_pipeline(const MicroBatchSource& next) {
   };
 
   auto send = [&](Tensor& t, int peer) {
-    sending.push_back({pipe.send_async(t.data(), t.numel(), DType::kF32, peer), t});
+    sending.push_back({pipe.send_async(t.data(), t.numel(), DType::kF32, peer), t, computes});
     t = Tensor();
   };
 
@@ -176,7 +185,7 @@ absl::StatusOr<StepResult> Engine::run_pipeline(const MicroBatchSource& next) {
         CommHandle h = pipe.send_recv_async(out.output.data(), out.output.numel(), back.output_grad.data(),
                                             back.output_grad.numel(), DType::kF32, stage + 1);
         back.output_grad_ready = h;
-        sending.push_back({h, out.output});
+        sending.push_back({h, out.output, computes});
         out.output = Tensor();
         break;
       }
@@ -193,13 +202,11 @@ absl::StatusOr<StepResult> Engine::run_pipeline(const MicroBatchSource& next) {
         CommHandle h = pipe.send_recv_async(out.input_grad.data(), out.input_grad.numel(), fwd.input.data(),
                                             fwd.input.numel(), DType::kF32, stage - 1);
         fwd.input_ready = h;
-        sending.push_back({h, out.input_grad});
+        sending.push_back({h, out.input_grad, computes});
         out.input_grad = Tensor();
         break;
       }
     }
-    if (!status.ok()) break;
-    status = drop_sent(false);
     if (!status.ok()) break;
   }
   // Every transfer finishes before its buffers go, failed or not.
@@ -208,7 +215,7 @@ absl::StatusOr<StepResult> Engine::run_pipeline(const MicroBatchSource& next) {
       if (*h != nullptr) status.Update((*h)->wait());
     }
   }
-  status.Update(drop_sent(true));
+  status.Update(finish_sends(std::numeric_limits<int>::max()));
   if (!status.ok()) {
     for (Context* c : pool) c->clear();
     return annotate(status, cat("pipeline stage ", stage, " of ", stages, " (step ", global_step_ + 1, ")"));

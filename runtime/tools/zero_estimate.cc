@@ -34,7 +34,7 @@ planner the tests check against the engine's tracking allocator.
 
   --config FILE          run config, loaded as zero-train loads it (repeat to layer files)
   --set KEY.PATH=VALUE   override one key (repeatable)
-  --world N              ranks: data-parallel x tensor_parallel.autotp_size (with --params: data-parallel
+  --world N              ranks: data-parallel x tensor_parallel.autotp_size x pipeline.stages (with --params: data-parallel
                          ranks, a comma list, e.g. 1,4,16,64)
   --rank R               show rank R (default: the rank with the largest total)
   --all-ranks            also one line of totals per rank
@@ -193,6 +193,7 @@ int config_mode(const Args& a) {
     zero::Json j;
     j["world"] = world;
     j["tensor"] = config->tensor_size();
+    j["pipeline"] = config->pipeline_size();
     j["stage"] = zero::stage_number(e.zero.stage);
     j["num_parameters"] = plans[0].num_parameters;
     j["max_rank"] = max_rank;
@@ -205,20 +206,28 @@ int config_mode(const Args& a) {
   const zero::GptConfig& g = config->model.gpt;
   const int shown = a.rank >= 0 ? a.rank : max_rank;
   const zero::MemoryPlan& plan = plans[shown];
-  const int tensor = config->tensor_size(), data = config->data_size();
+  const int tensor = config->tensor_size(), data = config->data_size(), stages = config->pipeline_size();
+  // World rank r is pipeline stage r / (T D) (comm/device_mesh.h).
+  const int stage_of_shown = shown / (tensor * data);
   std::printf("model: GPT n_layer=%lld n_head=%lld d_model=%lld vocab=%lld seq_len=%lld, %.2fM parameters%s\n",
               static_cast<long long>(g.n_layer), static_cast<long long>(g.n_head), static_cast<long long>(g.d_model),
               static_cast<long long>(g.vocab_size), static_cast<long long>(g.seq_len),
               static_cast<double>(g.num_parameters()) / 1e6,
-              tensor > 1 ? zero::cat(", ", absl::StrFormat("%.2fM", static_cast<double>(plan.num_parameters) / 1e6),
-                                     " in rank ", shown, "'s tensor slice")
-                               .c_str()
-                         : "");
+              tensor > 1 || stages > 1
+                  ? zero::cat(", ", absl::StrFormat("%.2fM", static_cast<double>(plan.num_parameters) / 1e6), " on rank ",
+                              shown, " (its ", tensor > 1 ? "tensor slice" : "", tensor > 1 && stages > 1 ? " of " : "",
+                              stages > 1 ? zero::cat("pipeline stage ", stage_of_shown, " of ", stages) : "", ")")
+                        .c_str()
+                  : "");
   std::printf("run: micro-batch %lld x accumulation %lld x %d %srank%s%s; ZeRO stage %d%s; %s parameters, %s "
               "gradients, %s; activation checkpointing: %s%s\n",
               static_cast<long long>(e.micro_batch_size), static_cast<long long>(e.gradient_accumulation_steps), data,
-              tensor > 1 ? "data-parallel " : "", data == 1 ? "" : "s",
-              tensor > 1 ? zero::cat(" x tensor-parallel ", tensor).c_str() : "", zero::stage_number(e.zero.stage),
+              tensor * stages > 1 ? "data-parallel " : "", data == 1 ? "" : "s",
+              zero::cat(tensor > 1 ? zero::cat(" x tensor-parallel ", tensor) : "",
+                        stages > 1 ? zero::cat(" x pipeline ", stages, " (", zero::pipeline_schedule_name(e.pipeline.schedule), ")")
+                                   : "")
+                  .c_str(),
+              zero::stage_number(e.zero.stage),
               e.zero.overlap_comm ? " (overlap_comm)" : "",
               std::string(zero::dtype_name(e.param_dtype)).c_str(),
               std::string(zero::dtype_name(e.gradient_dtype())).c_str(), std::string(zero::optimizer_type_name(e.optimizer.type)).c_str(),

@@ -65,6 +65,9 @@ struct Case {
   int tensor = 1;                   // tensor-parallel size (a mesh of world / tensor data-parallel ranks)
   bool sequence_parallel = false;   // Megatron-SP over the tensor group
   bool partition = false;           // activation_checkpointing.partition_activations
+  int pipeline = 1;                 // pipeline stages (world = data x tensor x pipeline)
+  PipelineScheduleKind schedule = PipelineScheduleKind::k1F1B;
+  int64_t interval = 0;             // pipeline.activation_checkpoint_interval
 };
 
 EngineConfig engine_config(const Case& c) {
@@ -72,7 +75,10 @@ EngineConfig engine_config(const Case& c) {
   e.param_dtype = c.dtype;
   e.micro_batch_size = kMicroBatch;
   e.gradient_accumulation_steps = c.gas;
-  e.pre_divide = world().world_size() / c.tensor;
+  e.pre_divide = world().world_size() / (c.tensor * c.pipeline);
+  e.pipeline.stages = c.pipeline;
+  e.pipeline.schedule = c.schedule;
+  e.pipeline.activation_checkpoint_interval = c.interval;
   e.zero.stage = zero_stage(c.stage);
   e.zero.reduce_bucket_size = c.bucket;
   e.zero.overlap_comm = c.overlap;
@@ -120,28 +126,30 @@ struct Measured {
 // relative to what was allocated before it.
 Measured measure(const EngineConfig& e, int steps, const GptConfig& model = kModel, int tensor = 1,
                  bool sequence_parallel = false) {
-  std::unique_ptr<DeviceMesh> mesh = DeviceMesh::create(world(), tensor).value();
+  std::unique_ptr<DeviceMesh> mesh = DeviceMesh::create(world(), tensor, e.pipeline.stages).value();
+  const PipelineStage stage =
+      gpt_pipeline_stage(model, mesh->coordinates().pipeline, e.pipeline.stages, e.pipeline.partition_method).value();
   MemoryTracker::global().reset_peaks();
   const MemorySnapshot before = MemoryTracker::global().snapshot();
   {
     CpuBackend backend;
-    auto engine = Engine::create(std::make_unique<Gpt>(model, &mesh->tensor(), sequence_parallel), e, backend, *mesh);
+    auto engine =
+        Engine::create(std::make_unique<Gpt>(model, &mesh->tensor(), sequence_parallel, stage), e, backend, *mesh);
     EXPECT_TRUE(engine.ok()) << engine.status();
     if (!engine.ok()) return {};
     const int64_t n = kMicroBatch * kModel.seq_len;
     std::vector<int32_t> ids(n), targets(n);
     for (int step = 0; step < steps; ++step) {
-      for (int64_t micro = 0; micro < e.gradient_accumulation_steps; ++micro) {
+      const absl::StatusOr<StepResult> r = (*engine)->train_batch([&](int micro) -> absl::StatusOr<Batch> {
         for (int64_t i = 0; i < n; ++i) {
           ids[i] = static_cast<int32_t>((i * 5 + step * 3 + micro + mesh->coordinates().data * 7) %
                                         kModel.vocab_size);
           targets[i] = (ids[i] + 1) % static_cast<int32_t>(kModel.vocab_size);
         }
-        (*engine)->forward({Tensor::wrap(ids.data(), {kMicroBatch, kModel.seq_len}, DType::kI32),
-                            Tensor::wrap(targets.data(), {kMicroBatch, kModel.seq_len}, DType::kI32)}).value();
-        EXPECT_TRUE((*engine)->backward().ok());
-        EXPECT_TRUE((*engine)->step().ok());
-      }
+        return Batch{Tensor::wrap(ids.data(), {kMicroBatch, kModel.seq_len}, DType::kI32),
+                     Tensor::wrap(targets.data(), {kMicroBatch, kModel.seq_len}, DType::kI32)};
+      });
+      EXPECT_TRUE(r.ok()) << r.status();
     }
   }
   const MemorySnapshot after = MemoryTracker::global().snapshot();
@@ -243,6 +251,32 @@ TEST(MemoryPlanTest, PlanEqualsMeasuredWithTensorParallelism) {
       expect_plan_matches(c, &parts);
       const Tier tier = Tier::kHost;
       EXPECT_LT(parts.at(tier, MemCategory::kActivations), whole.at(tier, MemCategory::kActivations)) << c.name;
+    }
+  }
+}
+
+// Pipeline stages (P = the world: 2 or 3 stages of the 4-layer model): each
+// rank plans its own stage (the first with the embeddings, the last with the
+// head and its copy of the token table, the tied gradients' sum buffer),
+// the micro-batches 1F1B or GPipe keep alive, the received activations and
+// gradients and the sends in flight, with and without checkpointing every
+// block; planned as measured.
+TEST(MemoryPlanTest, PlanEqualsMeasuredWithPipelineStages) {
+  const int p = world().world_size();
+  if (p < 2) GTEST_SKIP() << "needs 2 or more ranks (one per stage)";
+  for (int stage : {0, 2}) {
+    for (PipelineScheduleKind schedule : {PipelineScheduleKind::k1F1B, PipelineScheduleKind::kGPipe}) {
+      for (int64_t interval : {0, 1}) {
+        Case c;
+        c.stage = stage;
+        c.pipeline = p;
+        c.schedule = schedule;
+        c.gas = 4;
+        c.interval = interval;
+        c.name = cat("P=", p, " ", pipeline_schedule_name(schedule), " stage ", stage,
+                     interval > 0 ? ", every block checkpointed" : "");
+        expect_plan_matches(c);
+      }
     }
   }
 }

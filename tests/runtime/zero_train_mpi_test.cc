@@ -5,8 +5,14 @@
 // the metrics file and the progress lines. With tensor_parallel.autotp_size 2
 // (and sequence parallelism) on 2 ranks the losses are one rank's too, and a
 // tensor size the world or the heads do not divide exits 2 naming both numbers.
+// With pipeline.stages 2 (1F1B and GPipe) the losses are one rank's; a
+// pipeline the world or the layers cannot hold exits 2 naming the numbers,
+// fewer micro-batches than stages warns with the bubble, and a middle stage's
+// rank killed mid-run stops the job (no hang) naming the transfer.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 
@@ -61,6 +67,20 @@ TEST(ZeroTrainMpiTest, TwoTensorRanksTrainWhatOneRankTrains) {
   }
 }
 
+TEST(ZeroTrainMpiTest, TwoPipelineStagesTrainWhatOneRankTrains) {
+  const std::string dir = ::testing::TempDir();
+  const std::vector<double> one = run_losses(1, 8, dir + "/ZeroTrainMpiTest.pp1.jsonl", " --set zero_optimization.stage=1");
+  for (const char* schedule : {"1f1b", "gpipe"}) {
+    const std::vector<double> two =
+        run_losses(2, 8, dir + "/ZeroTrainMpiTest.pp2.jsonl",
+                   std::string(" --set zero_optimization.stage=1 --set pipeline.stages=2 --set pipeline.schedule=") +
+                       schedule);
+    ASSERT_EQ(two.size(), 20u);
+    for (size_t i = 0; i < one.size(); ++i)
+      EXPECT_NEAR(two[i], one[i], 5e-5 * one[i]) << "step " << i + 1 << " " << schedule;
+  }
+}
+
 // mpirun's report of the exit code of the first rank that failed.
 int reported_exit_code(const std::string& output) {
   const size_t at = output.find("Exit code:");
@@ -83,6 +103,63 @@ TEST(ZeroTrainMpiTest, ATensorSizeTheWorldOrTheHeadsDoNotDivideExitsTwo) {
   EXPECT_NE(heads.output.find("tensor_parallel.autotp_size: 3 does not divide model.n_head 4"), std::string::npos)
       << heads.output;
   EXPECT_EQ(reported_exit_code(heads.output), 2) << heads.output;
+}
+
+TEST(ZeroTrainMpiTest, APipelineTheWorldOrTheLayersCannotHoldExitsTwo) {
+  auto launch = [](int ranks, const std::string& set) {
+    return zero::testing::run_command("cd " + std::string(ZE_SOURCE_DIR) + " && timeout 300 " + ZE_MPIEXEC +
+                                      " --allow-run-as-root --oversubscribe -np " + std::to_string(ranks) + " " +
+                                      ZE_TRAIN_BIN + " --config configs/small-gpt.json " + set + " --steps 1");
+  };
+  const auto world = launch(3, "--set train_batch_size=6 --set pipeline.stages=2");
+  EXPECT_NE(world.output.find("pipeline.stages: 2 pipeline stages x tensor_parallel.autotp_size 1 do not divide the "
+                              "world of 3 ranks"),
+            std::string::npos)
+      << world.output;
+  EXPECT_EQ(reported_exit_code(world.output), 2) << world.output;
+  const auto layers = launch(3, "--set train_batch_size=6 --set pipeline.stages=3");  // small-gpt has 2 blocks
+  EXPECT_NE(layers.output.find("pipeline.stages: 3 pipeline stages for model.n_layer 2 blocks"), std::string::npos)
+      << layers.output;
+  EXPECT_EQ(reported_exit_code(layers.output), 2) << layers.output;
+  const auto stage3 = launch(2, "--set train_batch_size=4 --set pipeline.stages=2 --set zero_optimization.stage=3");
+  EXPECT_NE(stage3.output.find("zero_optimization.stage: 3 with pipeline.stages 2: refused"), std::string::npos)
+      << stage3.output;
+  EXPECT_EQ(reported_exit_code(stage3.output), 2) << stage3.output;
+  // One micro-batch for two stages: it runs, and says what the bubble costs.
+  const auto bubble = launch(2, "--set train_batch_size=4 --set gradient_accumulation_steps=1 --set pipeline.stages=2");
+  EXPECT_EQ(bubble.exit_code, 0) << bubble.output;
+  EXPECT_NE(bubble.output.find("gradient_accumulation_steps 1 micro-batches for 2 stages: 1F1B never reaches its "
+                               "steady state and each stage idles (P - 1) / (M + P - 1) = 50%"),
+            std::string::npos)
+      << bubble.output;
+}
+
+// A middle stage's rank (rank 1 of 3 stages) killed mid-run: the job stops
+// well before the timeout, mpirun names the dead rank, and a survivor's
+// termination message names the operation it was in (a send or receive
+// with rank 1, as a rule).
+TEST(ZeroTrainMpiTest, AMiddleStageDyingStopsTheJobNamingTheTransfer) {
+  const std::string metrics = ::testing::TempDir() + "/ZeroTrainMpiTest.death.jsonl";
+  std::remove(metrics.c_str());
+  // Kill rank 1 once rank 0 has written a step: the run is in its schedule.
+  const std::string killer =
+      "( for i in $(seq 600); do [ -s " + metrics + " ] && break; sleep 0.1; done; "
+      "for p in $(pgrep -f 'zero-train --config configs/small-gpt.json'); do "
+      "tr '\\0' '\\n' < /proc/$p/environ 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && kill -9 $p; done ) & ";
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto r = zero::testing::run_command(
+      "( cd " + std::string(ZE_SOURCE_DIR) + " || exit 1; " + killer + "timeout 120 " + ZE_MPIEXEC +
+      " --allow-run-as-root --oversubscribe -np 3 " + ZE_TRAIN_BIN +
+      " --config configs/small-gpt.json --set model.n_layer=3 --set pipeline.stages=3 --set train_batch_size=8"
+      " --set steps_per_print=1 --steps 100000 --metrics " + metrics + "; rc=$?; wait; exit $rc )");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.exit_code, 124) << "the job hung until timeout killed it:\n" << r.output;
+  EXPECT_LT(seconds, 90.0) << r.output;
+  EXPECT_NE(r.output.find("rank 1"), std::string::npos) << r.output;
+  // A survivor names what it was waiting in: a transfer with rank 1, or
+  // (when the kill lands between schedules) the step's reduction over the stages.
+  EXPECT_NE(r.output.find("signal 15 during "), std::string::npos) << "no survivor named its operation:\n" << r.output;
 }
 
 // Two ranks share the machine's cores among their OpenMP threads (cores / 2

@@ -1,0 +1,115 @@
+// The pipeline bubble, measured (mpirun -np W pipeline_bench): a GPT whose
+// blocks carry the work (8 blocks of width 256, a 256-entry vocabulary, 128
+// tokens x 4 sequences per micro-batch) trained by Engine::train_batch on a
+// mesh of P stages x W/P data-parallel ranks, ZeRO-1, for P in {1, 2, 4}
+// and M micro-batches per step in {4, 8, 16}, under 1F1B and GPipe.
+//
+// A stage is idle while its compute thread waits for a neighbour's
+// activation or gradient (StepResult::pipeline_wait_s, measured around each
+// receive's wait); idle fraction = that wait / the schedule's wall time,
+// averaged over the stages (all-reduced, so rank 0 reports the mean over
+// every rank). The counters, per benchmark:
+//   idle_fraction        measured (mean over ranks)
+//   ideal_bubble         (P - 1) / (M + P - 1), each stage on a processor of its own
+//   ratio_to_ideal       idle_fraction / ideal_bubble
+//   step_ms              wall time of one optimizer step (train_batch)
+//   tokens_per_s         the global batch's tokens per second
+// The world's ranks share this machine's cores: with more ranks than cores
+// the stages do not run concurrently and the measured bubble is not the
+// schedule's alone (say so beside the figures).
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include "bench/mpi_bench_main.h"
+#include "comm/device_mesh.h"
+#include "graph/gpt.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "runtime/engine/engine.h"
+
+namespace zero {
+namespace {
+
+Communicator* g_comm = nullptr;
+const GptConfig kModel{.n_layer = 8, .n_head = 4, .d_model = 256, .vocab_size = 256, .seq_len = 128};
+constexpr int64_t kMicroBatch = 4;
+
+void BM_Pipeline(benchmark::State& state) {
+  const int stages = static_cast<int>(state.range(0));
+  const int micro_batches = static_cast<int>(state.range(1));
+  const auto schedule = state.range(2) == 0 ? PipelineScheduleKind::k1F1B : PipelineScheduleKind::kGPipe;
+  Communicator& world = *g_comm;
+  if (world.world_size() % stages != 0) {
+    state.SkipWithError("the world does not divide into these stages");
+    return;
+  }
+  std::unique_ptr<DeviceMesh> mesh = DeviceMesh::create(world, 1, stages).value();
+  EngineConfig ec;
+  ec.zero.stage = ZeroStage::k1;
+  ec.micro_batch_size = kMicroBatch;
+  ec.gradient_accumulation_steps = micro_batches;
+  ec.pre_divide = mesh->shape().data;
+  ec.pipeline.stages = stages;
+  ec.pipeline.schedule = schedule;
+  ec.pipeline.partition_method = PartitionMethod::kUniform;
+  CpuBackend backend;
+  const PipelineStage stage =
+      gpt_pipeline_stage(kModel, mesh->coordinates().pipeline, stages, PartitionMethod::kUniform).value();
+  std::unique_ptr<Engine> engine =
+      Engine::create(std::make_unique<Gpt>(kModel, &mesh->tensor(), false, stage), ec, backend, *mesh).value();
+  const int64_t n = kMicroBatch * kModel.seq_len;
+  std::vector<int32_t> ids(n), targets(n);
+  auto next = [&](int micro) -> absl::StatusOr<Batch> {
+    for (int64_t i = 0; i < n; ++i) {
+      ids[i] = static_cast<int32_t>((i * 7 + micro) % kModel.vocab_size);
+      targets[i] = static_cast<int32_t>((i * 7 + micro + 1) % kModel.vocab_size);
+    }
+    return Batch{Tensor::wrap(ids.data(), {kMicroBatch, kModel.seq_len}, DType::kI32),
+                 Tensor::wrap(targets.data(), {kMicroBatch, kModel.seq_len}, DType::kI32)};
+  };
+  // One step to warm up (first-touch pages, oneDNN primitives).
+  (void)engine->train_batch(next).value();
+  double wait = 0, schedule_s = 0, wall = 0;
+  int64_t steps = 0;
+  for (auto _ : state) {
+    (void)world.barrier();
+    const auto t0 = std::chrono::steady_clock::now();
+    const StepResult r = engine->train_batch(next).value();
+    wall += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    wait += r.pipeline_wait_s;
+    schedule_s += r.pipeline_s;
+    ++steps;
+  }
+  // Without stages there is no wait; the fraction is 0.
+  double fraction = schedule_s > 0 ? wait / schedule_s : 0.0;
+  fraction = world.all_reduce_sum(fraction).value() / world.world_size();
+  const double mean_wall = world.all_reduce_max(wall / steps).value();
+  const double ideal = ideal_bubble_fraction(stages, micro_batches);
+  state.counters["idle_fraction"] = fraction;
+  state.counters["ideal_bubble"] = ideal;
+  if (stages > 1) state.counters["ratio_to_ideal"] = fraction / ideal;
+  state.counters["step_ms"] = mean_wall * 1e3;
+  state.counters["tokens_per_s"] =
+      static_cast<double>(mesh->shape().data * micro_batches * n) / mean_wall;
+}
+
+}  // namespace
+
+void register_benchmarks(Communicator& comm) {
+  g_comm = &comm;
+  for (int schedule : {0, 1})
+    for (int p : {1, 2, 4})
+      for (int m : {4, 8, 16}) {
+        if (p == 1 && schedule == 1) continue;  // no schedule without stages
+        benchmark::RegisterBenchmark(schedule == 0 ? "pipeline/1f1b" : "pipeline/gpipe", BM_Pipeline)
+            ->Args({p, m, schedule})
+            ->ArgNames({"P", "M", "gpipe"})
+            ->Iterations(5)
+            ->Unit(benchmark::kMillisecond)
+            ->UseRealTime();
+      }
+}
+
+}  // namespace zero
