@@ -72,6 +72,10 @@ Json step_metrics_json(const StepResult& r, const StepTiming& t, const MemorySna
   j["comm_bytes"] = r.comm_bytes;
   j["time"] = {{"forward_s", r.forward_s}, {"backward_s", r.backward_s}, {"recompute_s", r.recompute_s},
                {"step_s", r.step_s}};
+  if (r.pipeline_s > 0) {
+    j["time"]["pipeline_s"] = r.pipeline_s;
+    j["time"]["pipeline_wait_s"] = r.pipeline_wait_s;
+  }
   j["step_time_s"] = t.step_seconds;
   j["tokens_per_s"] = t.step_seconds > 0 ? t.tokens / t.step_seconds : 0.0;
   Json memory = Json::object();
@@ -129,8 +133,13 @@ void ProgressReporter::on_step(const StepResult& r, const StepTiming& t) {
                           r.loss, r.lr, rate(t.step_seconds > 0 ? t.tokens / t.step_seconds : 0),
                           memory_brief(mem, tier_), duration(eta));
   if (wall_clock_) {
-    out_ << absl::StrFormat("  time (ms) | forward: %.1f | backward: %.1f (recompute %.1f) | step: %.1f\n",
-                            1e3 * r.forward_s, 1e3 * r.backward_s, 1e3 * r.recompute_s, 1e3 * r.step_s);
+    out_ << absl::StrFormat("  time (ms) | forward: %.1f | backward: %.1f (recompute %.1f) | step: %.1f%s\n",
+                            1e3 * r.forward_s, 1e3 * r.backward_s, 1e3 * r.recompute_s, 1e3 * r.step_s,
+                            r.pipeline_s > 0
+                                ? absl::StrFormat(" | pipeline: %.1f, of it waiting for neighbours %.1f (%.0f%%, rank 0)",
+                                                  1e3 * r.pipeline_s, 1e3 * r.pipeline_wait_s,
+                                                  100.0 * r.pipeline_wait_s / r.pipeline_s)
+                                : std::string());
   }
   if (memory_) {
     for (int ti = 0; ti < kNumTiers; ++ti) {

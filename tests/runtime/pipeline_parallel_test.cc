@@ -14,6 +14,9 @@
 //  * every stage's fp32 master weights, reassembled from the tensor slices,
 //    match one rank's for the same names within 1e-5 of the largest;
 //  * the forwards and backwards each stage ran are the schedule's order.
+// The same with every block checkpointed, and with dropout 0.1
+// (PipelineCompositionTest). With fp16 from a loss scale of 2^30 every stage
+// skips the steps one rank skips, at the same scales (PipelineFp16Test).
 // The schedule itself (PipelineScheduleOrder): P = 4, M = 8 under 1F1B is
 // the order written out by hand, and the activations alive on a stage (the
 // tracker's peak) hold at most min(P - s, M) micro-batches, where GPipe's
@@ -65,6 +68,8 @@ struct Layout {
   int micro_batches = kMicroBatches;
   int64_t global_batch = kGlobalBatch;
   bool fp16 = false;  // dynamic loss scaling from 2^30: the first steps overflow
+  int64_t interval = 0;  // pipeline.activation_checkpoint_interval
+  float dropout = 0.0f;
   std::string name() const {
     return cat("P=", pipeline, " T=", tensor, " D=", world().world_size() / (pipeline * tensor), " ",
                pipeline_schedule_name(schedule), " ZeRO-", stage);
@@ -111,6 +116,7 @@ RunResult train(Communicator& comm, const Layout& l, int steps = kSteps, const C
   ec.gradient_clipping = 1.0f;
   ec.pipeline.stages = l.pipeline;
   ec.pipeline.schedule = l.schedule;
+  ec.pipeline.activation_checkpoint_interval = l.interval;
   if (l.fp16) {
     ec.param_dtype = DType::kF16;
     ec.check_grad_overflow = true;
@@ -120,8 +126,10 @@ RunResult train(Communicator& comm, const Layout& l, int steps = kSteps, const C
       gpt_pipeline_stage(kModel, mesh.coordinates().pipeline, l.pipeline, PartitionMethod::kUniform);
   EXPECT_TRUE(stage.ok()) << stage.status();
   CpuBackend backend;
+  GptConfig model = kModel;
+  model.dropout = l.dropout;
   absl::StatusOr<std::unique_ptr<Engine>> e =
-      Engine::create(std::make_unique<Gpt>(kModel, &mesh.tensor(), false, *stage), ec, backend, mesh);
+      Engine::create(std::make_unique<Gpt>(model, &mesh.tensor(), false, *stage), ec, backend, mesh);
   EXPECT_TRUE(e.ok()) << e.status();
   if (!e.ok()) return out;
   Engine& engine = **e;
@@ -245,6 +253,22 @@ INSTANTIATE_TEST_SUITE_P(Stages, PipelineParallelTest,
                            return cat("Zero", std::get<0>(info.param), "_",
                                       pipeline_schedule_name(std::get<1>(info.param)));
                          });
+
+// Checkpointing every block of each stage (pipeline.activation_checkpoint_interval
+// 1), and dropout 0.1 (masks keyed by the global sample, whatever the stage
+// and micro-batch): still one rank's losses and weights.
+TEST(PipelineCompositionTest, CheckpointingAndDropoutMatchOneRank) {
+  if (layouts().empty()) GTEST_SKIP() << "no pipeline layout at world " << world().world_size();
+  const std::unique_ptr<Communicator> own = make_local_communicator();
+  const RunResult with_dropout = train(*own, Layout{.dropout = 0.1f});
+  for (const auto& [p, t] : layouts()) {
+    const Layout checkpointed{.pipeline = p, .tensor = t, .stage = 2, .interval = 1};
+    expect_matches(train(world(), checkpointed), reference(), checkpointed.name() + ", every block checkpointed");
+    const Layout dropout{.pipeline = p, .tensor = t, .schedule = PipelineScheduleKind::kGPipe, .stage = 1,
+                         .dropout = 0.1f};
+    expect_matches(train(world(), dropout), with_dropout, dropout.name() + ", dropout 0.1");
+  }
+}
 
 // fp16 from a loss scale of 2^30: the gradients overflow on some stage in
 // the first steps, and every stage skips the same steps (the overflow flag
