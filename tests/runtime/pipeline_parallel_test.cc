@@ -53,6 +53,7 @@ namespace zero {
 namespace {
 
 using testing::fnv;
+using testing::same_everywhere;
 using testing::world;
 
 const GptConfig kModel{.n_layer = 4, .n_head = 4, .d_model = 16, .vocab_size = 37, .seq_len = 8};
@@ -84,12 +85,6 @@ struct RunResult {
   bool data_replicas_identical = true, tied_copies_identical = true, order_as_scheduled = true;
   int64_t activation_peak = 0;  // bytes, over the last step
 };
-
-bool same_everywhere(Communicator& group, uint64_t h) {
-  const double hv = static_cast<double>(h >> 12);  // 52 bits survive a double
-  const double lo = -group.all_reduce_max(-hv).value(), hi = group.all_reduce_max(hv).value();
-  return lo == hi;
-}
 
 struct Checkpointing {
   std::string save_dir;  // saves after step save_after
@@ -175,20 +170,7 @@ RunResult train(Communicator& comm, const Layout& l, int steps = kSteps, const C
       EXPECT_TRUE(saved.ok()) << saved.status();
     }
   }
-  for (Parameter* p : engine.model().parameters()) {
-    absl::StatusOr<std::vector<float>> v = engine.gather_master(*p);
-    EXPECT_TRUE(v.ok()) << v.status();
-    if (!v.ok()) continue;
-    if (!p->slice()) {
-      out.master[p->name()] = *v;
-      continue;
-    }
-    std::vector<float> full(static_cast<size_t>(shape_numel(p->global_shape())), 0.0f);
-    for (int64_t i = 0; i < p->numel(); ++i) full[p->global_index(i)] = (*v)[i];
-    EXPECT_TRUE(mesh.tensor().all_reduce(full.data(), static_cast<int64_t>(full.size()), DType::kF32, ReduceOp::kSum)
-                    .ok());
-    out.master[p->name()] = full;
-  }
+  out.master = testing::full_master_weights(engine, mesh.tensor());
   return out;
 }
 
@@ -211,27 +193,11 @@ std::vector<std::pair<int, int>> layouts() {
 }
 
 void expect_matches(const RunResult& got, const RunResult& ref, const std::string& what) {
-  ASSERT_EQ(got.losses.size(), ref.losses.size()) << what;
-  for (int s = 0; s < kSteps; ++s) {
-    EXPECT_NEAR(got.losses[s], ref.losses[s], 1e-5 * ref.losses[s]) << what << " step " << s + 1;
-    EXPECT_NEAR(got.norms[s], ref.norms[s], (s == 0 ? 1e-6 : 5e-5) * ref.norms[s]) << what << " step " << s + 1;
-  }
+  testing::expect_same_trajectory(got.losses, got.norms, ref.losses, ref.norms, what);
   EXPECT_TRUE(got.data_replicas_identical) << what << ": parameters differ across data replicas";
   EXPECT_TRUE(got.tied_copies_identical) << what << ": the token table's copies differ between first and last stage";
   EXPECT_TRUE(got.order_as_scheduled) << what << ": forwards and backwards ran out of the schedule's order";
-  ASSERT_FALSE(got.master.empty()) << what;
-  double max_abs = 0, max_diff = 0;
-  for (const auto& [name, have] : got.master) {
-    const auto it = ref.master.find(name);
-    ASSERT_NE(it, ref.master.end()) << what << ": " << name << " is not the whole model's";
-    ASSERT_EQ(have.size(), it->second.size()) << what << ": " << name;
-    for (size_t j = 0; j < have.size(); ++j) {
-      max_abs = std::max(max_abs, std::abs(double(it->second[j])));
-      max_diff = std::max(max_diff, std::abs(double(have[j]) - it->second[j]));
-    }
-  }
-  EXPECT_LE(max_diff, 1e-5 * max_abs) << what << ": final master weights";
-  EXPECT_LT(ref.losses.back(), ref.losses.front() - 0.1) << "the reference run learns";
+  testing::expect_same_weights(got.master, ref.master, what);  // this stage's tensors
 }
 
 class PipelineParallelTest : public ::testing::TestWithParam<std::tuple<int, PipelineScheduleKind>> {};

@@ -62,13 +62,13 @@ namespace zero {
 namespace {
 
 using testing::fnv;
+using testing::same_everywhere;
 using testing::world;
 
 const GptConfig kModel{.n_layer = 2, .n_head = 4, .d_model = 16, .vocab_size = 37, .seq_len = 8};
 constexpr int64_t kGlobalBatch = 24;  // divides over 1, 2, 4 and 8 data-parallel ranks
 constexpr int kSteps = 20;
 const OptimizerConfig kSgd{.type = OptimizerType::kSGD, .lr = 0.1f, .weight_decay = 0.01f, .momentum = 0.9f};
-
 
 struct RunResult {
   std::vector<double> losses, norms;
@@ -77,14 +77,6 @@ struct RunResult {
   int64_t local_parameters = 0;
   int64_t tensor_bytes_first_pass = -1;  // the tensor group's bytes over the first forward + backward
 };
-
-
-// min == max of h over the group.
-bool same_everywhere(Communicator& group, uint64_t h) {
-  const double hv = static_cast<double>(h >> 12);  // 52 bits survive a double
-  const double lo = -group.all_reduce_max(-hv).value(), hi = group.all_reduce_max(hv).value();
-  return lo == hi;
-}
 
 EngineConfig engine_config(int stage, int data_size) {
   EngineConfig ec;
@@ -195,20 +187,7 @@ RunResult train(int stage, int tensor, float dropout = 0.0f, bool sequence_paral
   }
   // The full master weights: each tensor rank places its slice in the
   // unsplit tensor, and the slices are summed over the tensor group.
-  for (Parameter* p : e.model().parameters()) {
-    absl::StatusOr<std::vector<float>> v = e.gather_master(*p);
-    EXPECT_TRUE(v.ok()) << v.status();
-    if (!v.ok()) continue;
-    if (!p->slice()) {
-      out.master[p->name()] = *v;
-      continue;
-    }
-    std::vector<float> full(static_cast<size_t>(shape_numel(p->global_shape())), 0.0f);
-    for (int64_t i = 0; i < p->numel(); ++i) full[p->global_index(i)] = (*v)[i];
-    EXPECT_TRUE(mesh.tensor().all_reduce(full.data(), static_cast<int64_t>(full.size()), DType::kF32, ReduceOp::kSum)
-                    .ok());
-    out.master[p->name()] = full;
-  }
+  out.master = testing::full_master_weights(e, mesh.tensor());
   return out;
 }
 
@@ -229,25 +208,11 @@ std::vector<int> tensor_sizes() {
 }
 
 void expect_matches(const RunResult& got, const RunResult& ref, const std::string& what) {
-  ASSERT_EQ(got.losses.size(), ref.losses.size()) << what;
-  for (int s = 0; s < kSteps; ++s) {
-    EXPECT_NEAR(got.losses[s], ref.losses[s], 1e-5 * ref.losses[s]) << what << " step " << s + 1;
-    EXPECT_NEAR(got.norms[s], ref.norms[s], (s == 0 ? 1e-6 : 5e-5) * ref.norms[s]) << what << " step " << s + 1;
-  }
+  testing::expect_same_trajectory(got.losses, got.norms, ref.losses, ref.norms, what);
   EXPECT_TRUE(got.data_replicas_identical) << what << ": parameters differ across data replicas";
   EXPECT_TRUE(got.tensor_replicas_identical) << what << ": replicated parameters differ across the tensor group";
-  double max_abs = 0, max_diff = 0;
-  for (const auto& [name, want] : ref.master) {
-    const auto it = got.master.find(name);
-    ASSERT_NE(it, got.master.end()) << what << ": " << name;
-    ASSERT_EQ(it->second.size(), want.size()) << what << ": " << name;
-    for (size_t j = 0; j < want.size(); ++j) {
-      max_abs = std::max(max_abs, std::abs(double(want[j])));
-      max_diff = std::max(max_diff, std::abs(double(it->second[j]) - want[j]));
-    }
-  }
-  EXPECT_LE(max_diff, 1e-5 * max_abs) << what << ": final master weights";
-  EXPECT_LT(ref.losses.back(), ref.losses.front() - 0.1) << "the reference run learns";
+  ASSERT_EQ(got.master.size(), ref.master.size()) << what;
+  testing::expect_same_weights(got.master, ref.master, what);
 }
 
 // Replicated parameters whole, split ones by 1/T (the vocabulary's rows by even_split).

@@ -81,6 +81,13 @@ TEST(ZeroTrainMpiTest, TwoPipelineStagesTrainWhatOneRankTrains) {
   }
 }
 
+// One step of configs/small-gpt.json on `ranks` ranks with `set` overrides.
+zero::testing::CommandResult launch(int ranks, const std::string& set) {
+  return zero::testing::run_command("cd " + std::string(ZE_SOURCE_DIR) + " && timeout 300 " + ZE_MPIEXEC +
+                                    " --allow-run-as-root --oversubscribe -np " + std::to_string(ranks) + " " +
+                                    ZE_TRAIN_BIN + " --config configs/small-gpt.json " + set + " --steps 1");
+}
+
 // mpirun's report of the exit code of the first rank that failed.
 int reported_exit_code(const std::string& output) {
   const size_t at = output.find("Exit code:");
@@ -88,29 +95,18 @@ int reported_exit_code(const std::string& output) {
 }
 
 TEST(ZeroTrainMpiTest, ATensorSizeTheWorldOrTheHeadsDoNotDivideExitsTwo) {
-  auto launch = [](int ranks, const std::string& set) {
-    return zero::testing::run_command("cd " + std::string(ZE_SOURCE_DIR) + " && timeout 300 " + ZE_MPIEXEC +
-                                      " --allow-run-as-root --oversubscribe -np " + std::to_string(ranks) + " " +
-                                      ZE_TRAIN_BIN + " --config configs/small-gpt.json --set train_batch_size=6 " + set +
-                                      " --steps 1");
-  };
-  const auto world = launch(3, "--set tensor_parallel.autotp_size=2");
+  const auto world = launch(3, "--set train_batch_size=6 --set tensor_parallel.autotp_size=2");
   EXPECT_NE(world.exit_code, 0);
   EXPECT_NE(world.output.find("tensor_parallel.autotp_size: 2 does not divide the world of 3 ranks"), std::string::npos)
       << world.output;
   EXPECT_EQ(reported_exit_code(world.output), 2) << world.output;
-  const auto heads = launch(3, "--set tensor_parallel.autotp_size=3");  // small-gpt has 4 heads
+  const auto heads = launch(3, "--set train_batch_size=6 --set tensor_parallel.autotp_size=3");  // 4 heads
   EXPECT_NE(heads.output.find("tensor_parallel.autotp_size: 3 does not divide model.n_head 4"), std::string::npos)
       << heads.output;
   EXPECT_EQ(reported_exit_code(heads.output), 2) << heads.output;
 }
 
 TEST(ZeroTrainMpiTest, APipelineTheWorldOrTheLayersCannotHoldExitsTwo) {
-  auto launch = [](int ranks, const std::string& set) {
-    return zero::testing::run_command("cd " + std::string(ZE_SOURCE_DIR) + " && timeout 300 " + ZE_MPIEXEC +
-                                      " --allow-run-as-root --oversubscribe -np " + std::to_string(ranks) + " " +
-                                      ZE_TRAIN_BIN + " --config configs/small-gpt.json " + set + " --steps 1");
-  };
   const auto world = launch(3, "--set train_batch_size=6 --set pipeline.stages=2");
   EXPECT_NE(world.output.find("pipeline.stages: 2 pipeline stages x tensor_parallel.autotp_size 1 do not divide the "
                               "world of 3 ranks"),
