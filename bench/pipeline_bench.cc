@@ -4,13 +4,16 @@
 // mesh of P stages x W/P data-parallel ranks, ZeRO-1, for P in {1, 2, 4}
 // and M micro-batches per step in {4, 8, 16}, under 1F1B and GPipe.
 //
-// A stage is idle while its compute thread waits for a neighbour's
-// activation or gradient (StepResult::pipeline_wait_s, measured around each
-// receive's wait); idle fraction = that wait / the schedule's wall time,
-// averaged over the stages (all-reduced, so rank 0 reports the mean over
-// every rank). The counters, per benchmark:
-//   idle_fraction        measured (mean over ranks)
-//   ideal_bubble         (P - 1) / (M + P - 1), each stage on a processor of its own
+// Every rank enters the step after a barrier; the schedule lasts as long as
+// its slowest stage (the max over ranks of StepResult::pipeline_s). A stage
+// is idle for whatever part of that it does not compute (forward_s +
+// backward_s): waiting for a neighbour, before its first micro-batch
+// arrives and after its last backward, and in transfers that did not
+// overlap. The counters, per benchmark (means over the steps and ranks,
+// all-reduced so that rank 0 reports them):
+//   idle_fraction        1 - busy / the schedule's time, mean over ranks
+//   recv_wait_fraction   of it, the time spent waiting in receives (pipeline_wait_s)
+//   ideal_bubble         (P - 1) / (M + P - 1): stages of equal work, each on a processor of its own
 //   ratio_to_ideal       idle_fraction / ideal_bubble
 //   step_ms              wall time of one optimizer step (train_batch)
 //   tokens_per_s         the global batch's tokens per second
@@ -71,23 +74,27 @@ void BM_Pipeline(benchmark::State& state) {
   };
   // One step to warm up (first-touch pages, oneDNN primitives).
   (void)engine->train_batch(next).value();
-  double wait = 0, schedule_s = 0, wall = 0;
+  double idle = 0, recv_wait = 0, wall = 0;
   int64_t steps = 0;
   for (auto _ : state) {
     (void)world.barrier();
     const auto t0 = std::chrono::steady_clock::now();
     const StepResult r = engine->train_batch(next).value();
     wall += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    wait += r.pipeline_wait_s;
-    schedule_s += r.pipeline_s;
+    if (stages > 1) {
+      const double schedule = world.all_reduce_max(r.pipeline_s).value();
+      idle += 1.0 - (r.forward_s + r.backward_s) / schedule;
+      recv_wait += r.pipeline_wait_s / schedule;
+    }
     ++steps;
   }
-  // Without stages there is no wait; the fraction is 0.
-  double fraction = schedule_s > 0 ? wait / schedule_s : 0.0;
-  fraction = world.all_reduce_sum(fraction).value() / world.world_size();
+  const int w = world.world_size();
+  const double fraction = world.all_reduce_sum(idle / steps).value() / w;
+  const double waiting = world.all_reduce_sum(recv_wait / steps).value() / w;
   const double mean_wall = world.all_reduce_max(wall / steps).value();
   const double ideal = ideal_bubble_fraction(stages, micro_batches);
   state.counters["idle_fraction"] = fraction;
+  state.counters["recv_wait_fraction"] = waiting;
   state.counters["ideal_bubble"] = ideal;
   if (stages > 1) state.counters["ratio_to_ideal"] = fraction / ideal;
   state.counters["step_ms"] = mean_wall * 1e3;

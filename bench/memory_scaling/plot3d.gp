@@ -2,10 +2,12 @@
 # rank's peak tracked bytes, measured (filled) beside planned (hatched), one
 # colour per stage, layouts left to right by P, then T. Run from the results
 # folder by run.sh (PIPELINES != 1): reads memory_3d.dat (x, label, stage,
-# measured MiB, planned MiB; collect.py leaves a gap between layouts).
+# measured MiB, planned MiB; collect.py leaves a gap between layouts);
+# run.sh names the run with -e "run='...'" (config, ranks, accumulation).
 set terminal pngcairo size 1400,640 font ",11"
 set output "memory_3d.png"
-set title "bf16 + AdamW: peak tracked memory of the largest rank per layout D x T x P and ZeRO stage (z)"
+if (!exists("run")) run = ""
+set title sprintf("%s: peak tracked memory of the largest rank per layout D x T x P and ZeRO stage (z)", run)
 set ylabel "MiB on the largest rank"
 set yrange [0:*]
 set xrange [-1:*]

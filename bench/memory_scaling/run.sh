@@ -27,8 +27,9 @@
 # TENSORS="1 2 4" SP="0 1" OUT=results-tp; GPT-2 124M at T = 1, 2, 4 on 4
 # ranks: CONFIG=bench/memory_scaling/gpt2-124m-tp.json RANKS=4 STAGES=0
 # TENSORS="1 2 4" SP="0 1" STEPS=3 OUT=results-124m-tp. The 3D sweep (every
-# D x T x P = 8, about 6 minutes): RANKS=8 TENSORS="1 2 4 8" PIPELINES="1 2 4 8"
-# ACCUM=4 OUT=results-3d.
+# D x T x P = 8, 34 runs, 4-7 minutes): RANKS=8 TENSORS="1 2 4 8"
+# PIPELINES="1 2 4 8" ACCUM=4 OUT=results-3d; the largest model per layout
+# that fits a budget is bench/memory_scaling/largest_fit.py.
 # Needs mpirun, python3 and gnuplot (gnuplot-nox).
 set -euo pipefail
 
@@ -110,7 +111,7 @@ fi
 [ "$plot" = plot3d.gp ] || rm -f "$out/memory_3d.dat"
 if [ -n "$plot" ]; then
   if command -v gnuplot >/dev/null; then
-    (cd "$out" && gnuplot "$here/$plot")
+    (cd "$out" && gnuplot -e "run='$(basename "$config"), ranks ${ranks// /,}, accumulation $accum'" "$here/$plot")
     echo "== wrote $out/$png"
   else
     echo "run.sh: gnuplot not found (apt-get install gnuplot-nox): no plot" >&2

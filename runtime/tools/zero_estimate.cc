@@ -140,6 +140,7 @@ int params_mode(const Args& a) {
 zero::Json plan_json(const zero::MemoryPlan& p) {
   zero::Json j;
   j["rank"] = p.rank;
+  j["num_parameters"] = p.num_parameters;  // this rank's (its tensor slice of its pipeline stage)
   for (int t = 0; t < zero::kNumTiers; ++t) {
     const zero::Tier tier = static_cast<zero::Tier>(t);
     if (tier != p.compute_tier && p.total(tier) == 0) continue;
@@ -195,7 +196,7 @@ int config_mode(const Args& a) {
     j["tensor"] = config->tensor_size();
     j["pipeline"] = config->pipeline_size();
     j["stage"] = zero::stage_number(e.zero.stage);
-    j["num_parameters"] = plans[0].num_parameters;
+    j["num_parameters"] = config->model.gpt.num_parameters();  // the whole model's; each rank's below
     j["max_rank"] = max_rank;
     j["ranks"] = zero::Json::array();
     for (const zero::MemoryPlan& p : plans) j["ranks"].push_back(plan_json(p));
