@@ -188,6 +188,8 @@ absl::Status Engine::cross_entropy(const Tensor& logits, const Tensor& targets, 
 int64_t Engine::comm_bytes() const {
   int64_t bytes = mesh_->data().bytes_communicated();
   if (mesh_->shape().tensor > 1) bytes += mesh_->tensor().bytes_communicated();
+  if (pipelined()) bytes += mesh_->pipeline().bytes_communicated();
+  if (const Communicator* tied = mesh_->embedding()) bytes += tied->bytes_communicated();
   return bytes;
 }
 

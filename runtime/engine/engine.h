@@ -193,7 +193,8 @@ class Engine {
   // ctx_ and the pipeline's others.
   std::vector<Context*> contexts();
   bool pipelined() const { return mesh_->shape().pipeline > 1; }
-  // Bytes this rank sent into collectives so far: data group, and tensor group when split.
+  // Bytes this rank sent into collectives so far: data group, tensor group
+  // when split, and with pipeline stages the transfers and the tied table's sum.
   int64_t comm_bytes() const;
 
   std::unique_ptr<Module> model_;

@@ -13,7 +13,9 @@
 //    table's two copies (first stage, last stage's tied head) bitwise equal;
 //  * every stage's fp32 master weights, reassembled from the tensor slices,
 //    match one rank's for the same names within 1e-5 of the largest;
-//  * the forwards and backwards each stage ran are the schedule's order.
+//  * the forwards and backwards each stage ran are the schedule's order;
+//  * with P ranks alone (no data or tensor group) a step sends exactly the
+//    schedule's activations and gradients and the tied table's all-reduce.
 // The same with every block checkpointed, and with dropout 0.1
 // (PipelineCompositionTest). With fp16 from a loss scale of 2^30 every stage
 // skips the steps one rank skips, at the same scales (PipelineFp16Test).
@@ -84,6 +86,7 @@ struct RunResult {
   std::map<std::string, std::vector<float>> master;  // this rank's stage's, reassembled over the tensor group
   bool data_replicas_identical = true, tied_copies_identical = true, order_as_scheduled = true;
   int64_t activation_peak = 0;  // bytes, over the last step
+  int64_t comm_bytes_first_step = -1;  // StepResult::comm_bytes of step 1
 };
 
 struct Checkpointing {
@@ -148,6 +151,7 @@ RunResult train(Communicator& comm, const Layout& l, int steps = kSteps, const C
     out.losses.push_back(r->loss);
     out.norms.push_back(r->grad_norm);
     out.skipped.push_back(r->skipped);
+    if (step == 0) out.comm_bytes_first_step = r->comm_bytes;
     out.loss_scales.push_back(r->loss_scale);
     out.order_as_scheduled = out.order_as_scheduled && engine.executed_order() == scheduled;
     uint64_t all = 0xcbf29ce484222325ull;
@@ -207,7 +211,19 @@ TEST_P(PipelineParallelTest, MatchesOneRankOnTheSameGlobalBatch) {
   if (layouts().empty()) GTEST_SKIP() << "no pipeline layout at world " << world().world_size();
   for (const auto& [p, t] : layouts()) {
     const Layout l{.pipeline = p, .tensor = t, .schedule = schedule, .stage = stage};
-    expect_matches(train(world(), l), reference(), l.name());
+    const RunResult got = train(world(), l);
+    expect_matches(got, reference(), l.name());
+    // Without data or tensor groups a step moves exactly the schedule's
+    // transfers: M activations [B, S, C] forward from every stage but the
+    // last, M gradients back from every stage but the first, and the
+    // all-reduce of the token table's gradient between the end stages.
+    if (world().world_size() == p) {
+      const int s = world().rank();
+      const int64_t activation = kGlobalBatch / kMicroBatches * kModel.seq_len * kModel.d_model * 4;
+      const int64_t expected = kMicroBatches * activation * ((s < p - 1) + (s > 0)) +
+                               (s == 0 || s == p - 1 ? kModel.vocab_size * kModel.d_model * 4 : 0);
+      if (stage == 0) EXPECT_EQ(got.comm_bytes_first_step, expected) << l.name() << " stage " << s;
+    }
   }
 }
 

@@ -137,10 +137,12 @@ TEST(ZeroTrainMpiTest, APipelineTheWorldOrTheLayersCannotHoldExitsTwo) {
 TEST(ZeroTrainMpiTest, AMiddleStageDyingStopsTheJobNamingTheTransfer) {
   const std::string metrics = ::testing::TempDir() + "/ZeroTrainMpiTest.death.jsonl";
   std::remove(metrics.c_str());
-  // Kill rank 1 once rank 0 has written a step: the run is in its schedule.
+  // Kill rank 1 of this job (its processes alone carry this metrics path;
+  // other tests' zero-train may run beside it) once rank 0 has written a
+  // step: the run is in its schedule.
   const std::string killer =
       "( for i in $(seq 600); do [ -s " + metrics + " ] && break; sleep 0.1; done; "
-      "for p in $(pgrep -f 'zero-train --config configs/small-gpt.json'); do "
+      "for p in $(pgrep -f -- '--metrics " + metrics + "'); do "
       "tr '\\0' '\\n' < /proc/$p/environ 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && kill -9 $p; done ) & ";
   const auto t0 = std::chrono::steady_clock::now();
   const auto r = zero::testing::run_command(
