@@ -32,6 +32,15 @@ __device__ __forceinline__ void merge_max_sum(float& m, float& s, float m2, floa
   }
 }
 
+// A negative target ignores its row: zero gradient (the row's `cols` values
+// of x) and zero loss. True for such a row (the block's threads all see it).
+__device__ bool ignored_row(int32_t target, float* x, int64_t cols, float* loss) {
+  if (target >= 0) return false;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) x[j] = 0.0f;
+  if (threadIdx.x == 0) *loss = 0.0f;
+  return true;
+}
+
 __global__ void cross_entropy_kernel(float* logits, const int32_t* __restrict__ targets,
                                      int64_t vocab, float grad_scale,
                                      float* __restrict__ losses) {
@@ -39,11 +48,7 @@ __global__ void cross_entropy_kernel(float* logits, const int32_t* __restrict__ 
   const int64_t row = blockIdx.x;
   float* x = logits + row * vocab;
   const int32_t target = targets[row];
-  if (target < 0) {
-    for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) x[j] = 0.0f;
-    if (threadIdx.x == 0) losses[row] = 0.0f;
-    return;
-  }
+  if (ignored_row(target, x, vocab, losses + row)) return;
   if (target >= vocab) {
     if (threadIdx.x == 0) {
       printf("ZeroEngine CUDA cross_entropy: target %d at row %lld is >= vocab %lld\n", target,
@@ -144,11 +149,7 @@ __global__ void cross_entropy_slice_finish_kernel(float* probs, const int32_t* _
   const int64_t r = blockIdx.x;
   float* x = probs + r * cols;
   const int32_t target = targets[r];
-  if (target < 0) {
-    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) x[c] = 0.0f;
-    if (threadIdx.x == 0) losses[r] = 0.0f;
-    return;
-  }
+  if (ignored_row(target, x, cols, losses + r)) return;
   const float sum = sums[2 * r], scale = grad_scale / sum;
   const int64_t j = static_cast<int64_t>(target) - first;
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
