@@ -10,11 +10,12 @@
 // forward or backward; it is waited for, and its tensor dropped, before the
 // one after (so the memory held never depends on timing, and the planner's
 // dry run holds what a run holds). The compute thread waits for a receive
-// only right before the forward or backward that needs it; that wait is the
-// stage's share of the bubble (StepResult::pipeline_wait_s).
+// only right before the forward or backward that needs it; that wait is
+// part of the stage's bubble (StepResult::pipeline_wait_s).
 #include <chrono>
 #include <deque>
 #include <limits>
+#include <utility>
 
 #include "core/status.h"
 #include "core/strings.h"
@@ -30,7 +31,8 @@ double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::ste
 
 // What one micro-batch holds on this stage between its instructions.
 struct MicroBatch {
-  Batch batch;         // drawn at its forward
+  Batch batch;         // drawn right before its forward (with its input's receive on later stages); its
+                       // views are valid until the next draw, and only its shape is read after the forward
   Tensor input;        // the previous stage's activation (stages after the first)
   CommHandle input_ready;
   Tensor output;       // this stage's activation for the next stage (stages before the last)
@@ -91,17 +93,17 @@ absl::StatusOr<StepResult> Engine::run_pipeline(const MicroBatchSource& next) {
     return backend_.empty(model_->stage_output_shape(mb.batch.inputs.shape()), DType::kF32,
                           MemCategory::kActivations);
   };
-  auto post_recv_activation = [&](int m) -> absl::Status {
+  // The buffers receives land in. An activation's micro-batch is drawn
+  // here, right before its forward (the last stage reads its targets there).
+  auto input_buffer = [&](int m) -> absl::StatusOr<Tensor*> {
     MicroBatch& mb = micro[m];
     ZE_ASSIGN_OR_RETURN(mb.batch, next(m));
     mb.input = activation_like(mb);
-    mb.input_ready = pipe.recv_async(mb.input.data(), mb.input.numel(), DType::kF32, stage - 1);
-    return absl::OkStatus();
+    return &mb.input;
   };
-  auto post_recv_grad = [&](int m) {
-    MicroBatch& mb = micro[m];
-    mb.output_grad = activation_like(mb);
-    mb.output_grad_ready = pipe.recv_async(mb.output_grad.data(), mb.output_grad.numel(), DType::kF32, stage + 1);
+  auto output_grad_buffer = [&](int m) {
+    micro[m].output_grad = activation_like(micro[m]);
+    return &micro[m].output_grad;
   };
 
   auto forward = [&](int m) -> absl::Status {
@@ -164,8 +166,7 @@ absl::StatusOr<StepResult> Engine::run_pipeline(const MicroBatchSource& next) {
   };
 
   auto send = [&](Tensor& t, int peer) {
-    sending.push_back({pipe.send_async(t.data(), t.numel(), DType::kF32, peer), t, computes});
-    t = Tensor();
+    sending.push_back({pipe.send_async(t.data(), t.numel(), DType::kF32, peer), std::exchange(t, Tensor()), computes});
   };
 
   const std::vector<PipeInstruction> program =
@@ -174,36 +175,38 @@ absl::StatusOr<StepResult> Engine::run_pipeline(const MicroBatchSource& next) {
     switch (in.op) {
       case PipeOp::kForward: status = forward(in.micro); break;
       case PipeOp::kBackward: status = backward(in.micro); break;
-      case PipeOp::kRecvActivation: status = post_recv_activation(in.micro); break;
-      case PipeOp::kRecvGrad: post_recv_grad(in.micro); break;
+      case PipeOp::kRecvActivation: {
+        absl::StatusOr<Tensor*> in_buf = input_buffer(in.micro);
+        status = in_buf.status();
+        if (in_buf.ok()) {
+          micro[in.micro].input_ready = pipe.recv_async((*in_buf)->data(), (*in_buf)->numel(), DType::kF32, stage - 1);
+        }
+        break;
+      }
+      case PipeOp::kRecvGrad: {
+        Tensor* g = output_grad_buffer(in.micro);
+        micro[in.micro].output_grad_ready = pipe.recv_async(g->data(), g->numel(), DType::kF32, stage + 1);
+        break;
+      }
       case PipeOp::kSendActivation: send(micro[in.micro].output, stage + 1); break;
       case PipeOp::kSendGrad: send(micro[in.micro].input_grad, stage - 1); break;
       case PipeOp::kSendActivationRecvGrad: {
-        MicroBatch& out = micro[in.micro];
-        MicroBatch& back = micro[in.recv_micro];
-        back.output_grad = activation_like(back);
-        CommHandle h = pipe.send_recv_async(out.output.data(), out.output.numel(), back.output_grad.data(),
-                                            back.output_grad.numel(), DType::kF32, stage + 1);
-        back.output_grad_ready = h;
-        sending.push_back({h, out.output, computes});
-        out.output = Tensor();
+        Tensor& out = micro[in.micro].output;
+        Tensor* g = output_grad_buffer(in.recv_micro);
+        CommHandle h = pipe.send_recv_async(out.data(), out.numel(), g->data(), g->numel(), DType::kF32, stage + 1);
+        micro[in.recv_micro].output_grad_ready = h;
+        sending.push_back({h, std::exchange(out, Tensor()), computes});
         break;
       }
       case PipeOp::kSendGradRecvActivation: {
-        MicroBatch& out = micro[in.micro];
-        MicroBatch& fwd = micro[in.recv_micro];
-        absl::StatusOr<Batch> batch = next(in.recv_micro);
-        if (!batch.ok()) {
-          status = batch.status();
-          break;
-        }
-        fwd.batch = *std::move(batch);
-        fwd.input = activation_like(fwd);
-        CommHandle h = pipe.send_recv_async(out.input_grad.data(), out.input_grad.numel(), fwd.input.data(),
-                                            fwd.input.numel(), DType::kF32, stage - 1);
-        fwd.input_ready = h;
-        sending.push_back({h, out.input_grad, computes});
-        out.input_grad = Tensor();
+        Tensor& out = micro[in.micro].input_grad;
+        absl::StatusOr<Tensor*> in_buf = input_buffer(in.recv_micro);
+        status = in_buf.status();
+        if (!in_buf.ok()) break;
+        CommHandle h = pipe.send_recv_async(out.data(), out.numel(), (*in_buf)->data(), (*in_buf)->numel(),
+                                            DType::kF32, stage - 1);
+        micro[in.recv_micro].input_ready = h;
+        sending.push_back({h, std::exchange(out, Tensor()), computes});
         break;
       }
     }
