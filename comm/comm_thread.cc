@@ -24,10 +24,22 @@ void set_current(const std::string& what) {
 
 class ThreadWork final : public CommWork {
  public:
-  ThreadWork(std::string what, int rank, double timeout_s) : what_(std::move(what)), rank_(rank), timeout_s_(timeout_s) {}
+  ThreadWork(std::string what, int rank, double timeout_s, std::shared_ptr<CommThreadState> state)
+      : what_(std::move(what)), rank_(rank), timeout_s_(timeout_s), state_(std::move(state)) {}
   absl::Status wait() override {
     std::unique_lock<std::mutex> lock(mu_);
+    if (done_) return status_;
+    // Once a wait has timed out, the thread is stuck in that operation and
+    // nothing queued behind it will start: fail at once, naming it, rather
+    // than one more timeout per operation (a frozen peer would otherwise
+    // hold every rank for timeout x operations before the job ends).
+    if (std::string stuck = state_->stuck(); !stuck.empty()) {
+      return absl::DeadlineExceededError(cat("rank ", rank_, ": ", what_, " cannot run: the communication thread is "
+                                             "still in ", stuck, ", which did not finish within ", timeout_s_,
+                                             " s (a peer rank is not responding)"));
+    }
     if (!cv_.wait_for(lock, std::chrono::duration<double>(timeout_s_), [&] { return done_; })) {
+      state_->mark_stuck();
       return absl::DeadlineExceededError(
           cat("rank ", rank_, ": ", what_, " did not finish within ", timeout_s_,
               " s: a peer rank is not responding (it died, hangs, or never reached this collective)"));
@@ -51,6 +63,7 @@ class ThreadWork final : public CommWork {
   std::string what_;
   int rank_;
   double timeout_s_;
+  std::shared_ptr<CommThreadState> state_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false;
@@ -75,14 +88,37 @@ CommThread::~CommThread() {
   thread_.join();
 }
 
+void CommThreadState::begin(const std::string& what) {
+  std::lock_guard<std::mutex> lock(mu_);
+  running_ = what;
+}
+
+void CommThreadState::end() {
+  std::lock_guard<std::mutex> lock(mu_);
+  running_.clear();
+  stuck_ = false;
+}
+
+void CommThreadState::mark_stuck() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stuck_ = !running_.empty();
+}
+
+std::string CommThreadState::stuck() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stuck_ ? running_ : std::string();
+}
+
 CommHandle CommThread::enqueue(std::string what, std::function<absl::Status()> fn) {
-  auto work = std::make_shared<ThreadWork>(what, rank_, timeout_s_);
+  auto work = std::make_shared<ThreadWork>(what, rank_, timeout_s_, state_);
   {
     std::lock_guard<std::mutex> lock(mu_);
     const int64_t seq = ++seq_;
-    tasks_.push_back([work, fn = std::move(fn), what = cat(what, " (collective #", seq, ")")] {
+    tasks_.push_back([work, state = state_, fn = std::move(fn), what = cat(what, " (collective #", seq, ")")] {
       set_current(what);
+      state->begin(what);
       absl::Status s = fn();
+      state->end();
       if (!s.ok()) s = absl::Status(s.code(), cat(what, ": ", std::string(s.message())));
       work->finish(std::move(s));
     });

@@ -88,6 +88,17 @@ zero::testing::CommandResult launch(int ranks, const std::string& set) {
                                     ZE_TRAIN_BIN + " --config configs/small-gpt.json " + set + " --steps 1");
 }
 
+// A shell loop sending `signal` to the ranks of the zero-train job whose
+// processes carry `metrics` on their command line (rank `rank`, or all with
+// -1). It matches by the launcher's OMPI_COMM_WORLD_RANK, so neither the
+// shell nor mpirun (whose command lines carry the path too) is hit, nor
+// another test's job.
+std::string signal_ranks(const std::string& metrics, const std::string& signal, int rank) {
+  const std::string env = rank < 0 ? "OMPI_COMM_WORLD_RANK=" : "OMPI_COMM_WORLD_RANK=" + std::to_string(rank);
+  return "for p in $(pgrep -f -- '--metrics " + metrics + "'); do tr '\\0' '\\n' < /proc/$p/environ 2>/dev/null | "
+         "grep -q" + std::string(rank < 0 ? "" : "x") + " " + env + " && kill -" + signal + " $p; done";
+}
+
 // mpirun's report of the exit code of the first rank that failed.
 int reported_exit_code(const std::string& output) {
   const size_t at = output.find("Exit code:");
@@ -140,10 +151,8 @@ TEST(ZeroTrainMpiTest, AMiddleStageDyingStopsTheJobNamingTheTransfer) {
   // Kill rank 1 of this job (its processes alone carry this metrics path;
   // other tests' zero-train may run beside it) once rank 0 has written a
   // step: the run is in its schedule.
-  const std::string killer =
-      "( for i in $(seq 600); do [ -s " + metrics + " ] && break; sleep 0.1; done; "
-      "for p in $(pgrep -f -- '--metrics " + metrics + "'); do "
-      "tr '\\0' '\\n' < /proc/$p/environ 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && kill -9 $p; done ) & ";
+  const std::string killer = "( for i in $(seq 600); do [ -s " + metrics + " ] && break; sleep 0.1; done; " +
+                             signal_ranks(metrics, "KILL", 1) + " ) & ";
   const auto t0 = std::chrono::steady_clock::now();
   const auto r = zero::testing::run_command(
       "( cd " + std::string(ZE_SOURCE_DIR) + " || exit 1; " + killer + "timeout 120 " + ZE_MPIEXEC +
@@ -158,6 +167,31 @@ TEST(ZeroTrainMpiTest, AMiddleStageDyingStopsTheJobNamingTheTransfer) {
   // A survivor names what it was waiting in: a transfer with rank 1, or
   // (when the kill lands between schedules) the step's reduction over the stages.
   EXPECT_NE(r.output.find("signal 15 during "), std::string::npos) << "no survivor named its operation:\n" << r.output;
+}
+
+// A frozen peer under ZeRO-3 (rank 1 stopped with SIGSTOP mid-run, the
+// communicator's timeout 5 s): rank 0 ends with the timeout naming the
+// collective it waited in, exit 1, never an internal error or a hang of one
+// timeout per queued collective (the work behind the stuck one fails at once).
+TEST(ZeroTrainMpiTest, AFrozenPeerEndsTheRunWithTheTimeoutNamingTheCollective) {
+  const std::string metrics = ::testing::TempDir() + "/ZeroTrainMpiTest.frozen.jsonl";
+  std::remove(metrics.c_str());
+  const std::string stopper = "( for i in $(seq 600); do [ -s " + metrics + " ] && break; sleep 0.1; done; " +
+                              signal_ranks(metrics, "STOP", 1) + " ) & ";
+  const auto r = zero::testing::run_command(
+      "( cd " + std::string(ZE_SOURCE_DIR) + " || exit 1; " + stopper + "timeout 120 " + ZE_MPIEXEC +
+      " --allow-run-as-root --oversubscribe -np 2 -x ZE_COMM_TIMEOUT_S=5 " + ZE_TRAIN_BIN +
+      " --config configs/small-gpt.json --config configs/ds/zero3-bf16.json --set train_micro_batch_size_per_gpu=4"
+      " --set gradient_accumulation_steps=1 --set steps_per_print=1 --steps 100000 --metrics " + metrics +
+      "; rc=$?; wait; " + signal_ranks(metrics, "CONT", -1) + "; " + signal_ranks(metrics, "KILL", -1) +
+      "; exit $rc )");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("zero-train (rank 0): "), std::string::npos) << r.output;
+  // The timed-out collective itself, or (when that wait's error was not the
+  // one to surface) the work behind it, naming it.
+  EXPECT_NE(r.output.find("did not finish within 5 s"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("a peer rank is not responding"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("internal error"), std::string::npos) << r.output;
 }
 
 // Two ranks share the machine's cores among their OpenMP threads (cores / 2

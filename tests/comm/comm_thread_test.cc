@@ -1,0 +1,69 @@
+// The communication thread's timeouts: an operation that does not finish
+// (a frozen peer) fails its wait after the timeout, naming it; the work
+// queued behind it then fails at once, naming the stuck operation, instead
+// of one more timeout each; once the stuck operation finishes, everything
+// behind it runs and completes normally.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "comm/comm_thread.h"
+
+namespace zero {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+TEST(CommThreadTest, AfterOneTimeoutTheWorkBehindTheStuckOperationFailsAtOnce) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false;
+  CommThread thread(/*rank=*/3, /*timeout_s=*/0.2);
+  CommHandle stuck = thread.enqueue("all_gather of 8 B (the frozen one)", [&] {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return release; });
+    return absl::OkStatus();
+  });
+  CommHandle behind = thread.enqueue("reduce_scatter of 16 B", [] { return absl::OkStatus(); });
+  CommHandle further = thread.enqueue("all_reduce of 4 B", [] { return absl::OkStatus(); });
+
+  auto t0 = std::chrono::steady_clock::now();
+  const absl::Status first = stuck->wait();
+  EXPECT_GE(seconds_since(t0), 0.2);
+  EXPECT_EQ(first.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(first.message().find("rank 3: all_gather of 8 B (the frozen one) did not finish within 0.2 s"),
+            std::string_view::npos)
+      << first;
+
+  // The message is the fast path's: these waits did not run timers of their own.
+  for (const CommHandle& h : {behind, further}) {
+    const absl::Status s = h->wait();
+    EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
+    EXPECT_NE(s.message().find("the communication thread is still in all_gather of 8 B (the frozen one) (collective #1)"),
+              std::string_view::npos)
+        << s;
+  }
+
+  // The peer wakes up: the stuck operation finishes, and so does the rest.
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    release = true;
+  }
+  cv.notify_all();
+  t0 = std::chrono::steady_clock::now();
+  while (!further->done() && seconds_since(t0) < 10) std::this_thread::yield();
+  EXPECT_TRUE(stuck->wait().ok());
+  EXPECT_TRUE(behind->wait().ok());
+  EXPECT_TRUE(further->wait().ok());
+  // No longer stuck: new work waits normally.
+  EXPECT_TRUE(thread.enqueue("barrier", [] { return absl::OkStatus(); })->wait().ok());
+}
+
+}  // namespace
+}  // namespace zero
