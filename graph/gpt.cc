@@ -9,28 +9,44 @@
 
 namespace zero {
 
+int64_t GptConfig::ffn_width() const {
+  if (!llama()) return 4 * d_model;
+  if (d_ff > 0) return d_ff;
+  const int64_t h = 2 * (4 * d_model) / 3;  // Llama's rule: 2/3 of 4 d, up to a multiple of 256
+  return (h + 255) / 256 * 256;
+}
+
 int64_t GptConfig::block_parameters() const {
-  const int64_t c = d_model;
+  const int64_t c = d_model, f = ffn_width();
+  if (llama()) {
+    const int64_t kv = kv_heads() * head_dim();
+    return 2 * c                      // input_layernorm, post_attention_layernorm
+           + c * c + 2 * c * kv + c * c  // q, k, v, o
+           + 3 * c * f;               // gate, up, down
+  }
   return 2 * c                  // ln_1
          + 3 * c * c + 3 * c    // c_attn
          + c * c + c            // attn c_proj
          + 2 * c                // ln_2
-         + 4 * c * c + 4 * c    // c_fc
-         + 4 * c * c + c;       // mlp c_proj
+         + c * f + f            // c_fc
+         + f * c + c;           // mlp c_proj
 }
 
 int64_t GptConfig::num_parameters() const {
   const int64_t c = d_model;
-  return vocab_size * c + seq_len * c + n_layer * block_parameters() + 2 * c;
+  if (llama()) return vocab_size * c * (tied_head() ? 1 : 2) + n_layer * block_parameters() + c;
+  return vocab_size * c + positions() * c + n_layer * block_parameters() + 2 * c;
 }
 
 absl::StatusOr<PipelineStage> gpt_pipeline_stage(const GptConfig& config, int index, int count,
                                                  PartitionMethod method) {
   const int64_t c = config.d_model;
   const std::vector<int64_t> blocks(static_cast<size_t>(config.n_layer), config.block_parameters());
-  absl::StatusOr<std::vector<SplitRange>> parts =
-      partition_layers(blocks, count, method, /*first_extra=*/(config.vocab_size + config.seq_len) * c,
-                       /*last_extra=*/config.vocab_size * c + 2 * c);
+  // The first stage's embeddings; the last stage's final norm and its head
+  // (GPT-2's and a tied Llama's: a copy of the token table).
+  const int64_t first_extra = config.vocab_size * c + (config.llama() ? 0 : config.positions() * c);
+  const int64_t last_extra = config.vocab_size * c + (config.llama() ? 1 : 2) * c;
+  absl::StatusOr<std::vector<SplitRange>> parts = partition_layers(blocks, count, method, first_extra, last_extra);
   if (!parts.ok()) return parts.status();
   if (index < 0 || index >= count) return absl::InvalidArgumentError(cat("pipeline stage ", index, " of ", count));
   return PipelineStage{index, count, (*parts)[index]};
@@ -38,10 +54,12 @@ absl::StatusOr<PipelineStage> gpt_pipeline_stage(const GptConfig& config, int in
 
 double GptConfig::flops_per_token(int64_t seq) const {
   // 6 FLOPs per parameter per token (forward multiply-add 2, backward 4; the
-  // tied embedding does its multiplies in the LM head), plus attention's
-  // q k^T and P v: 2 T C multiply-adds per token per layer forward, x3 with
-  // backward, counted unmasked as PaLM and llm.c do: 12 L C T.
-  return 6.0 * static_cast<double>(num_parameters()) +
+  // tied embedding does its multiplies in the LM head; an untied table does
+  // none), plus attention's q k^T and P v: 2 T C multiply-adds per token per
+  // layer forward, x3 with backward, counted unmasked as PaLM and llm.c do:
+  // 12 L C T.
+  const int64_t lookup_only = tied_head() ? 0 : vocab_size * d_model;
+  return 6.0 * static_cast<double>(num_parameters() - lookup_only) +
          12.0 * static_cast<double>(n_layer) * static_cast<double>(d_model) * static_cast<double>(seq);
 }
 
@@ -49,30 +67,50 @@ Gpt::Gpt(const GptConfig& config, Communicator* tensor_group, bool sequence_para
     : Module(""), config_(config), stage_(stage) {
   ZE_CHECK(stage.count >= 1 && stage.index >= 0 && stage.index < stage.count && stage.count <= config.n_layer)
       << "pipeline stage " << stage.index << " of " << stage.count << " for " << config.n_layer << " layers";
-  const float std = 0.02f;
-  const float proj_std = std / std::sqrt(2.0f * static_cast<float>(config.n_layer));
+  ZE_CHECK(config.seq_len <= config.positions()) << "seq_len " << config.seq_len << " > " << config.positions();
+  const bool llama = config.llama();
+  const float std = llama ? config.init_std : 0.02f;
   const bool split = tensor_group != nullptr && tensor_group->world_size() > 1;
   if (!split) tensor_group = nullptr;
   const bool sp = split && sequence_parallel;
   if (sp) sequence_group_ = tensor_group;
-  // The token table: on the first stage, and on the last as the head's copy.
-  VocabParallelEmbedding* vocab_parallel = nullptr;
-  if (stage.first() || stage.last()) {
-    if (split) {
-      vocab_parallel =
-          add_child<VocabParallelEmbedding>("wte", config.vocab_size, config.d_model, std, *tensor_group, sp);
-      wte_ = vocab_parallel;
-      if (stage.last()) vocab_slice_ = VocabSlice{tensor_group, vocab_parallel->rows().offset, config.vocab_size};
-    } else {
-      wte_ = add_child<Embedding>("wte", config.vocab_size, config.d_model, std);
-    }
+
+  BlockConfig block;
+  block.llama = llama;
+  block.d_model = config.d_model;
+  block.n_head = config.n_head;
+  block.n_kv_head = config.kv_heads();
+  block.d_ff = config.ffn_width();
+  block.norm_eps = llama ? config.norm_eps : 1e-5f;
+  block.init_std = std;
+  // GPT-2 scales the residual projections by 1/sqrt(2 n_layer); HF's Llama does not.
+  block.proj_std = llama ? std : std / std::sqrt(2.0f * static_cast<float>(config.n_layer));
+  block.dropout = config.dropout;
+  block.tensor_group = tensor_group;
+  block.sequence_parallel = sp;
+  if (llama) {
+    absl::StatusOr<RopeFreqs> rope = rope_frequencies(config.head_dim(), config.rope_theta, config.rope_scaling);
+    ZE_CHECK(rope.ok()) << rope.status().message();  // the config's rules refuse these first
+    block.rope = *rope;
   }
-  if (stage.first()) {
+  const std::string table_name = llama ? "embed_tokens" : "wte";
+
+  // The token table: on the first stage, and on the last as the tied head's copy.
+  VocabParallelEmbedding* vocab_parallel = nullptr;
+  auto add_table = [&](const std::string& name) -> Module* {
+    if (split) {
+      vocab_parallel = add_child<VocabParallelEmbedding>(name, config.vocab_size, config.d_model, std, *tensor_group, sp);
+      return vocab_parallel;
+    }
+    return add_child<Embedding>(name, config.vocab_size, config.d_model, std);
+  };
+  if (stage.first() || (stage.last() && config.tied_head())) wte_ = add_table(table_name);
+  if (stage.first() && !llama) {
     if (sp) {
-      wpe_ = add_child<SequenceParallelPositionalEmbedding>("wpe", config.seq_len, config.d_model, std,
+      wpe_ = add_child<SequenceParallelPositionalEmbedding>("wpe", config.positions(), config.d_model, std,
                                                             *tensor_group);
     } else {
-      wpe_ = add_child<PositionalEmbedding>("wpe", config.seq_len, config.d_model, std);
+      wpe_ = add_child<PositionalEmbedding>("wpe", config.positions(), config.d_model, std);
     }
     // Dropout sites, each its own mask stream: 0 the embeddings, 1 + 2i and
     // 2 + 2i block i's attention and MLP outputs.
@@ -84,28 +122,35 @@ Gpt::Gpt(const GptConfig& config, Communicator* tensor_group, bool sequence_para
       << "pipeline stage " << stage.index << ": blocks [" << layers.offset << ", " << layers.offset + layers.size
       << ") of " << config.n_layer;
   for (int64_t i = layers.offset; i < layers.offset + layers.size; ++i) {
-    blocks_.push_back(add_child<TransformerBlock>(cat("h.", i), config.d_model, config.n_head, std,
-                                                  proj_std, config.dropout, 1 + 2 * i, tensor_group, sp));
+    block.dropout_id = 1 + 2 * i;
+    blocks_.push_back(add_child<TransformerBlock>(cat(llama ? "layers." : "h.", i), block));
   }
   if (stage.last()) {
-    if (sp) {
-      ln_f_ = add_child<SequenceParallelLayerNorm>("ln_f", config.d_model, *tensor_group);
+    ln_f_ = adopt_child(make_norm(llama ? "norm" : "ln_f", block));
+    if (config.tied_head()) {
+      if (split) lm_head_ = add_child<VocabParallelLMHead>("lm_head", *vocab_parallel);
+      else lm_head_ = add_child<TiedLMHead>("lm_head", static_cast<Embedding*>(wte_)->weight());
+    } else if (split) {
+      // Llama's own head: a vocabulary-parallel table "lm_head" (never looked
+      // up) with the output layer over it.
+      add_table("lm_head");
+      lm_head_ = add_child<VocabParallelLMHead>("lm_head_out", *vocab_parallel);
     } else {
-      ln_f_ = add_child<LayerNorm>("ln_f", config.d_model);
+      lm_head_ = add_child<Linear>("lm_head", config.d_model, config.vocab_size, false, std);
     }
-    if (split) lm_head_ = add_child<VocabParallelLMHead>("lm_head", *vocab_parallel);
-    else lm_head_ = add_child<TiedLMHead>("lm_head", static_cast<Embedding*>(wte_)->weight());
+    if (split) vocab_slice_ = VocabSlice{tensor_group, vocab_parallel->rows().offset, config.vocab_size};
   }
 }
 
 Tensor Gpt::forward(Context& ctx, const Tensor& input) {
   Tensor x = input;
   if (stage_.first()) {
-    ZE_CHECK(input.ndim() == 2 && input.dim(1) <= config_.seq_len) << input.debug_string();
+    ZE_CHECK(input.ndim() == 2 && input.dim(1) <= config_.positions()) << input.debug_string();
     ZE_CHECK(sequence_group_ == nullptr || input.dim(1) % sequence_group_->world_size() == 0)
         << "sequence parallelism: a sequence of " << input.dim(1) << " tokens does not split over a tensor group of "
         << sequence_group_->world_size();
-    x = ctx.forward(*wpe_, ctx.forward(*wte_, input));
+    x = ctx.forward(*wte_, input);
+    if (wpe_ != nullptr) x = ctx.forward(*wpe_, x);
     if (drop_ != nullptr) x = ctx.forward(*drop_, x);
   }
   for (TransformerBlock* b : blocks_) x = ctx.forward(*b, x);
@@ -117,7 +162,8 @@ Tensor Gpt::backward(Context& ctx, const Tensor& dy) {
   for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) d = ctx.backward(**it, d);
   if (!stage_.first()) return d;
   if (drop_ != nullptr) d = ctx.backward(*drop_, d);
-  ctx.backward(*wte_, ctx.backward(*wpe_, d));
+  if (wpe_ != nullptr) d = ctx.backward(*wpe_, d);
+  ctx.backward(*wte_, d);
   return Tensor();
 }
 
@@ -128,7 +174,7 @@ Shape Gpt::stage_output_shape(const Shape& ids) const {
 }
 
 std::vector<Parameter*> Gpt::parameters_tied_across_stages() {
-  if (stage_.count == 1 || (!stage_.first() && !stage_.last())) return {};
+  if (stage_.count == 1 || (!stage_.first() && !stage_.last()) || !config_.tied_head()) return {};
   for (Parameter* p : wte_->direct_parameters()) return {p};
   return {};
 }

@@ -1,27 +1,32 @@
-// GPT-2: token + position embeddings, n_layer pre-LN transformer blocks, a
-// final layer norm and an LM head tied to the token embedding.
+// The decoder-only transformer, GPT-2 or the Llama family (GptConfig::arch):
+// token embeddings (GPT-2: plus learned positions), n_layer pre-norm
+// transformer blocks (graph/transformer.h), a final norm and an LM head
+// (GPT-2: tied to the token table; Llama: tied or its own, as the config's
+// tie_word_embeddings says).
 // forward(ids int32 [B, T]) -> logits fp32 [B, T, vocab_size].
-// Parameter names follow GPT-2's checkpoints ("wte.weight", "h.0.ln_1.weight",
-// "h.0.attn.c_attn.weight", ...); Linear weights are [out, in].
+// Parameter names follow the families' checkpoints: GPT-2's ("wte.weight",
+// "h.0.ln_1.weight", "h.0.attn.c_attn.weight", ...) and Hugging Face's
+// LlamaForCausalLM's without "model." ("embed_tokens.weight",
+// "layers.0.self_attn.q_proj.weight", ...); Linear weights are [out, in].
 // Initialisation as GPT-2: N(0, 0.02) for weights and embeddings, the two
 // residual projections per block N(0, 0.02 / sqrt(2 n_layer)), biases 0,
-// layer-norm weights 1.
-// Dropout (config.dropout > 0) as GPT-2 places it: on the embedding output
+// norm weights 1; Llama as Hugging Face: N(0, init_std) for every weight.
+// Dropout (config.dropout > 0, GPT-2) as GPT-2 places it: on the embedding output
 // ("drop") and on each residual branch after its output projection
 // ("h.i.attn.resid_dropout", "h.i.mlp.dropout"); none on the attention
 // probabilities. With dropout 0 there are no Dropout modules at all.
 //
 // Tensor parallelism over a tensor group of T > 1 ranks (Megatron-LM's
 // split; graph/parallel_layers.h, graph/vocab_parallel.h): the token table
-// and the tied LM head are vocabulary-parallel, so forward returns this
+// and the LM head are vocabulary-parallel, so forward returns this
 // rank's vocabulary slice of the logits (logits_vocab_slice()); attention is
-// split by heads (T must divide n_head) and the MLP by its 4C hidden
-// features; the layer norms and the position table are whole on every rank.
-// Each parameter's initial values are its slice of the unsplit model's, so
-// any T trains the same model. With sequence_parallel (Megatron-SP,
-// graph/sequence_parallel.h) the embeddings' output, the dropouts, the layer
-// norms and the residual stream are sequence shards [B, S/T, C] (S must
-// divide by T); the logits are still [B, S, V/T].
+// split by heads (T must divide n_head, and Llama's key/value heads) and the
+// MLP by its hidden features; the norms and the position table are whole on
+// every rank. Each parameter's initial values are its slice of the unsplit
+// model's, so any T trains the same model. With sequence_parallel
+// (Megatron-SP, graph/sequence_parallel.h) the embeddings' output, the
+// dropouts, the norms and the residual stream are sequence shards
+// [B, S/T, C] (S must divide by T); the logits are still [B, S, V/T].
 #pragma once
 
 #include <memory>
@@ -30,16 +35,52 @@
 #include "graph/parallel_layers.h"
 #include "graph/pipeline_partition.h"
 #include "graph/transformer.h"
+#include "kernels/rope.h"
 
 namespace zero {
 
+// The decoder-only transformer's two families, one class as Megatron's
+// GPTModel covers both:
+//   kGpt2:  learned positions, pre-LN LayerNorm with biases, GELU MLP of
+//           4 d_model, fused QKV, LM head tied to the token table.
+//   kLlama: rotary positions (RoPE), RMSNorm, SwiGLU MLP of d_ff, separate
+//           q/k/v projections with grouped-query attention (n_kv_head key and
+//           value heads shared by n_head / n_kv_head query heads), no biases,
+//           LM head tied or not (tie_word_embeddings). Parameter names are
+//           Hugging Face's LlamaForCausalLM's without the "model." prefix
+//           ("embed_tokens.weight", "layers.0.self_attn.q_proj.weight", ...,
+//           "norm.weight", "lm_head.weight").
+enum class ModelArch { kGpt2, kLlama };
+
 struct GptConfig {
+  ModelArch arch = ModelArch::kGpt2;
   int64_t n_layer = 12;
   int64_t n_head = 12;
   int64_t d_model = 768;
   int64_t vocab_size = 50304;
-  int64_t seq_len = 1024;  // maximum sequence length (size of the position table)
+  int64_t seq_len = 1024;  // the training sequence length
+  // GPT-2's position table rows / Llama's max_position_embeddings (what a
+  // Hugging Face config.json says); 0: seq_len. seq_len may not exceed it.
+  int64_t max_positions = 0;
   float dropout = 0.0f;    // probability, 0 <= p < 1 (0: no dropout layers)
+
+  // Llama family (ignored for GPT-2).
+  int64_t n_kv_head = 0;        // key/value heads; 0: n_head (no grouping); must divide n_head
+  int64_t d_ff = 0;             // the SwiGLU MLP's hidden width; 0: Llama's rule from d_model (see ffn_width)
+  float norm_eps = 1e-5f;       // RMSNorm's eps (GPT-2's LayerNorm always uses 1e-5)
+  double rope_theta = 10000.0;  // RoPE base
+  RopeScaling rope_scaling{};   // Hugging Face's rope_scaling ("" type: none)
+  bool tie_word_embeddings = false;  // Llama: the LM head is the token table (GPT-2: always)
+  float init_std = 0.02f;       // N(0, init_std) for weights and embeddings (HF's initializer_range)
+
+  bool llama() const { return arch == ModelArch::kLlama; }
+  int64_t head_dim() const { return d_model / n_head; }
+  int64_t kv_heads() const { return llama() && n_kv_head > 0 ? n_kv_head : n_head; }
+  // The MLP's hidden width: 4 d_model (GPT-2); d_ff, or when 0 Llama's
+  // 2/3 of 4 d_model rounded up to a multiple of 256.
+  int64_t ffn_width() const;
+  bool tied_head() const { return !llama() || tie_word_embeddings; }
+  int64_t positions() const { return max_positions > 0 ? max_positions : seq_len; }
 
   // Parameters, counted exactly (tied head counted once).
   int64_t num_parameters() const;
@@ -53,9 +94,9 @@ struct GptConfig {
 // One pipeline stage of P: stage i holds a contiguous run of blocks
 // (`layers`; unset, even_split(n_layer, P, i): the first n_layer mod P
 // stages one more), stage 0 also the embeddings and their dropout, stage
-// P - 1 the final layer norm and the LM head, with a copy of the token table
-// of its own ("wte.weight", the same initial values as stage 0's) that the
-// head is tied to; the engine sums the two copies' gradients between the
+// P - 1 the final norm and the LM head, with (a tied head) a copy of the
+// token table of its own ("wte.weight" / "embed_tokens.weight", the same
+// initial values as stage 0's) that the head is tied to; the engine sums the two copies' gradients between the
 // first and last stage (Megatron's embedding group) so they stay equal.
 struct PipelineStage {
   int index = 0, count = 1;
@@ -101,7 +142,7 @@ class Gpt : public Module {
   PipelineStage stage_;
   std::optional<VocabSlice> vocab_slice_;  // tensor-parallel: this rank's logits
   Module* wte_ = nullptr;  // stage 0 (and the last stage's tied copy, never called)
-  Module* wpe_ = nullptr;  // stage 0
+  Module* wpe_ = nullptr;  // stage 0, GPT-2
   Dropout* drop_ = nullptr;  // dropout > 0 only
   std::vector<TransformerBlock*> blocks_;
   Module* ln_f_ = nullptr;  // last stage

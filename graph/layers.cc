@@ -123,6 +123,31 @@ Tensor LayerNorm::backward(Context& ctx, const Tensor& dy) {
   return dx;
 }
 
+// ---- RmsNorm
+RmsNorm::RmsNorm(std::string name, int64_t features, float eps)
+    : Module(std::move(name)), features_(features), eps_(eps) {
+  weight_ = add_parameter("weight", {features}, ParamInit::ones());
+}
+
+Tensor RmsNorm::forward(Context& ctx, const Tensor& x) {
+  const Tensor x2 = as_rows(x, features_);
+  Tensor y = ctx.activation(x.shape());
+  Tensor rstd = ctx.activation({x2.dim(0)});
+  ctx.ops().rmsnorm_forward(x2, weight_->data, eps_, as_rows(y, features_), rstd);
+  ctx.save(x);
+  ctx.save(rstd);
+  return y;
+}
+
+Tensor RmsNorm::backward(Context& ctx, const Tensor& dy) {
+  const Tensor& x = ctx.saved(0);
+  Tensor dx = ctx.activation(x.shape());
+  ZE_CHECK(weight_->grad.defined()) << "frozen RMSNorm " << name();
+  ctx.ops().rmsnorm_backward(as_rows(dy, features_), as_rows(x, features_), weight_->data, ctx.saved(1),
+                             as_rows(dx, features_), weight_->grad);
+  return dx;
+}
+
 // ---- Gelu
 Tensor Gelu::forward(Context& ctx, const Tensor& x) {
   Tensor y = ctx.activation(x.shape());

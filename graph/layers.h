@@ -1,4 +1,4 @@
-// The built-in layers: Linear, LayerNorm, Gelu, Dropout, Embedding,
+// The built-in layers: Linear, LayerNorm, RmsNorm, Gelu, Dropout, Embedding,
 // PositionalEmbedding, TiedLMHead, Sequential. Each saves exactly what its
 // backward needs and nothing else (the saved tensors are listed per class).
 // Input tensors are never modified in place.
@@ -39,6 +39,21 @@ class LayerNorm : public Module {
   float eps_;
   Parameter* weight_;
   Parameter* bias_;
+};
+
+// RMSNorm over the last dimension (Llama's), weight 1 at init.
+// Saves: x, rstd.
+class RmsNorm : public Module {
+ public:
+  RmsNorm(std::string name, int64_t features, float eps);
+  Tensor forward(Context& ctx, const Tensor& x) override;
+  Tensor backward(Context& ctx, const Tensor& dy) override;
+  Parameter* weight() const { return weight_; }
+
+ private:
+  int64_t features_;
+  float eps_;
+  Parameter* weight_;
 };
 
 // GELU, tanh form. Saves: x.

@@ -171,6 +171,12 @@ class Module {
     children_.push_back(std::move(child));
     return raw;
   }
+  // A child built elsewhere (named child_name(local) by its maker).
+  Module* adopt_child(std::unique_ptr<Module> child) {
+    children_view_.push_back(child.get());
+    children_.push_back(std::move(child));
+    return children_view_.back();
+  }
   std::string child_name(const std::string& local_name) const {
     return name_.empty() ? local_name : name_ + "." + local_name;
   }

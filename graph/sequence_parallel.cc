@@ -72,6 +72,10 @@ Tensor SequenceParallelLayerNorm::backward(Context& ctx, const Tensor& dy) {
                                     [&] { return LayerNorm::backward(ctx, dy); });
 }
 
+Tensor SequenceParallelRmsNorm::backward(Context& ctx, const Tensor& dy) {
+  return backward_summing_gradients(ctx, group_, {weight()}, name(), [&] { return RmsNorm::backward(ctx, dy); });
+}
+
 SequenceParallelPositionalEmbedding::SequenceParallelPositionalEmbedding(std::string name, int64_t max_positions,
                                                                          int64_t dim, float init_std,
                                                                          Communicator& group)

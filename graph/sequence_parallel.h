@@ -40,6 +40,17 @@ class SequenceParallelLayerNorm : public LayerNorm {
   Communicator& group_;
 };
 
+// RmsNorm on a sequence shard: its weight gradient is summed over the group.
+class SequenceParallelRmsNorm : public RmsNorm {
+ public:
+  SequenceParallelRmsNorm(std::string name, int64_t features, float eps, Communicator& group)
+      : RmsNorm(std::move(name), features, eps), group_(group) {}
+  Tensor backward(Context& ctx, const Tensor& dy) override;
+
+ private:
+  Communicator& group_;
+};
+
 // Learned positions added to a sequence shard: rank r adds rows [r S', (r +
 // 1) S') of the table to its [B, S', C]; the table's gradient is summed over
 // the group. Saves nothing.

@@ -21,6 +21,7 @@
 #include "core/tensor.h"
 #include "kernels/dropout_mask.h"
 #include "kernels/optimizer_hyper.h"
+#include "kernels/rope.h"
 
 namespace zero {
 
@@ -64,6 +65,31 @@ class Ops {
   virtual void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
                                   const Tensor& mean, const Tensor& var, float eps,
                                   const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta) = 0;
+
+  // RMSNorm over the last dimension of x [N, C] (Llama's; T5's layer norm
+  // without the mean), in fp32:
+  //   rstd[n] = 1 / sqrt(mean_c x[n, c]^2 + eps);  y[n, c] = x[n, c] rstd[n] gamma[c]
+  // rstd [N] (fp32) is written for the backward pass. y may not alias x.
+  virtual void rmsnorm_forward(const Tensor& x, const Tensor& gamma, float eps, const Tensor& y,
+                               const Tensor& rstd) = 0;
+  // dx is overwritten; dgamma accumulates (dgamma[c] += sum_n dy x rstd).
+  virtual void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& rstd,
+                                const Tensor& dx, const Tensor& dgamma) = 0;
+
+  // Rotary position embedding (kernels/rope.h) of x [B, H, T, D] (fp32),
+  // row t of every head at position first_position + t: y = R(p) x, or with
+  // inverse y = R(p)^T x = R(-p) x, which is also the backward (dx = R^T dy).
+  // D must be 2 * freqs.half. y may alias x.
+  virtual void rope(const Tensor& x, const Tensor& y, const RopeFreqs& freqs, int64_t first_position,
+                    bool inverse) = 0;
+
+  // SwiGLU's gate (Shazeer, "GLU Variants Improve Transformer"), fp32, same
+  // shapes: h = silu(gate) * up, silu(g) = g / (1 + exp(-g)).
+  virtual void swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& h) = 0;
+  // dgate = dh * up * silu'(gate), dup = dh * silu(gate); both overwritten
+  // (they may alias gate and up, which are then consumed).
+  virtual void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dh, const Tensor& dgate,
+                               const Tensor& dup) = 0;
 
   // GELU, GPT-2's tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
   virtual void gelu_forward(const Tensor& x, const Tensor& y) = 0;

@@ -90,6 +90,46 @@ void CpuOps::gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) 
   gelu_.backward(x, dy, dx);
 }
 
+void CpuOps::rmsnorm_forward(const Tensor& x, const Tensor& gamma, float eps, const Tensor& y,
+                             const Tensor& rstd) {
+  check_f32(x), check_f32(y), check_f32(rstd), check_float(gamma), check_same_numel(x, y);
+  const int64_t cols = x.dim(-1), rows = x.numel() / cols;
+  ZE_CHECK(gamma.numel() == cols && rstd.numel() == rows) << x.debug_string() << " " << gamma.debug_string()
+                                                          << " " << rstd.debug_string();
+  simd_.rmsnorm_forward(x.f32(), gamma.data(), gamma.dtype(), eps, y.f32(), rstd.f32(), rows, cols);
+}
+
+void CpuOps::rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& rstd,
+                              const Tensor& dx, const Tensor& dgamma) {
+  check_f32(dy), check_f32(x), check_f32(rstd), check_f32(dx), check_float(gamma), check_float(dgamma);
+  check_same_numel(x, dy), check_same_numel(x, dx), check_same_numel(gamma, dgamma);
+  const int64_t cols = x.dim(-1), rows = x.numel() / cols;
+  ZE_CHECK(gamma.numel() == cols && rstd.numel() == rows) << x.debug_string() << " " << gamma.debug_string();
+  simd_.rmsnorm_backward(dy.f32(), x.f32(), gamma.data(), gamma.dtype(), rstd.f32(), dx.f32(), dgamma.data(),
+                         dgamma.dtype(), rows, cols);
+}
+
+void CpuOps::rope(const Tensor& x, const Tensor& y, const RopeFreqs& freqs, int64_t first_position,
+                  bool inverse) {
+  check_f32(x), check_f32(y), check_same_numel(x, y);
+  ZE_CHECK(x.ndim() == 4 && x.dim(3) == 2 * int64_t{freqs.half} && freqs.half <= RopeFreqs::kMaxHalf &&
+           first_position >= 0)
+      << x.debug_string() << " half " << freqs.half << " from position " << first_position;
+  simd_.rope(x.f32(), y.f32(), x.dim(0) * x.dim(1), x.dim(2), freqs.half, freqs.inv_freq, first_position, inverse);
+}
+
+void CpuOps::swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& h) {
+  check_f32(gate), check_f32(up), check_f32(h), check_same_numel(gate, up), check_same_numel(gate, h);
+  simd_.swiglu_forward(gate.f32(), up.f32(), h.f32(), gate.numel());
+}
+
+void CpuOps::swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dh, const Tensor& dgate,
+                             const Tensor& dup) {
+  check_f32(gate), check_f32(up), check_f32(dh), check_f32(dgate), check_f32(dup);
+  check_same_numel(gate, up), check_same_numel(gate, dh), check_same_numel(gate, dgate), check_same_numel(gate, dup);
+  simd_.swiglu_backward(gate.f32(), up.f32(), dh.f32(), dgate.f32(), dup.f32(), gate.numel());
+}
+
 void CpuOps::causal_softmax_forward(const Tensor& scores, const Tensor& probs) {
   ZE_CHECK(scores.ndim() == 3 && scores.dim(1) == scores.dim(2)) << scores.debug_string();
   check_f32(scores), check_f32(probs), check_same_numel(scores, probs);

@@ -3,6 +3,7 @@
 #include "kernels/cpu/adamw_impl.h"
 #include "kernels/cpu/elementwise_impl.h"
 #include "kernels/cpu/lion_impl.h"
+#include "kernels/cpu/llama_impl.h"
 #include "kernels/cpu/simd_kernels.h"
 #include "kernels/cpu/softmax_impl.h"
 
@@ -29,6 +30,11 @@ const SimdKernels kAvx2Kernels = {
     .row_max = row_max_impl<Avx2>,
     .cross_entropy_slice_exp = cross_entropy_slice_exp_impl<Avx2>,
     .cross_entropy_slice_finish = cross_entropy_slice_finish_impl<Avx2>,
+    .rmsnorm_forward = rmsnorm_forward_impl<Avx2>,
+    .rmsnorm_backward = rmsnorm_backward_impl<Avx2>,
+    .rope = rope_impl<Avx2>,
+    .swiglu_forward = swiglu_forward_impl<Avx2>,
+    .swiglu_backward = swiglu_backward_impl<Avx2>,
     .adamw = adamw_impl<Avx2>,
     .sgd = sgd_impl<Avx2>,
     .lion = lion_impl<Avx2>,

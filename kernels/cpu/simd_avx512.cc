@@ -3,6 +3,7 @@
 #include "kernels/cpu/adamw_impl.h"
 #include "kernels/cpu/elementwise_impl.h"
 #include "kernels/cpu/lion_impl.h"
+#include "kernels/cpu/llama_impl.h"
 #include "kernels/cpu/simd_kernels.h"
 #include "kernels/cpu/softmax_impl.h"
 
@@ -29,6 +30,11 @@ const SimdKernels kAvx512Kernels = {
     .row_max = row_max_impl<Avx512>,
     .cross_entropy_slice_exp = cross_entropy_slice_exp_impl<Avx512>,
     .cross_entropy_slice_finish = cross_entropy_slice_finish_impl<Avx512>,
+    .rmsnorm_forward = rmsnorm_forward_impl<Avx512>,
+    .rmsnorm_backward = rmsnorm_backward_impl<Avx512>,
+    .rope = rope_impl<Avx512>,
+    .swiglu_forward = swiglu_forward_impl<Avx512>,
+    .swiglu_backward = swiglu_backward_impl<Avx512>,
     .adamw = adamw_impl<Avx512>,
     .sgd = sgd_impl<Avx512>,
     .lion = lion_impl<Avx512>,

@@ -56,6 +56,19 @@ struct SimdKernels {
                                      int64_t first, const float* max, const float* sums, float grad_scale,
                                      float* losses);
 
+  // ---- the Llama family (llama_impl.h); see Ops for the contracts
+  void (*rmsnorm_forward)(const float* x, const void* gamma, DType gamma_dtype, float eps, float* y, float* rstd,
+                          int64_t rows, int64_t cols);
+  void (*rmsnorm_backward)(const float* dy, const float* x, const void* gamma, DType gamma_dtype,
+                           const float* rstd, float* dx, void* dgamma, DType dgamma_dtype, int64_t rows,
+                           int64_t cols);
+  // x, y [bh, seq, 2 half]; inv_freq [half], half <= 256.
+  void (*rope)(const float* x, float* y, int64_t bh, int64_t seq, int64_t half, const float* inv_freq,
+               int64_t first_position, bool inverse);
+  void (*swiglu_forward)(const float* gate, const float* up, float* h, int64_t n);
+  void (*swiglu_backward)(const float* gate, const float* up, const float* dh, float* dgate, float* dup,
+                          int64_t n);
+
   // ---- optimizers (adamw_impl.h, lion_impl.h)
   void (*adamw)(float* master, const void* grad, DType grad_dtype, float* m, float* v,
                 void* param_out, DType param_dtype, int64_t n, const AdamWHyper& hyper);

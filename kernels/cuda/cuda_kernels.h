@@ -19,6 +19,7 @@
 #include "core/dtype.h"
 #include "kernels/dropout_mask.h"
 #include "kernels/optimizer_hyper.h"
+#include "kernels/rope.h"
 
 namespace zero::cuda {
 
@@ -54,6 +55,25 @@ void launch_layernorm_backward(const float* dy, const float* x, const void* gamm
 void launch_gelu_forward(const float* x, float* y, int64_t n, cudaStream_t stream);
 void launch_gelu_backward(const float* x, const float* dy, float* dx, int64_t n,
                           cudaStream_t stream);
+
+// ---- llama_ops.cu: RMSNorm, rotary embeddings, SwiGLU (fp32 activations).
+// rstd [rows] is written by the forward and read by the backward.
+void launch_rmsnorm_forward(const float* x, const void* gamma, DType gamma_dtype, float eps, int64_t rows,
+                            int64_t cols, float* y, float* rstd, cudaStream_t stream);
+size_t rmsnorm_backward_workspace_bytes(int64_t rows, int64_t cols);
+// dx overwritten (it may be dy or x); dgamma accumulated (any float dtype).
+void launch_rmsnorm_backward(const float* dy, const float* x, const void* gamma, DType gamma_dtype,
+                             const float* rstd, int64_t rows, int64_t cols, float* dx, void* dgamma,
+                             DType dgamma_dtype, void* workspace, cudaStream_t stream);
+// x, y [rows, 2 * freqs.half] with rows = B * H * T, row r at position
+// first_position + r % seq; inverse rotates by -angle. y may be x.
+void launch_rope(const float* x, float* y, int64_t rows, int64_t seq, const RopeFreqs& freqs,
+                 int64_t first_position, bool inverse, cudaStream_t stream);
+// h = silu(gate) * up (h may alias gate or up).
+void launch_swiglu_forward(const float* gate, const float* up, float* h, int64_t n, cudaStream_t stream);
+// dgate = dh * up * silu'(gate), dup = dh * silu(gate); the outputs may alias the inputs.
+void launch_swiglu_backward(const float* gate, const float* up, const float* dh, float* dgate, float* dup,
+                            int64_t n, cudaStream_t stream);
 
 // ---- reduce.cu
 // dst[c] += sum_r x[r, c] over a row-major fp32 [rows, cols] matrix; rows are

@@ -25,6 +25,9 @@ struct SaveOptions {
   std::string dir;
   std::string tag;  // empty: "global_step<N>"
   int keep = 0;     // keep the newest `keep` tags (0: all)
+  // The model as a Hugging Face config.json (hf_config_json), stored in the
+  // manifest for `zero-ckpt consolidate --format hf`; null: not recorded.
+  Json model = nullptr;
 };
 
 // Returns the tag written.

@@ -69,6 +69,7 @@ Json Manifest::to_json() const {
                        {"segments", segs}};
   }
   j["tensors"] = tensors_j;
+  if (!model.is_null()) j["model"] = model;
   j["crc32c"] = manifest_crc(j);
   return j;
 }
@@ -156,6 +157,10 @@ absl::StatusOr<Manifest> Manifest::parse(const Json& j, const std::string& path)
         return bad(cat("tensor ", it.key(), ": segments cover ", counted, " of ", numel, " elements"));
       }
       m.tensors.emplace(it.key(), std::move(t));
+    }
+    if (j.contains("model") && !j.at("model").is_null()) {
+      if (!j.at("model").is_object()) return bad("\"model\" is not an object (a Hugging Face config.json)");
+      m.model = j.at("model");
     }
     return m;
   } catch (const Json::exception& e) {

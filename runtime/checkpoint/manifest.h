@@ -92,6 +92,10 @@ struct Manifest {
   std::vector<std::pair<std::string, Shape>> parameters;  // the model, in order
   std::vector<CheckpointFile> files;
   std::map<std::string, CheckpointTensor> tensors;        // "<kind>/<param>"
+  // The model as a Hugging Face config.json (runtime/config/hf_config.h),
+  // when the saver recorded it; null otherwise (and in older checkpoints).
+  // Inside the manifest's checksum like every other field.
+  Json model;
 
   static std::string key(const std::string& kind, const std::string& param) { return kind + "/" + param; }
   int64_t payload_bytes() const;

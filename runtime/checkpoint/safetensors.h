@@ -1,17 +1,24 @@
 // The safetensors format (an 8-byte little-endian header length, a JSON
-// header naming each tensor's dtype, shape and byte range, then the data),
-// for exporting a checkpoint as one model file and initialising a model from
-// one. GPT models use GPT-2's conventional tensor names ("wte.weight",
-// "h.0.attn.c_attn.weight", ...) and GPT-2's layout: the four Conv1D weights
-// of each block (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj) are stored
-// [in, out], transposed from our Linear's [out, in]; the header's
-// __metadata__ records it ("layout": "gpt2-conv1d").
+// header naming each tensor's dtype, shape and byte range, then the data):
+// writing a checkpoint's fp32 master weights as safetensors files, shared by
+// the two exports — ours, one file (below), and Hugging Face's model
+// directory (hf_weights.h).
+//
+// Our single-file export uses GPT-2's conventional tensor names without a
+// prefix ("wte.weight", "h.0.attn.c_attn.weight", ...) and GPT-2's layout:
+// the four Conv1D weights of each block (attn.c_attn, attn.c_proj, mlp.c_fc,
+// mlp.c_proj) are stored [in, out], transposed from our Linear's [out, in];
+// the header's __metadata__ records it ("layout": "gpt2-conv1d"). Reading
+// any safetensors file (ours or Hugging Face's) is hf_weights.h's.
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "core/dtype.h"
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/config/hf_config.h"  // is_gpt2_conv1d_weight
 #include "runtime/engine/engine.h"
 
 namespace zero {
@@ -23,12 +30,43 @@ namespace zero {
 absl::Status consolidate_to_safetensors(const std::string& dir, const std::string& tag, const std::string& out,
                                         DType dtype);
 
-// Sets the engine's weights (fp32 master, then the model-dtype parameters)
-// from a safetensors file; every parameter must be there with its shape.
-// A collective (every rank calls it).
+// Sets the engine's weights from a safetensors file or a Hugging Face model
+// directory: load_hf_weights (hf_weights.h) with the config of the engine's
+// model, which must be a Gpt. A collective.
 absl::Status load_safetensors_weights(Engine& engine, const std::string& path);
 
-// True for the GPT-2 Conv1D weights that safetensors stores transposed.
-bool is_gpt2_conv1d_weight(const std::string& name);
+// --- Shared by the exports. ---
+
+// The checkpoint a consolidation reads: <dir>/<tag>, the tag resolved (empty:
+// the newest complete checkpoint), its manifest read and checked.
+struct CheckpointSource {
+  std::string dir, tag;
+  Manifest manifest;
+  std::string tag_dir() const { return dir + "/" + tag; }
+};
+absl::StatusOr<CheckpointSource> open_checkpoint_source(const std::string& dir, const std::string& tag);
+
+// One tensor of a file being written: the master weights of checkpoint
+// parameter `param` (shape [rows, cols] or any), stored under `name`,
+// transposed to [cols, rows] when `transposed`.
+struct ExportedTensor {
+  std::string name;
+  std::string param;
+  Shape shape;  // the parameter's
+  bool transposed = false;
+};
+
+// fp32 or bf16; INVALID_ARGUMENT naming the flag otherwise.
+absl::Status check_export_dtype(DType dtype);
+// The bytes a tensor's data takes in `dtype`.
+int64_t exported_bytes(const ExportedTensor& t, DType dtype);
+
+// Writes `tensors` of the checkpoint as the safetensors file `out` in
+// `dtype`, one tensor in memory at a time, the header's __metadata__ being
+// `metadata` (an object of strings); atomically (out.tmp, fsync, rename).
+// `files`: the checkpoint's shards (opened once for several outputs).
+absl::Status write_checkpoint_safetensors(const CheckpointSource& src, ShardFiles& files,
+                                          const std::vector<ExportedTensor>& tensors, const Json& metadata,
+                                          DType dtype, const std::string& out);
 
 }  // namespace zero

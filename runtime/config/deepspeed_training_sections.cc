@@ -146,6 +146,9 @@ void parse_tensor_parallel_section(ConfigReader r, RunConfig& c) {
   } else if (t > 1 && c.model.gpt.n_head % t != 0) {
     r.error("autotp_size", cat(t, " does not divide model.n_head ", c.model.gpt.n_head,
                                " (each tensor rank computes n_head / autotp_size whole heads)"));
+  } else if (t > 1 && c.model.gpt.kv_heads() % t != 0) {
+    r.error("autotp_size", cat(t, " does not divide the model's ", c.model.gpt.kv_heads(),
+                               " key/value heads (each tensor rank computes whole key/value heads)"));
   } else if (t > 1 && c.sequence_parallel && c.model.gpt.seq_len % t != 0) {
     r.error("sequence_parallel", cat("model.seq_len ", c.model.gpt.seq_len, " does not divide by autotp_size ", t,
                                      " (each tensor rank holds seq_len / autotp_size positions)"));

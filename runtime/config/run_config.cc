@@ -10,16 +10,83 @@
 #include "runtime/config/config_reader.h"
 #include "runtime/config/config_schema.h"
 #include "runtime/config/deepspeed_sections.h"
+#include "runtime/config/hf_config.h"
 
 namespace zero {
 
 namespace {
 
+// The keys that say what the architecture is (a Hugging Face config.json
+// says it all), and those only the Llama family has.
+constexpr std::string_view kArchitectureKeys[] = {"arch", "n_layer", "n_head", "d_model", "vocab_size",
+                                                  "n_kv_head", "d_ff", "norm_eps", "rope_theta",
+                                                  "tie_word_embeddings", "max_positions"};
+constexpr std::string_view kLlamaKeys[] = {"n_kv_head", "d_ff", "norm_eps", "rope_theta", "tie_word_embeddings"};
+
+// model.hf_config: the architecture from the file; the section may still set
+// seq_len (at most max_position_embeddings) and nothing that contradicts it.
+void read_hf_config(ConfigReader& r, RunConfig& c) {
+  for (std::string_view key : kArchitectureKeys) {
+    if (r.has(key)) r.error(key, cat("comes from model.hf_config (", c.model.hf_config, "); remove one of them"));
+  }
+  absl::StatusOr<Json> file = load_json_file(c.model.hf_config);
+  if (!file.ok()) {
+    r.error("hf_config", std::string(file.status().message()));
+    return;
+  }
+  absl::StatusOr<GptConfig> hf = gpt_config_from_hf(*file, c.model.hf_config);
+  if (!hf.ok()) {
+    r.error("hf_config", std::string(hf.status().message()));
+    return;
+  }
+  GptConfig& g = c.model.gpt;
+  const int64_t seq_len = g.seq_len;
+  const float dropout = g.dropout;
+  g = *hf;
+  g.seq_len = r.has("seq_len") ? seq_len : std::min(seq_len, g.positions());
+  g.dropout = dropout;
+  r.set_effective("arch", g.llama() ? "llama" : "gpt2");
+  r.set_effective("n_layer", g.n_layer);
+  r.set_effective("n_head", g.n_head);
+  r.set_effective("d_model", g.d_model);
+  r.set_effective("vocab_size", g.vocab_size);
+  r.set_effective("seq_len", g.seq_len);
+  r.set_effective("max_positions", g.positions());
+  if (g.llama()) {
+    r.set_effective("n_kv_head", g.kv_heads());
+    r.set_effective("d_ff", g.ffn_width());
+    r.set_effective("norm_eps", g.norm_eps);
+    r.set_effective("rope_theta", g.rope_theta);
+    r.set_effective("tie_word_embeddings", g.tie_word_embeddings);
+  }
+}
+
 void parse_model(ConfigReader r, RunConfig& c) {
   read_declared_keys(r, c);
-  const GptConfig& g = c.model.gpt;
+  GptConfig& g = c.model.gpt;
+  if (!c.model.hf_config.empty()) {
+    read_hf_config(r, c);
+  } else if (g.llama()) {
+    if (g.n_kv_head > g.n_head || (g.n_kv_head > 0 && g.n_head % g.n_kv_head != 0)) {
+      r.error("n_kv_head", cat(g.n_kv_head, " key/value heads do not divide n_head ", g.n_head));
+    }
+    if (absl::StatusOr<RopeFreqs> f = rope_frequencies(g.d_model / g.n_head, g.rope_theta, g.rope_scaling); !f.ok()) {
+      r.error("rope_theta", std::string(f.status().message()));
+    }
+  } else {
+    for (std::string_view key : kLlamaKeys) {
+      if (r.has(key)) r.error(key, "is a Llama-family setting; set model.arch to \"llama\" (or remove it)");
+    }
+  }
   if (g.d_model % g.n_head != 0) {
     r.error("d_model", cat(g.d_model, " is not divisible by n_head ", g.n_head));
+  }
+  if (g.seq_len > g.positions()) {
+    r.error("seq_len", cat(g.seq_len, " is longer than the model's ", g.positions(), " positions (",
+                           c.model.hf_config.empty() ? "model.max_positions" : "max_position_embeddings", ")"));
+  }
+  if (g.llama() && g.dropout > 0.0f) {
+    r.error("dropout", "the Llama family has no dropout sites here (Hugging Face's attention_dropout is 0)");
   }
   r.finish();
 }
@@ -277,13 +344,29 @@ namespace config_keys {
 std::vector<ConfigKey> run_config_keys() {
   std::vector<ConfigKey> k;
   // ---- ZeroEngine's sections.
-  k.push_back(text_choice("model.type", ZE_FIELD(model.type), {"gpt"}, "the network (GPT-2 architecture)"));
+  k.push_back(text_choice("model.type", ZE_FIELD(model.type), {"gpt"}, "the network (a decoder-only transformer)"));
+  k.push_back(choice("model.arch", ZE_FIELD(model.gpt.arch), {{"gpt2", ModelArch::kGpt2}, {"llama", ModelArch::kLlama}},
+                     "the family: GPT-2, or Llama (RMSNorm, RoPE, SwiGLU, grouped-query attention; also Mistral "
+                     "without sliding windows)"));
+  k.push_back(text("model.hf_config", ZE_FIELD(model.hf_config),
+                   "a Hugging Face config.json (llama, mistral, gpt2) the architecture is read from; the other "
+                   "architecture keys may not be set beside it"));
   k.push_back(integer("model.n_layer", ZE_FIELD(model.gpt.n_layer), 1, 100000, "transformer blocks"));
   k.push_back(integer("model.n_head", ZE_FIELD(model.gpt.n_head), 1, 65536, "attention heads (divide d_model)"));
   k.push_back(integer("model.d_model", ZE_FIELD(model.gpt.d_model), 1, int64_t{1} << 20, "hidden width"));
   k.push_back(integer("model.vocab_size", ZE_FIELD(model.gpt.vocab_size), 1, INT32_MAX,
                       "vocabulary (token ids must be below it)"));
   k.push_back(integer("model.seq_len", ZE_FIELD(model.gpt.seq_len), 1, int64_t{1} << 24, "sequence length"));
+  k.push_back(integer("model.max_positions", ZE_FIELD(model.gpt.max_positions), 0, int64_t{1} << 24,
+                      "GPT-2's position table rows / Llama's max_position_embeddings (0: seq_len)"));
+  k.push_back(integer("model.n_kv_head", ZE_FIELD(model.gpt.n_kv_head), 0, 65536,
+                      "llama: key/value heads, dividing n_head (0: n_head; fewer: grouped-query attention)"));
+  k.push_back(integer("model.d_ff", ZE_FIELD(model.gpt.d_ff), 0, int64_t{1} << 24,
+                      "llama: the SwiGLU MLP's width (0: 8/3 d_model rounded up to a multiple of 256)"));
+  k.push_back(number("model.norm_eps", ZE_FIELD(model.gpt.norm_eps), kPositive, "llama: RMSNorm's eps"));
+  k.push_back(number("model.rope_theta", ZE_FIELD(model.gpt.rope_theta), kPositive, "llama: the RoPE base"));
+  k.push_back(boolean("model.tie_word_embeddings", ZE_FIELD(model.gpt.tie_word_embeddings),
+                      "llama: the LM head is the token table (GPT-2's always is)"));
   k.push_back(number("model.dropout", ZE_FIELD(model.gpt.dropout), NumberRange::unit_open(),
                      "GPT-2's dropout (embeddings, attention and MLP outputs); masks are a hash of "
                      "(run.seed, layer, global sample, position), the same on any number of ranks"));

@@ -17,7 +17,8 @@ namespace zero {
 // "model": which network to build.
 struct ModelSection {
   std::string type = "gpt";
-  GptConfig gpt;
+  std::string hf_config;  // a Hugging Face config.json the architecture is read from ("": none)
+  GptConfig gpt;          // arch: "gpt2" or "llama"
 };
 
 // "data": where training tokens come from.

@@ -16,6 +16,8 @@
 #include "core/strings.h"
 #include "kernels/cpu/simd_kernels.h"
 #include "runtime/checkpoint/checkpoint.h"
+#include "runtime/checkpoint/hf_weights.h"
+#include "runtime/config/hf_config.h"
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/data/data_loader.h"
 #include "runtime/engine/engine.h"
@@ -64,8 +66,11 @@ absl::StatusOr<int> run_training(const RunConfig& c, Backend& backend, Communica
                       Engine::create(std::make_unique<Gpt>(c.model.gpt, &mesh->tensor(), c.sequence_parallel, stage),
                                      c.engine, backend, *mesh));
   const GptConfig& g = c.model.gpt;
-  out << absl::StrFormat("model: GPT n_layer=%d n_head=%d d_model=%d vocab=%d seq_len=%d, %.2fM parameters%s (%s)%s\n",
-                         g.n_layer, g.n_head, g.d_model, g.vocab_size, g.seq_len,
+  const std::string family =
+      g.llama() ? absl::StrFormat("Llama n_layer=%d n_head=%d n_kv_head=%d d_model=%d d_ff=%d%s", g.n_layer, g.n_head,
+                                  g.kv_heads(), g.d_model, g.ffn_width(), g.tied_head() ? " tied head" : "")
+                : absl::StrFormat("GPT-2 n_layer=%d n_head=%d d_model=%d", g.n_layer, g.n_head, g.d_model);
+  out << absl::StrFormat("model: %s vocab=%d seq_len=%d, %.2fM parameters%s (%s)%s\n", family, g.vocab_size, g.seq_len,
                          static_cast<double>(g.num_parameters()) / 1e6,
                          c.tensor_size() > 1 || c.pipeline_size() > 1
                              ? absl::StrFormat(", %.2fM on rank 0 (its %s)",
@@ -198,7 +203,7 @@ absl::StatusOr<int> run_training(const RunConfig& c, Backend& backend, Communica
     ZE_RETURN_IF_ERROR(annotate(load_checkpoint(*engine, resume_dir, point->tag), "resuming"));
     out << "resumed from " << resume_dir << "/" << point->tag << " at step " << engine->global_step() << "\n";
   } else if (!c.run.init_from.empty()) {
-    ZE_RETURN_IF_ERROR(annotate(load_safetensors_weights(*engine, c.run.init_from), "initialising"));
+    ZE_RETURN_IF_ERROR(annotate(load_hf_weights(*engine, c.model.gpt, c.run.init_from), "initialising"));
     out << "weights initialised from " << c.run.init_from << "\n";
   }
   const int64_t first_step = engine->global_step();
@@ -217,6 +222,7 @@ absl::StatusOr<int> run_training(const RunConfig& c, Backend& backend, Communica
   std::string last_checkpoint = resume_dir.empty() ? "" : cat(resume_dir, "/", point->tag);
   auto save = [&]() -> absl::Status {
     SaveOptions so{c.run.save_dir, "", static_cast<int>(c.run.keep)};
+    so.model = hf_config_json(g, DType::kF32);  // what `zero-ckpt consolidate --format hf` writes as config.json
     ZE_ASSIGN_OR_RETURN(std::string tag, save_checkpoint(*engine, so));
     out << "saved checkpoint " << c.run.save_dir << "/" << tag << "\n";
     last_checkpoint = cat(c.run.save_dir, "/", tag);

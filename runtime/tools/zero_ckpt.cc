@@ -4,25 +4,60 @@
 //       the checkpoints in DIR, then for TAG (default: latest) its step, world
 //       size, stage, optimizer, files and tensors, and every segment's
 //       checksum verified.
-//   zero-ckpt consolidate DIR --out FILE [--dtype fp32|bf16] [--tag TAG]
-//       the fp32 master weights as one safetensors file (GPT-2's names and
-//       layout), streamed tensor by tensor.
+//   zero-ckpt consolidate DIR --out FILE [--format safetensors] [--dtype fp32|bf16] [--tag TAG]
+//       the fp32 master weights as one safetensors file (GPT-2's names
+//       without a prefix, and its Conv1D layout), streamed tensor by tensor.
+//   zero-ckpt consolidate DIR --format hf --out OUT_DIR [--dtype fp32|bf16]
+//                         [--max-shard-size BYTES|5GB|500MiB] [--tag TAG]
+//       a Hugging Face model directory transformers loads: config.json (from
+//       the model description the checkpoint records) and the weights under
+//       Hugging Face's names, in one model.safetensors or in shards of at most
+//       --max-shard-size (default 5GB) with model.safetensors.index.json.
+//       OUT_DIR must not exist, or be empty.
 //
 // Exit status: 0 fine, 1 a problem with the checkpoint (named), 2 bad usage.
+#include <cctype>
 #include <cstdio>
+#include <limits>
+#include <optional>
 #include <string>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "core/memory_tracker.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/file_io.h"
+#include "runtime/checkpoint/hf_weights.h"
 #include "runtime/checkpoint/safetensors.h"
 
 namespace {
 
 constexpr const char* kUsage =
     "usage: zero-ckpt inspect DIR [--tag TAG]\n"
-    "       zero-ckpt consolidate DIR --out FILE [--dtype fp32|bf16] [--tag TAG]\n";
+    "       zero-ckpt consolidate DIR --out FILE [--format safetensors] [--dtype fp32|bf16] [--tag TAG]\n"
+    "       zero-ckpt consolidate DIR --format hf --out OUT_DIR [--dtype fp32|bf16]\n"
+    "                             [--max-shard-size BYTES|5GB|500MiB] [--tag TAG]\n";
+
+// "5GB" (10^9), "500MiB" (2^20), "123" (bytes); nullopt when malformed.
+std::optional<int64_t> parse_size(std::string v) {
+  static const std::pair<const char*, int64_t> kUnits[] = {
+      {"KIB", int64_t{1} << 10}, {"MIB", int64_t{1} << 20}, {"GIB", int64_t{1} << 30}, {"TIB", int64_t{1} << 40},
+      {"KB", 1000},              {"MB", 1000000},           {"GB", 1000000000},        {"TB", 1000000000000},
+      {"B", 1}};
+  for (char& c : v) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  int64_t unit = 1;
+  for (const auto& [suffix, scale] : kUnits) {
+    const std::string sfx = suffix;
+    if (v.size() > sfx.size() && v.compare(v.size() - sfx.size(), sfx.size(), sfx) == 0) {
+      v.resize(v.size() - sfx.size());
+      unit = scale;
+      break;
+    }
+  }
+  int64_t n = 0;
+  if (!absl::SimpleAtoi(v, &n) || n <= 0 || n > std::numeric_limits<int64_t>::max() / unit) return std::nullopt;
+  return n * unit;
+}
 
 int fail(const absl::Status& s) {
   std::fprintf(stderr, "zero-ckpt: %s\n", std::string(s.message()).c_str());
@@ -86,8 +121,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string cmd = argv[1], dir = argv[2];
-  std::string tag, out;
+  std::string tag, out, format = "safetensors";
   zero::DType dtype = zero::DType::kF32;
+  int64_t max_shard_bytes = 5000000000;  // transformers' default, "5GB"
   for (int i = 3; i < argc; ++i) {
     const std::string a = argv[i];
     if (i + 1 >= argc) {
@@ -97,7 +133,22 @@ int main(int argc, char** argv) {
     const std::string v = argv[++i];
     if (a == "--tag") tag = v;
     else if (a == "--out") out = v;
-    else if (a == "--dtype") {
+    else if (a == "--format") {
+      if (v != "safetensors" && v != "hf") {
+        std::fprintf(stderr, "zero-ckpt: --format %s: safetensors (one file) or hf (a Hugging Face directory)\n",
+                     v.c_str());
+        return 2;
+      }
+      format = v;
+    } else if (a == "--max-shard-size") {
+      const std::optional<int64_t> bytes = parse_size(v);
+      if (!bytes) {
+        std::fprintf(stderr, "zero-ckpt: --max-shard-size %s: a positive size in bytes, or 5GB / 500MiB style\n",
+                     v.c_str());
+        return 2;
+      }
+      max_shard_bytes = *bytes;
+    } else if (a == "--dtype") {
       absl::StatusOr<zero::DType> d = zero::parse_float_dtype(v);
       if (!d.ok()) {
         std::fprintf(stderr, "zero-ckpt: --dtype: %s\n", std::string(d.status().message()).c_str());
@@ -112,10 +163,11 @@ int main(int argc, char** argv) {
   if (cmd == "inspect") return inspect(dir, tag);
   if (cmd == "consolidate") {
     if (out.empty()) {
-      std::fprintf(stderr, "zero-ckpt: consolidate needs --out FILE\n%s", kUsage);
+      std::fprintf(stderr, "zero-ckpt: consolidate needs --out %s\n%s", format == "hf" ? "OUT_DIR" : "FILE", kUsage);
       return 2;
     }
-    const absl::Status s = zero::consolidate_to_safetensors(dir, tag, out, dtype);
+    const absl::Status s = format == "hf" ? zero::consolidate_to_hf(dir, tag, out, dtype, max_shard_bytes)
+                                          : zero::consolidate_to_safetensors(dir, tag, out, dtype);
     if (!s.ok()) return fail(s);
     std::printf("wrote %s\n", out.c_str());
     return 0;

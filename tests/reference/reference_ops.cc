@@ -47,6 +47,44 @@ Vec layernorm(const Vec& x, const Vec& gamma, const Vec& beta, double eps, int64
   return y;
 }
 
+Vec rmsnorm(const Vec& x, const Vec& gamma, double eps, int64_t n, int64_t c) {
+  Vec y(x.size());
+  for (int64_t r = 0; r < n; ++r) {
+    double ms = 0.0;
+    for (int64_t j = 0; j < c; ++j) ms += x[r * c + j] * x[r * c + j] / static_cast<double>(c);
+    const double s = 1.0 / std::sqrt(ms + eps);
+    for (int64_t j = 0; j < c; ++j) y[r * c + j] = x[r * c + j] * s * gamma[j];
+  }
+  return y;
+}
+
+Vec rope(const Vec& x, const Vec& inv_freq, int64_t bh, int64_t t, int64_t d, int64_t first, bool inverse) {
+  const int64_t half = d / 2;
+  Vec y(x.size());
+  for (int64_t h = 0; h < bh; ++h) {
+    for (int64_t i = 0; i < t; ++i) {
+      const double* xr = x.data() + (h * t + i) * d;
+      double* yr = y.data() + (h * t + i) * d;
+      for (int64_t j = 0; j < half; ++j) {
+        // The angle in fp32, as Hugging Face computes it (position x inv_freq
+        // in float): beyond a few hundred positions its rounding is larger
+        // than everything else here, and it is part of the model's definition.
+        const float angle = static_cast<float>(first + i) * static_cast<float>(inv_freq[j]);
+        const double a = static_cast<double>(angle) * (inverse ? -1.0 : 1.0);
+        yr[j] = xr[j] * std::cos(a) - xr[j + half] * std::sin(a);
+        yr[j + half] = xr[j + half] * std::cos(a) + xr[j] * std::sin(a);
+      }
+    }
+  }
+  return y;
+}
+
+Vec swiglu(const Vec& gate, const Vec& up) {
+  Vec h(gate.size());
+  for (size_t i = 0; i < gate.size(); ++i) h[i] = gate[i] / (1.0 + std::exp(-gate[i])) * up[i];
+  return h;
+}
+
 Vec gelu(const Vec& x) {
   const double k = std::sqrt(2.0 / M_PI);
   Vec y(x.size());

@@ -20,6 +20,14 @@ Vec linear(const Vec& x, const Vec& w, const Vec* b, int64_t n, int64_t in, int6
 Vec matmul(const Vec& a, const Vec& b, int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b);
 Vec layernorm(const Vec& x, const Vec& gamma, const Vec& beta, double eps, int64_t n, int64_t c);
 Vec gelu(const Vec& x);  // tanh form
+// RMSNorm of x [n, c]: x / sqrt(mean(x^2) + eps) * gamma.
+Vec rmsnorm(const Vec& x, const Vec& gamma, double eps, int64_t n, int64_t c);
+// Rotary embedding (rotate-half form) of x [bh, t, d]: row i at position
+// first + i, frequency j (j < d/2) inv_freq[j], the angle rounded to fp32 as
+// Hugging Face computes it; inverse rotates by -angle.
+Vec rope(const Vec& x, const Vec& inv_freq, int64_t bh, int64_t t, int64_t d, int64_t first, bool inverse = false);
+// silu(gate) * up.
+Vec swiglu(const Vec& gate, const Vec& up);
 // Causal row softmax of scores [BH, T, T]; masked entries are 0.
 Vec causal_softmax(const Vec& scores, int64_t bh, int64_t t);
 // Full causal self-attention core: qkv [B, T, 3C] -> y [B, T, C], scale 1/sqrt(D).

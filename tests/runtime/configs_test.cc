@@ -42,6 +42,16 @@ TEST(ConfigsTest, Quickstart) {
   EXPECT_LT(l.last, l.first - 1.0) << r.output;
 }
 
+TEST(ConfigsTest, LlamaTiny) {
+  auto r = train("--config configs/llama-tiny.json --steps 40");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("model: Llama n_layer=4 n_head=4 n_kv_head=2 d_model=128 d_ff=352"), std::string::npos)
+      << r.output;
+  Losses l;
+  ASSERT_TRUE(parse_done(r.output, 40, l)) << r.output;
+  EXPECT_LT(l.last, l.first - 1.0) << r.output;
+}
+
 TEST(ConfigsTest, Gpt2_124M) {
   const std::string data = ::testing::TempDir() + "/ConfigsTest.gpt2_tokens.bin";
   auto prep = zero::testing::run_command(std::string(ZE_DATA_BIN) + " bytes-to-llmc --input " +
@@ -70,6 +80,25 @@ TEST(ConfigsTest, EveryDeepSpeedConfigLayeredOnTheSmallModel) {
       EXPECT_NE(r.output.find("offload: device \"cpu\" requested; on the CPU backend"), std::string::npos)
           << r.output;
     }
+    ++ran;
+  }
+  EXPECT_GE(ran, 14);
+}
+
+// The Llama family through every ZeRO stage, precision and offload path the
+// DeepSpeed configs set: the small model as a Llama (RMSNorm, RoPE, SwiGLU, 4
+// query heads over 2 key/value heads), 12 steps, that each runs and learns.
+TEST(ConfigsTest, EveryDeepSpeedConfigLayeredOnASmallLlama) {
+  int ran = 0;
+  for (const auto& entry : fs::directory_iterator(kSource + "/configs/ds")) {
+    const std::string file = entry.path().filename().string();
+    SCOPED_TRACE(file);
+    auto r = train("--config configs/small-gpt.json --config configs/ds/" + file +
+                   " --set model.arch=llama --set model.n_kv_head=2 --steps 12 --set steps_per_print=12");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    Losses l;
+    ASSERT_TRUE(parse_done(r.output, 12, l)) << r.output;
+    EXPECT_LT(l.last, l.first) << r.output;
     ++ran;
   }
   EXPECT_GE(ran, 14);

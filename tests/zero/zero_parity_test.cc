@@ -18,6 +18,9 @@
 // the global sample index (kernels/dropout_mask.h), so W ranks at micro-batch
 // 12/W draw exactly the masks one rank draws at 12.
 //
+// The Llama family (ZeroLlamaParityTest: RMSNorm, RoPE, SwiGLU, 4 query heads
+// sharing 2 key/value heads, an untied head) the same, at every stage.
+//
 // With Lion (ZeroLionParityTest) too, at every stage, with and without
 // overlap and accumulation, but for the attention key biases: their true
 // gradient is 0, and Lion steps them by +-lr on the sign of rounding noise.
@@ -63,7 +66,7 @@ const OptimizerConfig kSgd{.type = OptimizerType::kSGD, .lr = 0.1f, .weight_deca
 
 // predivide > 0: prescale_gradients with that gradient_predivide_factor.
 RunResult train(EngineConfig ec, Communicator* comm, int64_t accumulation, double predivide = 0,
-                float dropout = 0.0f, const OptimizerConfig& optimizer = kSgd) {
+                float dropout = 0.0f, const OptimizerConfig& optimizer = kSgd, const GptConfig& arch = kModel) {
   const int world_size = comm ? comm->world_size() : 1, rank = comm ? comm->rank() : 0;
   ec.micro_batch_size = kGlobalBatch / world_size;
   ec.gradient_accumulation_steps = accumulation;
@@ -72,12 +75,12 @@ RunResult train(EngineConfig ec, Communicator* comm, int64_t accumulation, doubl
   ec.optimizer = optimizer;
   ec.gradient_clipping = 1.0f;
   CpuBackend backend;
-  GptConfig model = kModel;
+  GptConfig model = arch;
   model.dropout = dropout;
   auto engine = initialize(std::make_unique<Gpt>(model), ec, backend, comm);
   EXPECT_TRUE(engine.ok()) << engine.status();
   RunResult out;
-  testing::CountingRows rows{kModel.seq_len, kModel.vocab_size};
+  testing::CountingRows rows{model.seq_len, model.vocab_size};
   for (int step = 0; step < kSteps; ++step) {
     StepResult r;
     for (int64_t micro = 0; micro < accumulation; ++micro) {
@@ -255,6 +258,26 @@ TEST(ZeroLionParityTest, EveryStageMatchesOneRankAndLearns) {
   }
   // Lion learns: the loss falls well below its start (expect_matches asks 0.1).
   EXPECT_LT(ref[0].losses.back(), 0.7 * ref[0].losses.front());
+}
+
+TEST(ZeroLlamaParityTest, EveryStageMatchesOneRank) {
+  const GptConfig llama{.arch = ModelArch::kLlama, .n_layer = 2, .n_head = 4, .d_model = 16, .vocab_size = 37,
+                        .seq_len = 8, .n_kv_head = 2, .d_ff = 24};
+  const RunResult ref = train(EngineConfig{}, nullptr, 2, 0, 0.0f, kSgd, llama);
+  for (const Case& c : {Case{0, false, 2, 500}, Case{1, true, 2, 500}, Case{2, false, 2, 500}, Case{3, false, 2, 500},
+                        Case{3, true, 2, 500}}) {
+    EngineConfig ec;
+    ec.zero.stage = zero_stage(c.stage);
+    ec.zero.overlap_comm = c.overlap;
+    ec.zero.reduce_bucket_size = ec.zero.allgather_bucket_size = ec.zero.prefetch_bucket_size = c.bucket;
+    ec.zero.param_persistence_threshold = 20;
+    const RunResult got = train(ec, &world(), c.accumulation, 0, 0.0f, kSgd, llama);
+    expect_matches(got, ref,
+                   "Llama, stage " + std::to_string(c.stage) + (c.overlap ? " overlap" : "") + " on " +
+                       std::to_string(world().world_size()) + " ranks");
+  }
+  EXPECT_EQ(ref.names.front(), "embed_tokens.weight");
+  EXPECT_EQ(ref.names.back(), "lm_head.weight");
 }
 
 }  // namespace

@@ -1,0 +1,204 @@
+// Llama's ops: RMSNorm (forward and backward), rotary position embeddings and
+// the SwiGLU gate. All arithmetic in fp32; gamma and dgamma in any float dtype.
+//
+// RMSNorm: one warp per row (8 rows per 256-thread block), lanes striding the
+// columns lane, lane+32, ... as layer norm does (norm_activation.cu). With
+// rstd = 1 / sqrt(mean(x^2) + eps), xhat = x * rstd and g = dy * gamma,
+// differentiating y_j = x_j rstd gamma_j (d rstd / d x_j = -rstd^3 x_j / C):
+//   dx = rstd * (g - xhat * mean(g * xhat))                    (per row)
+//      = rstd * (g - x * rstd^2 * mean(g * x))
+//   dgamma += sum_rows dy * xhat                              (per column)
+// The operations follow the CPU kernels (kernels/cpu/llama_impl.h) and Hugging
+// Face's modules in order: y = (x * rstd) * gamma, h = (g * sigmoid(g)) * up.
+// The column sums run through column_reduce.cuh (deterministic, no atomics),
+// BEFORE the dx kernel: they read only dy, x and rstd, and the dx kernel reads
+// each row whole before writing it, so dx may even alias dy or x.
+//
+// RoPE: one thread per rotated pair (x[i], x[i + D/2]) of a row, grid-stride
+// over rows * D/2 (consecutive threads take consecutive i, so both halves are
+// read coalesced). Each block first copies inv_freq into shared memory. The
+// angle is float(position) * inv_freq[i] in fp32 and sincosf is the accurate
+// one (no fast math), as on the CPU. The pair is read before it is written,
+// so y may alias x.
+//
+// SwiGLU: grid-stride elementwise; every input element is read before the
+// outputs at the same index are written, so outputs may alias inputs.
+#include <cmath>
+
+#include "kernels/cuda/column_reduce.cuh"
+#include "kernels/cuda/cuda_kernels.h"
+
+namespace zero::cuda {
+
+namespace {
+
+constexpr int kRowsPerBlock = kBlockThreads / 32;
+
+unsigned row_blocks(int64_t rows) {
+  const int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
+  ZE_CHECK_LE(blocks, int64_t{0x7fffffff});
+  return static_cast<unsigned>(blocks);
+}
+
+// ---- RMSNorm
+
+// No __restrict__ on x and y: the row is reduced before any of it is written,
+// and each lane reads its element before writing it, so the kernel is safe in place.
+__global__ void rmsnorm_forward_kernel(const float* x, const void* gamma, DType gamma_dtype, float eps,
+                                       int64_t rows, int64_t cols, float* y, float* __restrict__ rstd_out) {
+  const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + (threadIdx.x >> 5);
+  if (row >= rows) return;  // whole warps leave together
+  const int lane = threadIdx.x & 31;
+  const float* xr = x + row * cols;
+  float* yr = y + row * cols;
+
+  float sq = 0.0f;
+  for (int64_t c = lane; c < cols; c += 32) sq = fmaf(xr[c], xr[c], sq);
+  const float mean_sq = warp_sum(sq) / static_cast<float>(cols);
+  const float rstd = 1.0f / sqrtf(mean_sq + eps);
+
+  for (int64_t c = lane; c < cols; c += 32) yr[c] = xr[c] * rstd * load_any(gamma, gamma_dtype, c);
+  if (lane == 0) rstd_out[row] = rstd;
+}
+
+// No __restrict__ on dy, x, dx: see the file comment (dx may alias either).
+__global__ void rmsnorm_backward_dx_kernel(const float* dy, const float* x, const void* gamma, DType gamma_dtype,
+                                           const float* __restrict__ rstd, int64_t rows, int64_t cols,
+                                           float* dx) {
+  const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + (threadIdx.x >> 5);
+  if (row >= rows) return;
+  const int lane = threadIdx.x & 31;
+  const float* dyr = dy + row * cols;
+  const float* xr = x + row * cols;
+  float* dxr = dx + row * cols;
+  const float r = rstd[row];
+
+  float sum_gx = 0.0f;
+  for (int64_t c = lane; c < cols; c += 32) {
+    sum_gx = fmaf(dyr[c] * load_any(gamma, gamma_dtype, c), xr[c], sum_gx);
+  }
+  // mean_c(g xhat) = rstd mean_c(g x)
+  const float m = warp_sum(sum_gx) * r / static_cast<float>(cols);
+
+  for (int64_t c = lane; c < cols; c += 32) {
+    const float g = dyr[c] * load_any(gamma, gamma_dtype, c);
+    const float xhat = xr[c] * r;
+    dxr[c] = r * (g - xhat * m);
+  }
+}
+
+// acc[0] += dy * xhat (dgamma), xhat = x * rstd.
+struct RmsNormGammaGrad {
+  const float* dy;
+  const float* x;
+  const float* rstd;
+  int64_t cols;
+  __device__ void operator()(int64_t r, int64_t c, float (&acc)[1]) const {
+    acc[0] = fmaf(dy[r * cols + c], x[r * cols + c] * rstd[r], acc[0]);
+  }
+};
+
+// ---- RoPE
+
+// The frequencies as a kernel argument (RopeFreqs is 1 KB, within the 4 KB
+// parameter limit); each block stages the first `half` of them in shared memory.
+// No __restrict__: y may be x.
+__global__ void rope_kernel(const float* x, float* y, int64_t rows, int64_t seq, RopeFreqs freqs,
+                            int64_t first_position, bool inverse) {
+  __shared__ float inv_freq[RopeFreqs::kMaxHalf];
+  const int half = freqs.half;
+  for (int i = threadIdx.x; i < half; i += blockDim.x) inv_freq[i] = freqs.inv_freq[i];
+  __syncthreads();
+
+  const int64_t n = rows * half, dim = 2 * int64_t{half};
+  for (int64_t w = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; w < n; w += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t row = w / half;
+    const int i = static_cast<int>(w - row * half);
+    const int64_t position = first_position + row % seq;
+    const float angle = static_cast<float>(position) * inv_freq[i];
+    float s, c;
+    sincosf(angle, &s, &c);
+    if (inverse) s = -s;  // R(-p): cos(-a) = cos(a), sin(-a) = -sin(a)
+    const int64_t base = row * dim + i;
+    const float lo = x[base], hi = x[base + half];
+    y[base] = lo * c - hi * s;
+    y[base + half] = hi * c + lo * s;
+  }
+}
+
+// ---- SwiGLU
+
+// No __restrict__: h may alias gate or up.
+__global__ void swiglu_forward_kernel(const float* gate, const float* up, float* h, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float g = gate[i];
+    const float silu = g * (1.0f / (1.0f + expf(-g)));  // g sigmoid(g)
+    h[i] = silu * up[i];
+  }
+}
+
+// No __restrict__: dgate / dup may alias gate / up (and dh); all three inputs
+// at index i are read before either output at i is written.
+__global__ void swiglu_backward_kernel(const float* gate, const float* up, const float* dh, float* dgate,
+                                       float* dup, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float g = gate[i], u = up[i], d = dh[i];
+    const float s = 1.0f / (1.0f + expf(-g));  // sigmoid(g)
+    const float silu = g * s;                  // as the forward computes it
+    const float dsilu = s * (1.0f + g * (1.0f - s));
+    dgate[i] = d * u * dsilu;
+    dup[i] = d * silu;
+  }
+}
+
+}  // namespace
+
+void launch_rmsnorm_forward(const float* x, const void* gamma, DType gamma_dtype, float eps, int64_t rows,
+                            int64_t cols, float* y, float* rstd, cudaStream_t stream) {
+  if (rows == 0) return;
+  rmsnorm_forward_kernel<<<row_blocks(rows), kBlockThreads, 0, stream>>>(x, gamma, gamma_dtype, eps, rows, cols,
+                                                                         y, rstd);
+  ZE_CUDA_CHECK_LAUNCH();
+}
+
+size_t rmsnorm_backward_workspace_bytes(int64_t rows, int64_t cols) { return column_partials_bytes(1, rows, cols); }
+
+void launch_rmsnorm_backward(const float* dy, const float* x, const void* gamma, DType gamma_dtype,
+                             const float* rstd, int64_t rows, int64_t cols, float* dx, void* dgamma,
+                             DType dgamma_dtype, void* workspace, cudaStream_t stream) {
+  if (rows == 0) return;
+  ColumnDsts<1> dsts;
+  dsts.ptr[0] = dgamma;
+  dsts.dtype[0] = dgamma_dtype;
+  run_column_sums<1>(RmsNormGammaGrad{dy, x, rstd, cols}, rows, cols, dsts, static_cast<float*>(workspace),
+                     stream);
+  rmsnorm_backward_dx_kernel<<<row_blocks(rows), kBlockThreads, 0, stream>>>(dy, x, gamma, gamma_dtype, rstd,
+                                                                             rows, cols, dx);
+  ZE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_rope(const float* x, float* y, int64_t rows, int64_t seq, const RopeFreqs& freqs,
+                 int64_t first_position, bool inverse, cudaStream_t stream) {
+  if (rows == 0 || freqs.half == 0) return;
+  ZE_CHECK(freqs.half > 0 && freqs.half <= RopeFreqs::kMaxHalf && seq > 0) << freqs.half << " " << seq;
+  rope_kernel<<<grid_blocks(rows * freqs.half), kBlockThreads, 0, stream>>>(x, y, rows, seq, freqs,
+                                                                            first_position, inverse);
+  ZE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_swiglu_forward(const float* gate, const float* up, float* h, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  swiglu_forward_kernel<<<grid_blocks(n), kBlockThreads, 0, stream>>>(gate, up, h, n);
+  ZE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_swiglu_backward(const float* gate, const float* up, const float* dh, float* dgate, float* dup,
+                            int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  swiglu_backward_kernel<<<grid_blocks(n), kBlockThreads, 0, stream>>>(gate, up, dh, dgate, dup, n);
+  ZE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace zero::cuda

@@ -1,0 +1,443 @@
+// Hugging Face config.json <-> GptConfig, and tensor names; see hf_config.h.
+#include "runtime/config/hf_config.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+
+#include "core/status.h"
+#include "core/strings.h"
+#include "kernels/rope.h"
+
+namespace zero {
+
+namespace {
+
+constexpr const char* kSupported = "supported: \"gpt2\", \"llama\", \"mistral\" (without sliding-window attention)";
+
+bool ends_with(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+bool starts_with(const std::string& s, std::string_view prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
+
+// A float as the shortest decimal that reads back as the same float, as a
+// double: config.json says 1e-05, not 9.999999747378752e-06.
+double shortest(float f) {
+  char buf[32];
+  for (int digits = 1; digits <= 9; ++digits) {
+    std::snprintf(buf, sizeof(buf), "%.*g", digits, static_cast<double>(f));
+    if (std::strtof(buf, nullptr) == f) break;
+  }
+  return std::strtod(buf, nullptr);
+}
+
+// Typed access to one config.json, every error naming the file, the key and
+// its value. A key that is absent or null takes its default (as transformers
+// reads it); without a default it is required.
+class HfKeys {
+ public:
+  HfKeys(const Json& j, const std::string& path) : j_(j), path_(path) {}
+
+  absl::Status bad(std::string_view key, std::string_view why) const {
+    return absl::InvalidArgumentError(cat(path_, ": \"", key, "\" is ", shown(key), ": ", why));
+  }
+  bool has(std::string_view key) const { return j_.contains(key) && !j_.at(key).is_null(); }
+
+  absl::StatusOr<int64_t> integer(std::string_view key, std::optional<int64_t> fallback = std::nullopt,
+                                  int64_t min = 1) const {
+    if (!has(key)) {
+      if (fallback) return *fallback;
+      return absl::InvalidArgumentError(cat(path_, ": \"", key, "\" is missing (an integer is required)"));
+    }
+    const Json& v = j_.at(key);
+    int64_t n = 0;
+    if (v.is_number_integer()) {
+      n = v.get<int64_t>();
+    } else if (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>() &&
+               std::fabs(v.get<double>()) < 9e15) {
+      n = static_cast<int64_t>(v.get<double>());
+    } else {
+      return bad(key, "expected an integer");
+    }
+    if (n < min) return bad(key, cat("must be at least ", min));
+    return n;
+  }
+  absl::StatusOr<double> number(std::string_view key, double fallback) const {
+    if (!has(key)) return fallback;
+    const Json& v = j_.at(key);
+    if (!v.is_number()) return bad(key, "expected a number");
+    return v.get<double>();
+  }
+  absl::StatusOr<bool> boolean(std::string_view key, bool fallback) const {
+    if (!has(key)) return fallback;
+    if (!j_.at(key).is_boolean()) return bad(key, "expected true or false");
+    return j_.at(key).get<bool>();
+  }
+  absl::StatusOr<std::string> string(std::string_view key, std::string fallback) const {
+    if (!has(key)) return fallback;
+    if (!j_.at(key).is_string()) return bad(key, "expected a string");
+    return j_.at(key).get<std::string>();
+  }
+
+ private:
+  std::string shown(std::string_view key) const {
+    if (!j_.contains(key)) return "missing";
+    std::string s = j_.at(key).dump();
+    return s.size() > 200 ? s.substr(0, 200) + "..." : s;
+  }
+  const Json& j_;
+  const std::string& path_;
+};
+
+// RoPE as transformers 4.x or 5.x writes it.
+struct HfRope {
+  double theta = 10000.0;
+  RopeScaling scaling;
+};
+
+// One RoPE description object: 4.x's "rope_scaling" (the scaling only) or
+// 5.x's "rope_parameters" (theta too). `label` names it in errors.
+absl::StatusOr<HfRope> rope_from_object(const Json& r, const std::string& path, const std::string& label,
+                                        double theta_fallback) {
+  HfRope out;
+  out.theta = theta_fallback;
+  const std::string where = path + " " + label;
+  const HfKeys keys(r, where);
+  for (auto it = r.begin(); it != r.end(); ++it) {
+    if (it.value().is_object()) {
+      return absl::InvalidArgumentError(cat(where, ": \"", it.key(), "\" is an object: RoPE parameters per "
+                                            "attention type (Gemma's, ModernBERT's) are not implemented"));
+    }
+  }
+  ZE_ASSIGN_OR_RETURN(out.theta, keys.number("rope_theta", theta_fallback));
+  ZE_ASSIGN_OR_RETURN(const double partial, keys.number("partial_rotary_factor", 1.0));
+  if (partial != 1.0) return keys.bad("partial_rotary_factor", "only 1 (rotating the whole head) is implemented");
+  // Newer configs say "rope_type", older ones "type" (transformers 5 may write both).
+  ZE_ASSIGN_OR_RETURN(std::string type, keys.string("rope_type", ""));
+  ZE_ASSIGN_OR_RETURN(const std::string old_type, keys.string("type", ""));
+  if (type.empty()) type = old_type;
+  else if (!old_type.empty() && old_type != type) {
+    return keys.bad("type", cat("contradicts \"rope_type\" (\"", type, "\")"));
+  }
+  if (type.empty() || type == "default") return out;  // "default": plain RoPE
+  if (type != "linear" && type != "llama3") {
+    return absl::InvalidArgumentError(cat(path, ": ", label, " type \"", type,
+                                          "\" is not implemented (\"linear\" and \"llama3\" are; dynamic, yarn, "
+                                          "longrope and the others are not)"));
+  }
+  RopeScaling& s = out.scaling;
+  s.type = type;
+  if (!keys.has("factor")) return absl::InvalidArgumentError(cat(where, ": \"factor\" is missing"));
+  ZE_ASSIGN_OR_RETURN(s.factor, keys.number("factor", 1.0));
+  if (type == "llama3") {
+    for (const char* k : {"low_freq_factor", "high_freq_factor", "original_max_position_embeddings"})
+      if (!keys.has(k)) return absl::InvalidArgumentError(cat(where, ": \"", k, "\" is missing (llama3 needs it)"));
+    ZE_ASSIGN_OR_RETURN(s.low_freq_factor, keys.number("low_freq_factor", 1.0));
+    ZE_ASSIGN_OR_RETURN(s.high_freq_factor, keys.number("high_freq_factor", 4.0));
+    ZE_ASSIGN_OR_RETURN(s.original_max_position_embeddings, keys.integer("original_max_position_embeddings"));
+  }
+  return out;
+}
+
+bool same_scaling(const RopeScaling& a, const RopeScaling& b) {
+  if (a.type != b.type) return false;
+  if (a.type.empty()) return true;
+  if (a.factor != b.factor) return false;
+  return a.type != "llama3" ||
+         (a.low_freq_factor == b.low_freq_factor && a.high_freq_factor == b.high_freq_factor &&
+          a.original_max_position_embeddings == b.original_max_position_embeddings);
+}
+
+std::string scaling_string(const RopeScaling& s) {
+  if (s.type.empty()) return "none";
+  std::string out = cat(s.type, " factor ", s.factor);
+  if (s.type == "llama3") {
+    out += cat(", low_freq_factor ", s.low_freq_factor, ", high_freq_factor ", s.high_freq_factor,
+               ", original_max_position_embeddings ", s.original_max_position_embeddings);
+  }
+  return out;
+}
+
+// RoPE's base and scaling in either form: transformers 4.x's top-level
+// "rope_theta" and "rope_scaling" (null or an object), or 5.x's
+// "rope_parameters" ({"rope_theta", "rope_type", "factor", ...}). A config
+// with both forms must say the same thing in each.
+absl::StatusOr<HfRope> rope_from_hf(const Json& hf, const std::string& path) {
+  const HfKeys keys(hf, path);
+  HfRope old_form;
+  ZE_ASSIGN_OR_RETURN(old_form.theta, keys.number("rope_theta", 10000.0));
+  ZE_ASSIGN_OR_RETURN(const double partial, keys.number("partial_rotary_factor", 1.0));
+  if (partial != 1.0) return keys.bad("partial_rotary_factor", "only 1 (rotating the whole head) is implemented");
+  if (keys.has("rope_scaling")) {
+    if (!hf.at("rope_scaling").is_object()) return keys.bad("rope_scaling", "expected null or an object");
+    ZE_ASSIGN_OR_RETURN(const HfRope r, rope_from_object(hf.at("rope_scaling"), path, "rope_scaling", old_form.theta));
+    old_form.scaling = r.scaling;
+    // transformers 5 folds rope_theta into the scaling object when it saves a 4.x config's.
+    if (r.theta != old_form.theta) {
+      if (keys.has("rope_theta")) {
+        return keys.bad("rope_theta", cat("contradicts rope_scaling's \"rope_theta\" (", r.theta, ")"));
+      }
+      old_form.theta = r.theta;
+    }
+  }
+  if (!keys.has("rope_parameters")) return old_form;
+  if (!hf.at("rope_parameters").is_object()) return keys.bad("rope_parameters", "expected null or an object");
+  ZE_ASSIGN_OR_RETURN(const HfRope new_form,
+                      rope_from_object(hf.at("rope_parameters"), path, "rope_parameters", old_form.theta));
+  if (keys.has("rope_theta") && new_form.theta != old_form.theta) {
+    return keys.bad("rope_theta", cat("contradicts rope_parameters' \"rope_theta\" (", new_form.theta, ")"));
+  }
+  if (keys.has("rope_scaling") && !same_scaling(old_form.scaling, new_form.scaling)) {
+    return absl::InvalidArgumentError(cat(path, ": \"rope_scaling\" (", scaling_string(old_form.scaling),
+                                          ") contradicts \"rope_parameters\" (", scaling_string(new_form.scaling),
+                                          ")"));
+  }
+  return new_form;
+}
+
+absl::StatusOr<GptConfig> llama_from_hf(const Json& hf, const std::string& path, const std::string& model_type) {
+  const HfKeys keys(hf, path);
+  GptConfig c;
+  c.arch = ModelArch::kLlama;
+  ZE_ASSIGN_OR_RETURN(c.d_model, keys.integer("hidden_size"));
+  ZE_ASSIGN_OR_RETURN(c.d_ff, keys.integer("intermediate_size"));
+  ZE_ASSIGN_OR_RETURN(c.n_layer, keys.integer("num_hidden_layers"));
+  ZE_ASSIGN_OR_RETURN(c.n_head, keys.integer("num_attention_heads"));
+  ZE_ASSIGN_OR_RETURN(c.n_kv_head, keys.integer("num_key_value_heads", c.n_head));
+  ZE_ASSIGN_OR_RETURN(c.vocab_size, keys.integer("vocab_size"));
+  // transformers' defaults: Llama 2048 positions, Mistral 4096 * 32.
+  ZE_ASSIGN_OR_RETURN(c.max_positions,
+                      keys.integer("max_position_embeddings", model_type == "mistral" ? 131072 : 2048));
+  c.seq_len = c.max_positions;
+  if (c.d_model % c.n_head != 0) {
+    return keys.bad("hidden_size", cat("not a multiple of num_attention_heads (", c.n_head, ")"));
+  }
+  if (c.n_head % c.n_kv_head != 0) {
+    return keys.bad("num_key_value_heads",
+                    cat("must divide num_attention_heads (", c.n_head, ") for grouped-query attention"));
+  }
+  if (keys.has("head_dim")) {
+    ZE_ASSIGN_OR_RETURN(const int64_t head_dim, keys.integer("head_dim"));
+    if (head_dim != c.d_model / c.n_head) {
+      return keys.bad("head_dim", cat("only hidden_size / num_attention_heads (", c.d_model / c.n_head,
+                                      ") is implemented"));
+    }
+  }
+  ZE_ASSIGN_OR_RETURN(const double eps, keys.number("rms_norm_eps", 1e-6));
+  if (!(eps > 0.0)) return keys.bad("rms_norm_eps", "must be > 0");
+  c.norm_eps = static_cast<float>(eps);
+  ZE_ASSIGN_OR_RETURN(const HfRope rope, rope_from_hf(hf, path));
+  c.rope_theta = rope.theta;
+  c.rope_scaling = rope.scaling;
+  const absl::StatusOr<RopeFreqs> freqs = rope_frequencies(c.head_dim(), c.rope_theta, c.rope_scaling);
+  if (!freqs.ok()) return annotate(freqs.status(), path);
+  ZE_ASSIGN_OR_RETURN(c.tie_word_embeddings, keys.boolean("tie_word_embeddings", false));
+  ZE_ASSIGN_OR_RETURN(const double init, keys.number("initializer_range", 0.02));
+  if (!(init > 0.0)) return keys.bad("initializer_range", "must be > 0");
+  c.init_std = static_cast<float>(init);
+
+  ZE_ASSIGN_OR_RETURN(const std::string act, keys.string("hidden_act", "silu"));
+  if (act != "silu") return keys.bad("hidden_act", "only \"silu\" (SwiGLU) is implemented");
+  for (const char* k : {"attention_bias", "mlp_bias"}) {
+    ZE_ASSIGN_OR_RETURN(const bool bias, keys.boolean(k, false));
+    if (bias) return keys.bad(k, "projection biases are not implemented in the Llama layers");
+  }
+  ZE_ASSIGN_OR_RETURN(const double attn_dropout, keys.number("attention_dropout", 0.0));
+  if (attn_dropout != 0.0) return keys.bad("attention_dropout", "dropout on attention probabilities is not implemented");
+  if (model_type == "mistral" && keys.has("sliding_window")) {
+    ZE_ASSIGN_OR_RETURN(const int64_t window, keys.integer("sliding_window"));
+    if (window < c.max_positions) {
+      return keys.bad("sliding_window", cat("sliding-window attention is not implemented (a window of at least "
+                                            "max_position_embeddings, ", c.max_positions, ", or null is full "
+                                            "attention and loads)"));
+    }
+  }
+  return c;
+}
+
+absl::StatusOr<GptConfig> gpt2_from_hf(const Json& hf, const std::string& path) {
+  const HfKeys keys(hf, path);
+  GptConfig c;
+  c.arch = ModelArch::kGpt2;
+  ZE_ASSIGN_OR_RETURN(c.d_model, keys.integer("n_embd"));
+  ZE_ASSIGN_OR_RETURN(c.n_layer, keys.integer("n_layer"));
+  ZE_ASSIGN_OR_RETURN(c.n_head, keys.integer("n_head"));
+  ZE_ASSIGN_OR_RETURN(c.vocab_size, keys.integer("vocab_size"));
+  ZE_ASSIGN_OR_RETURN(c.max_positions, keys.integer("n_positions"));
+  c.seq_len = c.max_positions;
+  if (c.d_model % c.n_head != 0) return keys.bad("n_embd", cat("not a multiple of n_head (", c.n_head, ")"));
+  if (keys.has("n_inner")) {
+    ZE_ASSIGN_OR_RETURN(const int64_t inner, keys.integer("n_inner"));
+    if (inner != 4 * c.d_model) return keys.bad("n_inner", cat("only null or 4 n_embd (", 4 * c.d_model, ") is implemented"));
+  }
+  ZE_ASSIGN_OR_RETURN(const double eps, keys.number("layer_norm_epsilon", 1e-5));
+  if (std::fabs(eps - 1e-5) > 1e-12) return keys.bad("layer_norm_epsilon", "our LayerNorm uses 1e-5");
+  // gelu_pytorch_tanh is the same tanh approximation under another name.
+  ZE_ASSIGN_OR_RETURN(const std::string act, keys.string("activation_function", "gelu_new"));
+  if (act != "gelu_new" && act != "gelu_pytorch_tanh") {
+    return keys.bad("activation_function", "only \"gelu_new\" (GELU's tanh form) is implemented");
+  }
+  ZE_ASSIGN_OR_RETURN(const bool tied, keys.boolean("tie_word_embeddings", true));
+  if (!tied) return keys.bad("tie_word_embeddings", "GPT-2's LM head is always tied to wte here");
+  c.tie_word_embeddings = true;
+  ZE_ASSIGN_OR_RETURN(const bool scaled, keys.boolean("scale_attn_weights", true));
+  if (!scaled) return keys.bad("scale_attn_weights", "attention is always scaled by 1/sqrt(head_dim) here");
+  for (const char* k : {"scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn", "add_cross_attention"}) {
+    ZE_ASSIGN_OR_RETURN(const bool on, keys.boolean(k, false));
+    if (on) return keys.bad(k, "not implemented");
+  }
+  ZE_ASSIGN_OR_RETURN(const double init, keys.number("initializer_range", 0.02));
+  if (!(init > 0.0)) return keys.bad("initializer_range", "must be > 0");
+  c.init_std = static_cast<float>(init);
+  return c;
+}
+
+}  // namespace
+
+absl::StatusOr<GptConfig> gpt_config_from_hf(const Json& hf, const std::string& path) {
+  if (!hf.is_object()) return absl::InvalidArgumentError(cat(path, ": a config.json is a JSON object"));
+  const HfKeys keys(hf, path);
+  if (!keys.has("model_type")) {
+    return absl::InvalidArgumentError(cat(path, ": \"model_type\" is missing (", kSupported, ")"));
+  }
+  ZE_ASSIGN_OR_RETURN(const std::string type, keys.string("model_type", ""));
+  // The weights' dtype: 4.x's "torch_dtype", 5.x's "dtype" (not used here,
+  // where the files' own dtypes count; two that differ are refused).
+  ZE_ASSIGN_OR_RETURN(const std::string torch_dtype, keys.string("torch_dtype", ""));
+  ZE_ASSIGN_OR_RETURN(const std::string dtype, keys.string("dtype", ""));
+  if (!torch_dtype.empty() && !dtype.empty() && torch_dtype != dtype) {
+    return keys.bad("dtype", cat("contradicts \"torch_dtype\" (\"", torch_dtype, "\")"));
+  }
+  if (type == "llama" || type == "mistral") return llama_from_hf(hf, path, type);
+  if (type == "gpt2") return gpt2_from_hf(hf, path);
+  if (type == "qwen2") {
+    return keys.bad("model_type", cat("Qwen2 has biases on its q/k/v projections, which our Llama layers do not "
+                                      "implement (", kSupported, ")"));
+  }
+  return keys.bad("model_type", cat("not implemented (", kSupported, ")"));
+}
+
+Json hf_config_json(const GptConfig& c, DType dtype) {
+  const char* torch_dtype = dtype == DType::kBF16 ? "bfloat16" : dtype == DType::kF16 ? "float16" : "float32";
+  Json j = Json::object();
+  if (c.llama()) {
+    j["architectures"] = {"LlamaForCausalLM"};
+    j["model_type"] = "llama";
+    j["hidden_size"] = c.d_model;
+    j["intermediate_size"] = c.ffn_width();
+    j["num_hidden_layers"] = c.n_layer;
+    j["num_attention_heads"] = c.n_head;
+    j["num_key_value_heads"] = c.kv_heads();
+    j["head_dim"] = c.head_dim();
+    j["hidden_act"] = "silu";
+    j["max_position_embeddings"] = c.positions();
+    j["vocab_size"] = c.vocab_size;
+    j["rms_norm_eps"] = shortest(c.norm_eps);
+    j["rope_theta"] = c.rope_theta;
+    if (c.rope_scaling.type.empty() || c.rope_scaling.type == "default") {
+      j["rope_scaling"] = nullptr;
+    } else {
+      Json r = {{"rope_type", c.rope_scaling.type}, {"factor", c.rope_scaling.factor}};
+      if (c.rope_scaling.type == "llama3") {
+        r["low_freq_factor"] = c.rope_scaling.low_freq_factor;
+        r["high_freq_factor"] = c.rope_scaling.high_freq_factor;
+        r["original_max_position_embeddings"] = c.rope_scaling.original_max_position_embeddings;
+      }
+      j["rope_scaling"] = r;
+    }
+    j["tie_word_embeddings"] = c.tie_word_embeddings;
+    j["attention_bias"] = false;
+    j["mlp_bias"] = false;
+    j["attention_dropout"] = 0.0;
+    j["initializer_range"] = shortest(c.init_std);
+  } else {
+    j["architectures"] = {"GPT2LMHeadModel"};
+    j["model_type"] = "gpt2";
+    j["n_embd"] = c.d_model;
+    j["n_layer"] = c.n_layer;
+    j["n_head"] = c.n_head;
+    j["n_inner"] = nullptr;
+    j["n_positions"] = c.positions();
+    j["n_ctx"] = c.positions();
+    j["vocab_size"] = c.vocab_size;
+    j["layer_norm_epsilon"] = 1e-5;
+    j["activation_function"] = "gelu_new";
+    j["tie_word_embeddings"] = true;
+    // Where our dropout sits (embeddings, residual branches; none on attention).
+    j["embd_pdrop"] = shortest(c.dropout);
+    j["resid_pdrop"] = shortest(c.dropout);
+    j["attn_pdrop"] = 0.0;
+    j["initializer_range"] = shortest(c.init_std);
+    // GPT2Config's default <|endoftext|> (50256) is outside a smaller
+    // vocabulary, which transformers 5 warns about on load.
+    if (c.vocab_size <= 50256) j["bos_token_id"] = j["eos_token_id"] = nullptr;
+  }
+  j["torch_dtype"] = torch_dtype;
+  return j;
+}
+
+bool is_gpt2_conv1d_weight(const std::string& name) {
+  for (const char* s : {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight"})
+    if (ends_with(name, s)) return true;
+  return false;
+}
+
+std::string hf_tensor_name(const GptConfig& c, const std::string& ours) {
+  if (!c.llama()) return "transformer." + ours;
+  return ours == "lm_head.weight" ? ours : "model." + ours;
+}
+
+std::string ours_from_hf_tensor_name(const GptConfig& c, const std::string& hf) {
+  const std::string_view prefix = c.llama() ? "model." : "transformer.";
+  return starts_with(hf, prefix) ? hf.substr(prefix.size()) : hf;
+}
+
+bool hf_stores_transposed(const GptConfig& c, const std::string& ours) {
+  return !c.llama() && is_gpt2_conv1d_weight(ours);
+}
+
+std::vector<std::pair<std::string, Shape>> gpt_parameter_shapes(const GptConfig& c) {
+  const int64_t C = c.d_model, F = c.ffn_width(), D = c.head_dim();
+  std::vector<std::pair<std::string, Shape>> out;
+  if (c.llama()) {
+    out.emplace_back("embed_tokens.weight", Shape{c.vocab_size, C});
+    for (int64_t i = 0; i < c.n_layer; ++i) {
+      const std::string b = cat("layers.", i, ".");
+      out.emplace_back(b + "input_layernorm.weight", Shape{C});
+      out.emplace_back(b + "self_attn.q_proj.weight", Shape{c.n_head * D, C});
+      out.emplace_back(b + "self_attn.k_proj.weight", Shape{c.kv_heads() * D, C});
+      out.emplace_back(b + "self_attn.v_proj.weight", Shape{c.kv_heads() * D, C});
+      out.emplace_back(b + "self_attn.o_proj.weight", Shape{C, c.n_head * D});
+      out.emplace_back(b + "post_attention_layernorm.weight", Shape{C});
+      out.emplace_back(b + "mlp.gate_proj.weight", Shape{F, C});
+      out.emplace_back(b + "mlp.up_proj.weight", Shape{F, C});
+      out.emplace_back(b + "mlp.down_proj.weight", Shape{C, F});
+    }
+    out.emplace_back("norm.weight", Shape{C});
+    if (!c.tied_head()) out.emplace_back("lm_head.weight", Shape{c.vocab_size, C});
+    return out;
+  }
+  out.emplace_back("wte.weight", Shape{c.vocab_size, C});
+  out.emplace_back("wpe.weight", Shape{c.positions(), C});
+  for (int64_t i = 0; i < c.n_layer; ++i) {
+    const std::string b = cat("h.", i, ".");
+    out.emplace_back(b + "ln_1.weight", Shape{C});
+    out.emplace_back(b + "ln_1.bias", Shape{C});
+    out.emplace_back(b + "attn.c_attn.weight", Shape{3 * C, C});
+    out.emplace_back(b + "attn.c_attn.bias", Shape{3 * C});
+    out.emplace_back(b + "attn.c_proj.weight", Shape{C, C});
+    out.emplace_back(b + "attn.c_proj.bias", Shape{C});
+    out.emplace_back(b + "ln_2.weight", Shape{C});
+    out.emplace_back(b + "ln_2.bias", Shape{C});
+    out.emplace_back(b + "mlp.c_fc.weight", Shape{F, C});
+    out.emplace_back(b + "mlp.c_fc.bias", Shape{F});
+    out.emplace_back(b + "mlp.c_proj.weight", Shape{C, F});
+    out.emplace_back(b + "mlp.c_proj.bias", Shape{C});
+  }
+  out.emplace_back("ln_f.weight", Shape{C});
+  out.emplace_back("ln_f.bias", Shape{C});
+  return out;
+}
+
+}  // namespace zero
