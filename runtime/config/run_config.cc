@@ -1,6 +1,8 @@
 // Parsing of a run config; see run_config.h.
 #include "runtime/config/run_config.h"
 
+#include <algorithm>
+#include <filesystem>
 #include <optional>
 #include <set>
 
@@ -64,6 +66,16 @@ void read_hf_config(ConfigReader& r, RunConfig& c) {
 void parse_model(ConfigReader r, RunConfig& c) {
   read_declared_keys(r, c);
   GptConfig& g = c.model.gpt;
+  // --init-from a Hugging Face directory brings its config.json, unless the
+  // section says what the model is (then the weights must fit it).
+  std::error_code ec;
+  if (c.model.hf_config.empty() && !c.run.init_from.empty() &&
+      std::filesystem::is_regular_file(std::filesystem::path(c.run.init_from) / "config.json", ec) &&
+      std::none_of(std::begin(kArchitectureKeys), std::end(kArchitectureKeys),
+                   [&](std::string_view key) { return r.has(key); })) {
+    c.model.hf_config = (std::filesystem::path(c.run.init_from) / "config.json").string();
+    r.set_effective("hf_config", c.model.hf_config);
+  }
   if (!c.model.hf_config.empty()) {
     read_hf_config(r, c);
   } else if (g.llama()) {
@@ -223,11 +235,11 @@ absl::StatusOr<RunConfig> parse_run_config(const Json& config, const ConfigOptio
   RunConfig out;
   out.world_size = options.world_size;
 
+  parse_run(root.section("run"), out);  // first: run.init_from may say what the model is
   parse_model(root.section("model"), out);
   ConfigReader data = root.section("data");
   read_declared_keys(data, out);
   data.finish();
-  parse_run(root.section("run"), out);
   // DeepSpeed's AutoTP section (a pydantic model there: unknown keys fail): before the batch, whose
   // triple counts data-parallel ranks only.
   parse_tensor_parallel_section(root.section("tensor_parallel"), out);

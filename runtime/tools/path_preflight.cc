@@ -54,12 +54,25 @@ absl::Status check_run_paths(const RunConfig& config, int rank) {
                                           "; give a checkpoint directory, or \"auto\" with --save-dir"));
   }
   if (!run.init_from.empty()) {
-    if (!fs::is_regular_file(run.init_from, ec)) {
+    // A Hugging Face model directory, or one safetensors file.
+    std::string weights = run.init_from;
+    if (fs::is_directory(run.init_from, ec)) {
+      for (const char* f : {"model.safetensors.index.json", "model.safetensors"}) {
+        if (fs::exists(fs::path(run.init_from) / f, ec)) {
+          weights = (fs::path(run.init_from) / f).string();
+          break;
+        }
+      }
+      if (weights == run.init_from) {
+        return absl::InvalidArgumentError(cat("run.init_from (--init-from): ", run.init_from,
+                                              " has neither model.safetensors nor model.safetensors.index.json"));
+      }
+    } else if (!fs::is_regular_file(run.init_from, ec)) {
       return absl::InvalidArgumentError(cat("run.init_from (--init-from): ", run.init_from,
                                             fs::exists(run.init_from, ec) ? " is not a file" : " does not exist",
-                                            "; give a safetensors file"));
+                                            "; give a Hugging Face model directory or a safetensors file"));
     }
-    if (::access(run.init_from.c_str(), R_OK) != 0) {
+    if (::access(weights.c_str(), R_OK) != 0) {
       return absl::InvalidArgumentError(cat("run.init_from (--init-from): ", run.init_from, " is not readable"));
     }
   }

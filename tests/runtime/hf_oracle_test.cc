@@ -40,6 +40,7 @@
 #include "runtime/config/hf_config.h"
 #include "runtime/config/json_file.h"
 #include "runtime/engine/engine.h"
+#include "tests/testing/hf_files.h"
 
 namespace zero {
 namespace {
@@ -66,16 +67,6 @@ int64_t numel(const Shape& shape) {
   return n;
 }
 
-// The stored bytes of one tensor, as they are in its file.
-std::string raw_bytes(const HfWeights& w, const HfTensor& t) {
-  std::ifstream f(w.files().at(static_cast<size_t>(t.file)), std::ios::binary);
-  std::string out(static_cast<size_t>(t.bytes), '\0');
-  f.seekg(t.offset);
-  f.read(out.data(), t.bytes);
-  EXPECT_TRUE(f.good()) << w.files().at(static_cast<size_t>(t.file)) << ": " << t.name;
-  return out;
-}
-
 std::vector<float> read_fp32(const HfWeights& w, const std::string& name) {
   const HfTensor& t = w.tensors().at(name);
   std::vector<float> out(static_cast<size_t>(numel(t.shape)));
@@ -87,7 +78,7 @@ std::vector<float> read_fp32(const HfWeights& w, const std::string& name) {
 std::vector<int32_t> read_i32(const HfWeights& w, const std::string& name) {
   const HfTensor& t = w.tensors().at(name);
   EXPECT_EQ(t.dtype, "I32") << name;
-  const std::string raw = raw_bytes(w, t);
+  const std::string raw = testing::hf_raw_bytes(w, t);
   std::vector<int32_t> out(raw.size() / 4);
   std::memcpy(out.data(), raw.data(), raw.size());
   return out;
@@ -324,24 +315,7 @@ TEST_P(HfRoundTripTest, ExportAfterLoadingIsTheSourceBitForBit) {
   if (source->files().size() > 1) {
     EXPECT_GT(exported->files().size(), 1u);
   }
-  std::set<std::string> source_keys, exported_keys;
-  for (const auto& [k, t] : source->tensors()) source_keys.insert(k);
-  for (const auto& [k, t] : exported->tensors()) exported_keys.insert(k);
-  EXPECT_EQ(exported_keys, source_keys);
-  for (const auto& [k, t] : exported->tensors()) {
-    auto it = source->tensors().find(k);
-    if (it == source->tensors().end()) continue;  // reported above
-    const HfTensor& src = it->second;
-    EXPECT_EQ(t.dtype, src.dtype) << k;
-    EXPECT_EQ(t.shape, src.shape) << k;
-    if (t.bytes != src.bytes) continue;
-    const std::string a = raw_bytes(*exported, t), b = raw_bytes(*source, src);
-    if (a != b) {
-      size_t i = 0;
-      while (a[i] == b[i]) ++i;
-      ADD_FAILURE() << name << ": tensor " << k << " differs from the source's, first at byte " << i;
-    }
-  }
+  testing::expect_same_hf_tensors(*exported, *source, name);
 
   absl::StatusOr<Json> written = load_json_file(out + "/config.json");
   ASSERT_TRUE(written.ok()) << written.status();

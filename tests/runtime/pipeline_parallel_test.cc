@@ -73,6 +73,7 @@ struct Layout {
   bool fp16 = false;  // dynamic loss scaling from 2^30: the first steps overflow
   int64_t interval = 0;  // pipeline.activation_checkpoint_interval
   float dropout = 0.0f;
+  std::optional<GptConfig> model;  // unset: kModel (GPT-2)
   std::string name() const {
     return cat("P=", pipeline, " T=", tensor, " D=", world().world_size() / (pipeline * tensor), " ",
                pipeline_schedule_name(schedule), " ZeRO-", stage);
@@ -120,11 +121,11 @@ RunResult train(Communicator& comm, const Layout& l, int steps = kSteps, const C
     ec.check_grad_overflow = true;
     ec.loss_scaler = {.dynamic = true, .initial_scale_power = 30, .scale_window = 1000, .hysteresis = 1};
   }
+  GptConfig model = l.model ? *l.model : kModel;
   absl::StatusOr<PipelineStage> stage =
-      gpt_pipeline_stage(kModel, mesh.coordinates().pipeline, l.pipeline, PartitionMethod::kUniform);
+      gpt_pipeline_stage(model, mesh.coordinates().pipeline, l.pipeline, PartitionMethod::kUniform);
   EXPECT_TRUE(stage.ok()) << stage.status();
   CpuBackend backend;
-  GptConfig model = kModel;
   model.dropout = l.dropout;
   absl::StatusOr<std::unique_ptr<Engine>> e =
       Engine::create(std::make_unique<Gpt>(model, &mesh.tensor(), false, *stage), ec, backend, mesh);
@@ -249,6 +250,24 @@ TEST(PipelineCompositionTest, CheckpointingAndDropoutMatchOneRank) {
     const Layout dropout{.pipeline = p, .tensor = t, .schedule = PipelineScheduleKind::kGPipe, .stage = 1,
                          .dropout = 0.1f};
     expect_matches(train(world(), dropout), with_dropout, dropout.name() + ", dropout 0.1");
+  }
+}
+
+// The Llama family in stages: the embedding on the first, the RMSNorm and
+// the head on the last (untied: its own table, nothing to sum between the
+// end stages; tied: the table's copy, as GPT-2's), composed with tensor
+// parallelism of its grouped heads.
+TEST(PipelineLlamaTest, TiedAndUntiedMatchOneRank) {
+  if (layouts().empty()) GTEST_SKIP() << "no pipeline layout at world " << world().world_size();
+  const std::unique_ptr<Communicator> own = make_local_communicator();
+  for (bool tied : {false, true}) {
+    const GptConfig llama{.arch = ModelArch::kLlama, .n_layer = 4, .n_head = 4, .d_model = 16, .vocab_size = 37,
+                          .seq_len = 8, .n_kv_head = 2, .d_ff = 24, .tie_word_embeddings = tied};
+    const RunResult ref = train(*own, Layout{.model = llama});
+    for (const auto& [p, t] : layouts()) {
+      const Layout l{.pipeline = p, .tensor = t, .stage = 1, .model = llama};
+      expect_matches(train(world(), l), ref, l.name() + (tied ? ", Llama tied" : ", Llama untied"));
+    }
   }
 }
 

@@ -130,7 +130,8 @@ struct Trainer {
 };
 
 std::unique_ptr<Trainer> make_trainer(Communicator& comm, int stage, int tensor, float dropout = 0.0f,
-                                      bool sequence_parallel = false, const Options& options = {}) {
+                                      bool sequence_parallel = false, const Options& options = {},
+                                      const GptConfig& arch = kModel) {
   auto t = std::make_unique<Trainer>();
   absl::StatusOr<std::unique_ptr<DeviceMesh>> m = DeviceMesh::create(comm, tensor);
   EXPECT_TRUE(m.ok()) << m.status();
@@ -145,7 +146,7 @@ std::unique_ptr<Trainer> make_trainer(Communicator& comm, int stage, int tensor,
     ec.zero.offload_optimizer.device = OffloadDevice::kCpu;
     if (stage == 3) ec.zero.offload_param.device = OffloadDevice::kCpu;
   }
-  GptConfig model = kModel;
+  GptConfig model = arch;
   model.dropout = dropout;
   absl::StatusOr<std::unique_ptr<Engine>> e = Engine::create(
       std::make_unique<Gpt>(model, &t->mesh->tensor(), sequence_parallel), ec, t->backend, *t->mesh);
@@ -157,10 +158,10 @@ std::unique_ptr<Trainer> make_trainer(Communicator& comm, int stage, int tensor,
 
 // tensor = 0: the reference, one rank on a communicator of its own.
 RunResult train(int stage, int tensor, float dropout = 0.0f, bool sequence_parallel = false,
-                const Options& options = {}) {
+                const Options& options = {}, const GptConfig& arch = kModel) {
   const std::unique_ptr<Communicator> own = tensor == 0 ? make_local_communicator() : nullptr;
   std::unique_ptr<Trainer> t =
-      make_trainer(own ? *own : world(), stage, std::max(tensor, 1), dropout, sequence_parallel, options);
+      make_trainer(own ? *own : world(), stage, std::max(tensor, 1), dropout, sequence_parallel, options, arch);
   RunResult out;
   if (t == nullptr) return out;
   Engine& e = *t->engine;
@@ -276,6 +277,29 @@ TEST(TensorParallelDropoutTest, MatchesOneRankWithDropout) {
         const std::string what = "dropout 0.1, T=" + std::to_string(tensor) + " stage " + std::to_string(stage) +
                                  (sp ? " sequence-parallel" : "");
         expect_matches(train(stage, tensor, 0.1f, sp), reference(0.1f), what);
+      }
+    }
+  }
+}
+
+// The Llama family split the same way: q/k/v_proj and gate/up_proj
+// column-parallel (8 query heads and 4 key/value heads divided by T), o_proj
+// and down_proj row-parallel, the RMSNorms whole (summed over the group with
+// sequence parallelism), the untied head (and, tied, the table) by
+// vocabulary rows.
+TEST(TensorParallelLlamaTest, MatchesOneRankTiedAndUntied) {
+  for (bool tied : {false, true}) {
+    const GptConfig llama{.arch = ModelArch::kLlama, .n_layer = 2, .n_head = 8, .d_model = 32, .vocab_size = 37,
+                          .seq_len = 8, .n_kv_head = 4, .d_ff = 40, .tie_word_embeddings = tied};
+    const RunResult ref = train(0, 0, 0.0f, false, {}, llama);
+    for (int tensor : tensor_sizes()) {
+      for (int stage : {0, 3}) {
+        for (bool sp : {false, true}) {
+          const std::string what = std::string("Llama ") + (tied ? "tied" : "untied") + ", T=" +
+                                   std::to_string(tensor) + " stage " + std::to_string(stage) +
+                                   (sp ? " sequence-parallel" : "");
+          expect_matches(train(stage, tensor, 0.0f, sp, {}, llama), ref, what);
+        }
       }
     }
   }
