@@ -10,9 +10,17 @@
 //    GFLOP/s (6 x parameters x tokens + 12 x layers x d_model x seq x tokens),
 //    the fp32 GEMM rate of the same step's GEMM set measured between steps in
 //    this run, their ratio, and the peak tracked memory.
+//  * BM_LlamaStep/bf16: the same for a Llama-shaped 1B (d_model 2048, 16
+//    blocks, 32 query heads over 8 key/value heads, SwiGLU 8192, vocabulary
+//    32000 tied, seq 256, micro-batch 1) in bf16 with DeepSpeed's bf16 master
+//    weights and optimizer states (10 bytes per parameter, so it fits the
+//    24 GiB machine); its ratio is to the bf16 GEMM rate of its own Linear
+//    shapes (q, k, v, o, gate, up, down, head) in the same run.
 #include <benchmark/benchmark.h>
 
 #include <chrono>
+#include <iterator>
+#include <string>
 #include <vector>
 
 #include "graph/gpt.h"
@@ -22,11 +30,14 @@
 namespace zero {
 namespace {
 
-constexpr int64_t kTokens = 256;  // micro-batch 4 x seq 64
+constexpr int64_t kTokens = 256;  // micro-batch 4 x seq 64 (GPT-2), 1 x 256 (Llama)
 const GptConfig kGpt2{.n_layer = 12, .n_head = 12, .d_model = 768, .vocab_size = 50304, .seq_len = 64};
+const GptConfig kLlama1B{.arch = ModelArch::kLlama, .n_layer = 16, .n_head = 32, .d_model = 2048, .vocab_size = 32000,
+                         .seq_len = 256, .n_kv_head = 8, .d_ff = 8192, .rope_theta = 500000.0,
+                         .tie_word_embeddings = true};
 
 struct GemmShape {
-  const char* name;
+  std::string name;
   int64_t out, in;  // weight [out, in]
   int64_t per_step; // occurrences per training step
 };
@@ -35,6 +46,15 @@ const GemmShape kShapes[] = {{"qkv", 2304, 768, 12},
                              {"fc", 3072, 768, 12},
                              {"fc_proj", 768, 3072, 12},
                              {"lm_head", 50304, 768, 1}};
+
+// Every Linear of a model's training step, by shape.
+std::vector<GemmShape> step_shapes(const GptConfig& g) {
+  const int64_t c = g.d_model, l = g.n_layer, f = g.ffn_width();
+  if (!g.llama()) return std::vector<GemmShape>(std::begin(kShapes), std::end(kShapes));
+  const int64_t kv = g.kv_heads() * g.head_dim();
+  return {{"q_o", c, c, 2 * l}, {"k_v", kv, c, 2 * l}, {"gate_up", f, c, 2 * l}, {"down", c, f, l},
+          {"lm_head", g.vocab_size, c, 1}};
+}
 
 // The three GEMMs of one Linear layer's forward and backward.
 struct LinearGemms {
@@ -66,12 +86,12 @@ void BM_Gemm(benchmark::State& state, const GemmShape& shape, DType dtype) {
                                                  benchmark::Counter::kIsRate);
 }
 
-// All GEMMs of one training step (fp32), timed together: the "GEMM rate of the same shapes".
+// All GEMMs of one training step in `dtype`, timed together: the "GEMM rate of the same shapes".
 class StepGemmSet {
  public:
-  explicit StepGemmSet(Backend& b) {
-    for (const GemmShape& s : kShapes) {
-      gemms_.emplace_back(b, s, DType::kF32);
+  StepGemmSet(Backend& b, const GptConfig& g, DType dtype) : shapes_(step_shapes(g)), dtype_(dtype) {
+    for (const GemmShape& s : shapes_) {
+      gemms_.emplace_back(b, s, dtype);
       flops_ += LinearGemms::flops(s) * s.per_step;
     }
   }
@@ -79,30 +99,35 @@ class StepGemmSet {
   double time_once(Ops& ops) {
     const auto t0 = std::chrono::steady_clock::now();
     for (size_t i = 0; i < gemms_.size(); ++i)
-      for (int64_t k = 0; k < kShapes[i].per_step; ++k) gemms_[i].run(ops, DType::kF32);
+      for (int64_t k = 0; k < shapes_[i].per_step; ++k) gemms_[i].run(ops, dtype_);
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   double flops() const { return flops_; }
 
  private:
+  std::vector<GemmShape> shapes_;
+  DType dtype_;
   std::vector<LinearGemms> gemms_;
   double flops_ = 0;
 };
 
-void BM_GptStep(benchmark::State& state, DType dtype) {
+// gemm_dtype: the dtype of the GEMM set the step is compared with.
+void BM_Step(benchmark::State& state, const GptConfig& model, int64_t micro, EngineConfig ec, DType gemm_dtype) {
   CpuBackend backend;
-  EngineConfig ec;
-  ec.param_dtype = dtype;
-  ec.micro_batch_size = 4;
+  ec.micro_batch_size = micro;
   ec.optimizer = {.type = OptimizerType::kAdamW, .lr = 6e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .weight_decay = 0.1f};
-  auto engine = initialize(std::make_unique<Gpt>(kGpt2), ec, backend);
+  auto engine = initialize(std::make_unique<Gpt>(model), ec, backend);
   if (!engine.ok()) {
     state.SkipWithError(std::string(engine.status().message()).c_str());
     return;
   }
+  const int64_t seq = kTokens / micro;
   std::vector<int32_t> ids(kTokens), targets(kTokens);
-  for (int64_t i = 0; i < kTokens; ++i) ids[i] = static_cast<int32_t>((i * 7919) % 50257), targets[i] = ids[(i + 1) % kTokens];
-  const Batch batch{Tensor::wrap(ids.data(), {4, 64}, DType::kI32), Tensor::wrap(targets.data(), {4, 64}, DType::kI32)};
+  for (int64_t i = 0; i < kTokens; ++i) {
+    ids[i] = static_cast<int32_t>((i * 7919) % model.vocab_size), targets[i] = ids[(i + 1) % kTokens];
+  }
+  const Batch batch{Tensor::wrap(ids.data(), {micro, seq}, DType::kI32),
+                    Tensor::wrap(targets.data(), {micro, seq}, DType::kI32)};
   auto step = [&] {
     (*engine)->forward(batch).value();
     ZE_CHECK_OK((*engine)->backward());
@@ -112,7 +137,7 @@ void BM_GptStep(benchmark::State& state, DType dtype) {
   MemoryTracker::global().reset_peaks();
   step();
   const int64_t peak_bytes = MemoryTracker::global().snapshot().allocated[0].peak;  // the step alone
-  StepGemmSet gemms(backend);
+  StepGemmSet gemms(backend, model, gemm_dtype);
   gemms.time_once(backend.ops());
   double step_seconds = 0, gemm_seconds = 0;
   for (auto _ : state) {
@@ -126,31 +151,43 @@ void BM_GptStep(benchmark::State& state, DType dtype) {
     state.ResumeTiming();
   }
   const double n = static_cast<double>(state.iterations());
-  const double step_flops = kGpt2.flops_per_token(kGpt2.seq_len) * kTokens;
+  const double step_flops = model.flops_per_token(seq) * kTokens;
   const double achieved = step_flops * n / step_seconds;
   const double gemm_rate = gemms.flops() * n / gemm_seconds;
   state.counters["step_s"] = step_seconds / n;
   state.counters["GFLOP/s"] = achieved / 1e9;
-  state.counters["gemm_fp32_GFLOP/s"] = gemm_rate / 1e9;
+  state.counters[std::string("gemm_") + std::string(dtype_name(gemm_dtype)) + "_GFLOP/s"] = gemm_rate / 1e9;
   state.counters["ratio_to_gemm"] = achieved / gemm_rate;
   state.counters["peak_MiB"] = static_cast<double>(peak_bytes) / (1024.0 * 1024.0);
+  state.counters["params_M"] = static_cast<double>(model.num_parameters()) / 1e6;
 }
 
 void register_all() {
   for (const GemmShape& s : kShapes) {
     for (DType d : {DType::kF32, DType::kBF16}) {
-      benchmark::RegisterBenchmark((std::string("BM_Gemm/") + s.name + "/" + std::string(dtype_name(d))).c_str(),
+      benchmark::RegisterBenchmark(("BM_Gemm/" + s.name + "/" + std::string(dtype_name(d))).c_str(),
                                    [s, d](benchmark::State& st) { BM_Gemm(st, s, d); })
           ->Unit(benchmark::kMillisecond);
     }
   }
   for (DType d : {DType::kF32, DType::kBF16}) {
+    EngineConfig ec;
+    ec.param_dtype = d;
     benchmark::RegisterBenchmark((std::string("BM_GptStep/") + std::string(dtype_name(d))).c_str(),
-                                 [d](benchmark::State& st) { BM_GptStep(st, d); })
+                                 [ec](benchmark::State& st) { BM_Step(st, kGpt2, 4, ec, DType::kF32); })
         ->UseManualTime()
         ->Iterations(5)
         ->Unit(benchmark::kMillisecond);
   }
+  EngineConfig llama;
+  llama.param_dtype = DType::kBF16;
+  llama.zero.stage = ZeroStage::k1;  // 16-bit master weights live in the ZeRO optimizer (one rank: nothing sharded)
+  llama.optimizer_precision = {.master = DType::kBF16, .states = DType::kBF16};
+  benchmark::RegisterBenchmark("BM_LlamaStep/bf16",
+                               [llama](benchmark::State& st) { BM_Step(st, kLlama1B, 1, llama, DType::kBF16); })
+      ->UseManualTime()
+      ->Iterations(3)
+      ->Unit(benchmark::kMillisecond);
 }
 
 }  // namespace

@@ -65,6 +65,23 @@ TEST(ConfigsTest, Gpt2_124M) {
   EXPECT_NEAR(l.first, std::log(50304.0), 0.5);  // a freshly initialised model is near-uniform
 }
 
+TEST(ConfigsTest, SmolLm135M) {
+  const std::string data = ::testing::TempDir() + "/ConfigsTest.smollm_tokens.bin";
+  auto prep = zero::testing::run_command(std::string(ZE_DATA_BIN) + " bytes-to-llmc --input " +
+                                         "/usr/share/common-licenses --out " + data);
+  ASSERT_EQ(prep.exit_code, 0) << prep.output;
+  auto r = train("--config configs/smollm-135m.json --steps 1 --set model.seq_len=32 --set gradient_accumulation_steps=1"
+                 " --set train_micro_batch_size_per_gpu=2 --set data.path=" + data);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // Hugging Face's count for HuggingFaceTB/SmolLM-135M: 134,515,008.
+  EXPECT_NE(r.output.find("vocab=49152 seq_len=32, 134.52M parameters (bf16)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("n_layer=30 n_head=9 n_kv_head=3 d_model=576 d_ff=1536 tied head"), std::string::npos)
+      << r.output;
+  Losses l;
+  ASSERT_TRUE(parse_done(r.output, 1, l)) << r.output;
+  EXPECT_NEAR(l.first, std::log(49152.0), 0.5);  // a freshly initialised model is near-uniform
+}
+
 TEST(ConfigsTest, EveryDeepSpeedConfigLayeredOnTheSmallModel) {
   int ran = 0;
   for (const auto& entry : fs::directory_iterator(kSource + "/configs/ds")) {

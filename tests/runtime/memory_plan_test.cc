@@ -67,6 +67,7 @@ struct Case {
   bool partition = false;           // activation_checkpointing.partition_activations
   int pipeline = 1;                 // pipeline stages (world = data x tensor x pipeline)
   PipelineScheduleKind schedule = PipelineScheduleKind::k1F1B;
+  bool llama = false;               // the Llama family of kModel's size (grouped-query attention, untied head)
   int64_t interval = 0;             // pipeline.activation_checkpoint_interval
 };
 
@@ -166,6 +167,11 @@ Measured measure(const EngineConfig& e, int steps, const GptConfig& model = kMod
 PlanInput plan_input(const Case& c) {
   PlanInput in;
   in.model = kModel;
+  if (c.llama) {
+    in.model.arch = ModelArch::kLlama;
+    in.model.n_kv_head = 1;
+    in.model.d_ff = 3 * kModel.d_model;
+  }
   in.model.dropout = c.dropout;
   in.micro_batch = kMicroBatch;
   in.engine = engine_config(c);
@@ -340,6 +346,30 @@ TEST(MemoryPlanTest, PlanEqualsMeasuredWithDropout) {
   const int64_t without = plan_memory(in).value().at(Tier::kHost, MemCategory::kActivations);
   in.model.dropout = 0.1f;
   EXPECT_GT(plan_memory(in).value().at(Tier::kHost, MemCategory::kActivations), without);
+}
+
+// The Llama family: RMSNorm's saved rstd, RoPE in place, the SwiGLU gate's
+// two saved activations, grouped-query attention's smaller k and v, the
+// untied head, with and without checkpointing, at stages 0 and 3 and with
+// the optimizer state on NVMe.
+TEST(MemoryPlanTest, PlanEqualsMeasuredForTheLlamaFamily) {
+  const std::string dir = ::testing::TempDir() + "/memory_plan_test.swap";
+  std::filesystem::create_directories(dir);
+  for (int stage : {0, 3}) {
+    for (std::optional<int64_t> k : {std::optional<int64_t>(), std::optional<int64_t>(2)}) {
+      Case c;
+      c.llama = true;
+      c.stage = stage;
+      c.dtype = stage == 3 ? DType::kBF16 : DType::kF32;
+      c.segments = k;
+#ifdef ZE_HAVE_NVME_OFFLOAD
+      if (stage == 3 && k) c.nvme_dir = dir;
+#endif
+      c.name = cat("Llama, stage ", stage, " ", dtype_name(c.dtype), k ? cat(", ", *k, " segments") : "",
+                   c.nvme_dir.empty() ? "" : ", optimizer on NVMe");
+      expect_plan_matches(c);
+    }
+  }
 }
 
 TEST(MemoryPlanTest, PlanEqualsMeasuredWithBucketsOverlapAndAccumulation) {
