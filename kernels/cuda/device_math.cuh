@@ -31,6 +31,15 @@ inline constexpr int kBlockThreads = 256;
 // independent of the device.
 inline constexpr int64_t kMaxGridBlocks = 8192;
 
+// Row kernels with one warp per row (the norms): kBlockThreads / 32 rows
+// per block, as many blocks as the rows need.
+inline constexpr int kRowsPerBlock = kBlockThreads / 32;
+inline unsigned row_blocks(int64_t rows) {
+  const int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
+  ZE_CHECK_LE(blocks, int64_t{0x7fffffff});
+  return static_cast<unsigned>(blocks);
+}
+
 inline unsigned grid_blocks(int64_t work_items, int threads = kBlockThreads) {
   int64_t blocks = (work_items + threads - 1) / threads;
   if (blocks < 1) blocks = 1;

@@ -32,14 +32,6 @@ namespace zero::cuda {
 
 namespace {
 
-constexpr int kRowsPerBlock = kBlockThreads / 32;
-
-unsigned row_blocks(int64_t rows) {
-  const int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
-  ZE_CHECK_LE(blocks, int64_t{0x7fffffff});
-  return static_cast<unsigned>(blocks);
-}
-
 // ---- RMSNorm
 
 // No __restrict__ on x and y: the row is reduced before any of it is written,

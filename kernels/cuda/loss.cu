@@ -160,7 +160,8 @@ __global__ void cross_entropy_slice_finish_kernel(float* probs, const int32_t* _
   if (threadIdx.x == 0) losses[r] = (max[r] - sums[2 * r + 1]) + logf(sum);
 }
 
-unsigned row_blocks(int64_t n) {
+// One block per row.
+unsigned block_per_row(int64_t n) {
   ZE_CHECK_LE(n, int64_t{0x7fffffff}) << "vocabulary-parallel cross-entropy rows";
   return static_cast<unsigned>(n);
 }
@@ -178,14 +179,14 @@ void launch_cross_entropy(float* logits, const int32_t* targets, int64_t n, int6
 
 void launch_row_max(const float* x, int64_t n, int64_t cols, float* max, cudaStream_t stream) {
   if (n == 0) return;
-  row_max_kernel<<<row_blocks(n), kLossThreads, 0, stream>>>(x, cols, max);
+  row_max_kernel<<<block_per_row(n), kLossThreads, 0, stream>>>(x, cols, max);
   ZE_CUDA_CHECK_LAUNCH();
 }
 
 void launch_cross_entropy_slice_exp(float* logits, const int32_t* targets, int64_t n, int64_t cols, int64_t first,
                                     const float* max, float* sums, cudaStream_t stream) {
   if (n == 0) return;
-  cross_entropy_slice_exp_kernel<<<row_blocks(n), kLossThreads, 0, stream>>>(logits, targets, cols, first, max,
+  cross_entropy_slice_exp_kernel<<<block_per_row(n), kLossThreads, 0, stream>>>(logits, targets, cols, first, max,
                                                                                  sums);
   ZE_CUDA_CHECK_LAUNCH();
 }
@@ -194,7 +195,7 @@ void launch_cross_entropy_slice_finish(float* probs, const int32_t* targets, int
                                        int64_t first, const float* max, const float* sums, float grad_scale,
                                        float* losses, cudaStream_t stream) {
   if (n == 0) return;
-  cross_entropy_slice_finish_kernel<<<row_blocks(n), kLossThreads, 0, stream>>>(probs, targets, cols, first, max,
+  cross_entropy_slice_finish_kernel<<<block_per_row(n), kLossThreads, 0, stream>>>(probs, targets, cols, first, max,
                                                                                     sums, grad_scale, losses);
   ZE_CUDA_CHECK_LAUNCH();
 }

@@ -21,14 +21,6 @@ namespace zero::cuda {
 
 namespace {
 
-constexpr int kRowsPerBlock = kBlockThreads / 32;
-
-unsigned row_blocks(int64_t rows) {
-  const int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
-  ZE_CHECK_LE(blocks, int64_t{0x7fffffff});
-  return static_cast<unsigned>(blocks);
-}
-
 __global__ void layernorm_forward_kernel(const float* __restrict__ x, const void* gamma,
                                          DType gamma_dtype, const void* beta, DType beta_dtype,
                                          float eps, int64_t rows, int64_t cols,

@@ -35,27 +35,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
-
-def load_fp32(path):
-    kw = dict(output_loading_info=True, attn_implementation="eager")
-    # transformers >= 4.56 renamed torch_dtype -> dtype (older versions would silently
-    # store an unknown `dtype` kwarg on the config instead of raising).
-    key = "dtype" if _ver(transformers.__version__) >= _ver("4.56") else "torch_dtype"
-    kw[key] = torch.float32
-    return AutoModelForCausalLM.from_pretrained(str(path), **kw)
-
-
-def file_tensors(d):
-    out = {}
-    for f in sorted(Path(d).glob("*.safetensors")):
-        if f.name == "golden.safetensors":
-            continue
-        with safe_open(str(f), framework="pt") as sf:
-            for k in sf.keys():
-                if k in out:
-                    raise SystemExit(f"FAIL: key {k} stored twice ({f.name})")
-                out[k] = sf.get_tensor(k)
-    return out
+from hf_common import ATTN, file_tensors, load_fp32
 
 
 def main():

@@ -32,36 +32,14 @@ from safetensors.torch import save_file
 from transformers import (AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel,
                           LlamaConfig, LlamaForCausalLM)
 
+from hf_common import ATTN, file_tensors, load_fp32
+
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = REPO / "tests" / "data" / "hf"
 B, T = 2, 16
-ATTN = "eager"  # plain math reference; also what the fp64 check runs
 
 
 # ----------------------------------------------------------------------------- helpers
-
-def load_fp32(path):
-    """from_pretrained in fp32 with loading info (handles the torch_dtype->dtype rename)."""
-    kw = dict(output_loading_info=True, attn_implementation=ATTN)
-    # transformers >= 4.56 renamed torch_dtype -> dtype (older versions would silently
-    # store an unknown `dtype` kwarg on the config instead of raising).
-    key = "dtype" if _ver(transformers.__version__) >= _ver("4.56") else "torch_dtype"
-    kw[key] = torch.float32
-    return AutoModelForCausalLM.from_pretrained(path, **kw)
-
-
-def file_tensors(d):
-    """All tensors stored in the model's safetensors file(s), by name."""
-    out = {}
-    for f in sorted(Path(d).glob("*.safetensors")):
-        if f.name == "golden.safetensors":
-            continue
-        with safe_open(str(f), framework="pt") as sf:
-            for k in sf.keys():
-                assert k not in out, f"duplicate key {k}"
-                out[k] = sf.get_tensor(k)
-    return out
-
 
 def make_batch(vocab, seed):
     g = torch.Generator().manual_seed(seed)

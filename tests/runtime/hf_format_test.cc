@@ -37,6 +37,7 @@
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/config/hf_config.h"
 #include "runtime/engine/engine.h"
+#include "tests/testing/hf_files.h"
 
 namespace zero {
 namespace {
@@ -81,27 +82,6 @@ const char* kLlamaConfig = R"({
 
 Json parsed(const char* text) { return Json::parse(text); }
 
-void expect_same_model(const GptConfig& a, const GptConfig& b) {
-  EXPECT_EQ(a.arch, b.arch);
-  EXPECT_EQ(a.n_layer, b.n_layer);
-  EXPECT_EQ(a.n_head, b.n_head);
-  EXPECT_EQ(a.kv_heads(), b.kv_heads());
-  EXPECT_EQ(a.d_model, b.d_model);
-  EXPECT_EQ(a.vocab_size, b.vocab_size);
-  EXPECT_EQ(a.positions(), b.positions());
-  EXPECT_EQ(a.tied_head(), b.tied_head());
-  EXPECT_EQ(a.init_std, b.init_std);
-  if (a.llama()) {
-    EXPECT_EQ(a.ffn_width(), b.ffn_width());
-    EXPECT_EQ(a.norm_eps, b.norm_eps);
-    EXPECT_EQ(a.rope_theta, b.rope_theta);
-    EXPECT_EQ(a.rope_scaling.type, b.rope_scaling.type);
-    EXPECT_EQ(a.rope_scaling.factor, b.rope_scaling.factor);
-    EXPECT_EQ(a.rope_scaling.low_freq_factor, b.rope_scaling.low_freq_factor);
-    EXPECT_EQ(a.rope_scaling.high_freq_factor, b.rope_scaling.high_freq_factor);
-    EXPECT_EQ(a.rope_scaling.original_max_position_embeddings, b.rope_scaling.original_max_position_embeddings);
-  }
-}
 
 TEST(HfConfigTest, Gpt2ConfigReadsAndRoundTrips) {
   absl::StatusOr<GptConfig> c = gpt_config_from_hf(parsed(kGpt2Config), "gpt2/config.json");
@@ -121,7 +101,7 @@ TEST(HfConfigTest, Gpt2ConfigReadsAndRoundTrips) {
   EXPECT_FALSE(back.contains("bos_token_id"));  // GPT2Config's default 50256 is in this vocabulary
   absl::StatusOr<GptConfig> again = gpt_config_from_hf(back, "written");
   ASSERT_TRUE(again.ok()) << again.status() << "\n" << back.dump(1);
-  expect_same_model(*c, *again);
+  testing::expect_same_model(*c, *again);
 }
 
 TEST(HfConfigTest, LlamaConfigReadsAndRoundTrips) {
@@ -152,7 +132,7 @@ TEST(HfConfigTest, LlamaConfigReadsAndRoundTrips) {
   EXPECT_EQ(back["intermediate_size"], 8192);
   absl::StatusOr<GptConfig> again = gpt_config_from_hf(back, "written");
   ASSERT_TRUE(again.ok()) << again.status() << "\n" << back.dump(1);
-  expect_same_model(*c, *again);
+  testing::expect_same_model(*c, *again);
 
   // Defaults: no kv heads (= heads), untied, no scaling; "type" as older configs spell it.
   Json j = parsed(kLlamaConfig);
@@ -164,7 +144,7 @@ TEST(HfConfigTest, LlamaConfigReadsAndRoundTrips) {
   EXPECT_EQ(c->kv_heads(), 32);
   EXPECT_FALSE(c->tied_head());
   EXPECT_EQ(c->rope_scaling.type, "linear");
-  expect_same_model(*c, gpt_config_from_hf(hf_config_json(*c, DType::kF32), "y").value());
+  testing::expect_same_model(*c, gpt_config_from_hf(hf_config_json(*c, DType::kF32), "y").value());
   // Mistral without a sliding window is Llama.
   j = parsed(kLlamaConfig);
   j["model_type"] = "mistral";
@@ -190,7 +170,7 @@ TEST(HfConfigTest, TransformersFiveFormReadsAsTheFourForm) {
   const GptConfig v4 = gpt_config_from_hf(parsed(kLlamaConfig), "v4").value();
   absl::StatusOr<GptConfig> v5 = gpt_config_from_hf(parsed(kLlamaConfigV5), "v5/config.json");
   ASSERT_TRUE(v5.ok()) << v5.status();
-  expect_same_model(v4, *v5);
+  testing::expect_same_model(v4, *v5);
   EXPECT_EQ(v5->rope_theta, 500000.0);
   EXPECT_EQ(v5->rope_scaling.type, "llama3");
   EXPECT_EQ(v5->rope_scaling.factor, 32.0);
@@ -224,13 +204,13 @@ TEST(HfConfigTest, TransformersFiveFormReadsAsTheFourForm) {
   j["torch_dtype"] = "bfloat16";
   absl::StatusOr<GptConfig> both = gpt_config_from_hf(j, "both");
   ASSERT_TRUE(both.ok()) << both.status();
-  expect_same_model(v4, *both);
+  testing::expect_same_model(v4, *both);
   // ... and 4.x's rope_scaling carrying a rope_theta (5.x's attribute
   // alias) without a top-level one.
   j = parsed(kLlamaConfig);
   j.erase("rope_theta");
   j["rope_scaling"]["rope_theta"] = 500000.0;
-  expect_same_model(v4, gpt_config_from_hf(j, "alias").value());
+  testing::expect_same_model(v4, gpt_config_from_hf(j, "alias").value());
 
   // Contradictions are refused, naming both.
   j = parsed(kLlamaConfigV5);
@@ -288,7 +268,7 @@ TEST(HfConfigTest, TransformersFiveFormReadsAsTheFourForm) {
   g["dtype"] = "float32";
   absl::StatusOr<GptConfig> g5 = gpt_config_from_hf(g, "g");
   ASSERT_TRUE(g5.ok()) << g5.status();
-  expect_same_model(gpt_config_from_hf(parsed(kGpt2Config), "g").value(), *g5);
+  testing::expect_same_model(gpt_config_from_hf(parsed(kGpt2Config), "g").value(), *g5);
   g["torch_dtype"] = "bfloat16";
   EXPECT_MESSAGE_HAS(gpt_config_from_hf(g, "g").status(), "contradicts \"torch_dtype\"");
 }
@@ -306,14 +286,14 @@ TEST(HfConfigTest, WritesTheFormBothTransformersVersionsRead) {
   EXPECT_EQ(j["rope_scaling"]["factor"].get<double>(), 32.0);
   EXPECT_EQ(j["rope_scaling"]["original_max_position_embeddings"], 8192);
   EXPECT_EQ(j["head_dim"], 64);
-  expect_same_model(c, gpt_config_from_hf(j, "written").value());
+  testing::expect_same_model(c, gpt_config_from_hf(j, "written").value());
   GptConfig plain = c;
   plain.rope_scaling = {};
   plain.rope_theta = 10000.0;
   const Json p = hf_config_json(plain, DType::kF32);
   EXPECT_TRUE(p["rope_scaling"].is_null());
   EXPECT_EQ(p["torch_dtype"], "float32");
-  expect_same_model(plain, gpt_config_from_hf(p, "written").value());
+  testing::expect_same_model(plain, gpt_config_from_hf(p, "written").value());
   // A GPT-2 of a small vocabulary: no token ids (GPT2Config's default 50256 would be outside it).
   const Json g = hf_config_json(kModel, DType::kF32);
   EXPECT_TRUE(g.contains("bos_token_id") && g["bos_token_id"].is_null()) << g.dump();
@@ -707,7 +687,7 @@ TEST(HfConsolidateTest, OneFileReloadsBitForBit) {
     EXPECT_FALSE(fs::exists(out + "/model.safetensors.index.json"));
     const Json config = load_json_file(out + "/config.json").value();
     EXPECT_EQ(config["torch_dtype"], dt == DType::kF32 ? "float32" : "bfloat16");
-    expect_same_model(gpt_config_from_hf(config, "config.json").value(), kModel);
+    testing::expect_same_model(gpt_config_from_hf(config, "config.json").value(), kModel);
     const Json header = safetensors_header(out + "/model.safetensors");
     EXPECT_EQ(header["__metadata__"], Json({{"format", "pt"}}));
     EXPECT_EQ(header["transformer.h.0.attn.c_attn.weight"]["shape"], Json({16, 48}));  // Conv1D [in, out]
@@ -850,7 +830,7 @@ TEST(HfConsolidateTest, LlamaReloadsBitForBit) {
     EXPECT_EQ(header.contains("lm_head.weight"), !tied);
     const Json config = load_json_file(out + "/config.json").value();
     EXPECT_EQ(config["architectures"], Json::array({"LlamaForCausalLM"}));
-    expect_same_model(gpt_config_from_hf(config, "config.json").value(), model);
+    testing::expect_same_model(gpt_config_from_hf(config, "config.json").value(), model);
     Trained b(model, 0, /*seed=*/7);
     EXPECT_NE(b.weights("layers.0.self_attn.q_proj.weight"), a.weights("layers.0.self_attn.q_proj.weight"));
     s = load_hf_weights(*b.engine, model, out, 36);

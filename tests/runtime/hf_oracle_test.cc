@@ -257,27 +257,6 @@ INSTANTIATE_TEST_SUITE_P(Models, HfOracleTest,
                            return info.param.model + "_stage" + std::to_string(stage_number(info.param.stage));
                          });
 
-void expect_same_config(const GptConfig& a, const GptConfig& b) {
-  EXPECT_EQ(a.arch, b.arch);
-  EXPECT_EQ(a.n_layer, b.n_layer);
-  EXPECT_EQ(a.n_head, b.n_head);
-  EXPECT_EQ(a.d_model, b.d_model);
-  EXPECT_EQ(a.vocab_size, b.vocab_size);
-  EXPECT_EQ(a.seq_len, b.seq_len);
-  EXPECT_EQ(a.max_positions, b.max_positions);
-  EXPECT_EQ(a.dropout, b.dropout);
-  EXPECT_EQ(a.n_kv_head, b.n_kv_head);
-  EXPECT_EQ(a.d_ff, b.d_ff);
-  EXPECT_EQ(a.norm_eps, b.norm_eps);
-  EXPECT_EQ(a.rope_theta, b.rope_theta);
-  EXPECT_EQ(a.rope_scaling.type, b.rope_scaling.type);
-  EXPECT_EQ(a.rope_scaling.factor, b.rope_scaling.factor);
-  EXPECT_EQ(a.rope_scaling.low_freq_factor, b.rope_scaling.low_freq_factor);
-  EXPECT_EQ(a.rope_scaling.high_freq_factor, b.rope_scaling.high_freq_factor);
-  EXPECT_EQ(a.rope_scaling.original_max_position_embeddings, b.rope_scaling.original_max_position_embeddings);
-  EXPECT_EQ(a.tie_word_embeddings, b.tie_word_embeddings);
-  EXPECT_EQ(a.init_std, b.init_std);
-}
 
 class HfRoundTripTest : public ::testing::TestWithParam<std::string> {};
 
@@ -322,7 +301,7 @@ TEST_P(HfRoundTripTest, ExportAfterLoadingIsTheSourceBitForBit) {
   EXPECT_EQ((*written)["torch_dtype"], dtype == DType::kBF16 ? "bfloat16" : "float32");
   absl::StatusOr<GptConfig> back = gpt_config_from_hf(*written, out + "/config.json");
   ASSERT_TRUE(back.ok()) << back.status();
-  expect_same_config(source_config, *back);
+  testing::expect_same_model(source_config, *back);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, HfRoundTripTest, ::testing::Values("llama", "llama3", "gpt2"),

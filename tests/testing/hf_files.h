@@ -1,6 +1,7 @@
 // Comparing Hugging Face model directories as files: the same tensor names,
 // dtypes, shapes and stored bytes (what a zero-step export must give back),
-// for the oracle test and the command-line test.
+// and model descriptions as the model they build; for the format, oracle and
+// command-line tests.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -9,6 +10,7 @@
 #include <set>
 #include <string>
 
+#include "graph/gpt.h"
 #include "runtime/checkpoint/hf_weights.h"
 
 namespace zero::testing {
@@ -42,6 +44,30 @@ inline void expect_same_hf_tensors(const HfWeights& got, const HfWeights& want, 
       while (a[i] == b[i]) ++i;
       ADD_FAILURE() << what << ": tensor " << k << " differs from the source's, first at byte " << i;
     }
+  }
+}
+
+// The same model, field by field as it computes (kv_heads(), ffn_width(),
+// positions(), the tied head; RoPE's settings for the Llama family).
+inline void expect_same_model(const GptConfig& a, const GptConfig& b) {
+  EXPECT_EQ(a.arch, b.arch);
+  EXPECT_EQ(a.n_layer, b.n_layer);
+  EXPECT_EQ(a.n_head, b.n_head);
+  EXPECT_EQ(a.kv_heads(), b.kv_heads());
+  EXPECT_EQ(a.d_model, b.d_model);
+  EXPECT_EQ(a.vocab_size, b.vocab_size);
+  EXPECT_EQ(a.positions(), b.positions());
+  EXPECT_EQ(a.tied_head(), b.tied_head());
+  EXPECT_EQ(a.init_std, b.init_std);
+  if (a.llama()) {
+    EXPECT_EQ(a.ffn_width(), b.ffn_width());
+    EXPECT_EQ(a.norm_eps, b.norm_eps);
+    EXPECT_EQ(a.rope_theta, b.rope_theta);
+    EXPECT_EQ(a.rope_scaling.type, b.rope_scaling.type);
+    EXPECT_EQ(a.rope_scaling.factor, b.rope_scaling.factor);
+    EXPECT_EQ(a.rope_scaling.low_freq_factor, b.rope_scaling.low_freq_factor);
+    EXPECT_EQ(a.rope_scaling.high_freq_factor, b.rope_scaling.high_freq_factor);
+    EXPECT_EQ(a.rope_scaling.original_max_position_embeddings, b.rope_scaling.original_max_position_embeddings);
   }
 }
 
