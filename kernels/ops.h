@@ -32,7 +32,8 @@ struct MatmulSpec {
   bool accumulate = false;  // C += ... instead of C = ...
   // Precision of the multiply: operands are converted to this dtype first when
   // they are not already in it. fp32 accumulation always. On CPUs without fp16
-  // GEMMs an fp16 compute dtype runs as fp32.
+  // GEMMs an fp16 compute dtype runs as fp32, and bf16 runs as fp32 where
+  // that is faster (operands widened, not rounded: kernels/cpu/bf16_gemm_policy.h).
   DType compute = DType::kF32;
 };
 

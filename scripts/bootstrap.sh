@@ -17,7 +17,7 @@ build=${BUILD_DIR:-$root/build}
 
 packages=(build-essential cmake ninja-build pkg-config
           libdnnl-dev ocl-icd-opencl-dev  # Debian's oneDNN CMake config requires OpenCL; libdnnl-dev only recommends it
-          libabsl-dev nlohmann-json3-dev
+          libabsl-dev nlohmann-json3-dev libcli11-dev
           libopenmpi-dev openmpi-bin liburing-dev
           libgtest-dev libgmock-dev libbenchmark-dev
           python3 gnuplot-nox)  # the benchmark scripts' tables and plot

@@ -1,6 +1,7 @@
 // oneDNN matmul wrapper; see onednn_matmul.h.
 #include "kernels/cpu/onednn_matmul.h"
 
+#include "kernels/cpu/bf16_gemm_policy.h"
 #include "kernels/cpu/onednn_context.h"
 
 namespace zero::cpu {
@@ -62,7 +63,8 @@ void OneDnnMatmul::run(const Tensor& a, const Tensor& b, const Tensor& c, const 
   const int64_t batch = dims.batch, m = dims.m, n = dims.n, k = dims.k;
 
   // fp16 GEMMs need avx512_core_fp16, which these CPUs lack: they run as fp32.
-  const DType gemm = spec.compute == DType::kBF16 ? DType::kBF16 : DType::kF32;
+  // bf16 ones run in bf16 unless fp32 is faster here (bf16_gemm_policy.h).
+  const DType gemm = spec.compute == DType::kBF16 ? bf16_gemm_choice().gemm : DType::kF32;
   const bool direct_out = c.dtype() == DType::kF32 || c.dtype() == gemm;
   const DType out = direct_out ? c.dtype() : DType::kF32;
 

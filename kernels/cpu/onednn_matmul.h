@@ -1,5 +1,7 @@
 // GEMMs on the CPU through oneDNN's matmul primitive: fp32, and bf16 inputs
-// with fp32 accumulation (brgemm on AVX512-BF16 / AMX). Primitives are built
+// with fp32 accumulation (brgemm on AVX512-BF16 / AMX) — or, where fp32 is
+// the faster GEMM on this CPU, bf16 operands widened to fp32
+// (bf16_gemm_policy.h). Primitives are built
 // once per shape and cached. Operands not already in the GEMM dtype are cast
 // into the workspace first; an output dtype oneDNN cannot write directly is
 // staged in fp32. Scratchpads are user-managed, so they are tracked too.

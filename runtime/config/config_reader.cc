@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
+#include "core/status.h"
 #include "core/strings.h"
 
 namespace zero {
@@ -275,6 +277,7 @@ void ConfigReader::finish() {
   const std::vector<std::string> known(known_->begin(), known_->end());
   for (auto it = obj_->begin(); it != obj_->end(); ++it) {
     if (known_->count(it.key())) continue;
+    if (path_.empty() && it.key() == kDerivedKeysKey) continue;  // --print-config's list, read back
     const std::string suggestion = closest_match(it.key(), known);
     std::string msg = cat("unknown key \"", key_path(it.key()), "\"");
     if (suggestion.empty() && unknown_ == UnknownKeys::kWarnUnlessNearMiss) {
@@ -292,6 +295,122 @@ void ConfigReader::finish() {
       diag_->errors.push_back(msg);
     }
   }
+}
+
+// ---- Layered configs: where each key came from.
+
+namespace {
+
+bool is_below(std::string_view path, std::string_view ancestor) {
+  return path.size() > ancestor.size() && path.compare(0, ancestor.size(), ancestor) == 0 &&
+         path[ancestor.size()] == '.';
+}
+
+void record_leaves(const Json& j, const std::string& path, const std::string& source,
+                   const std::function<void(const std::string&, const std::string&)>& leaf) {
+  if (!j.is_object()) {
+    leaf(path, source);
+    return;
+  }
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    record_leaves(it.value(), path.empty() ? it.key() : cat(path, ".", it.key()), source, leaf);
+  }
+}
+
+}  // namespace
+
+void ConfigSources::record_leaf(const std::string& path, const std::string& source) {
+  // The value replaces whatever was at `path` or below it, and a non-object
+  // above it (merge_json and apply_override replace those too).
+  for (auto it = leaves_.lower_bound(path); it != leaves_.end() && (it->first == path || is_below(it->first, path));) {
+    it = leaves_.erase(it);
+  }
+  for (size_t dot = path.find('.'); dot != std::string::npos; dot = path.find('.', dot + 1)) {
+    leaves_.erase(path.substr(0, dot));
+  }
+  leaves_[path] = source;
+}
+
+void ConfigSources::record_layer(const Json& layer, const std::string& source) {
+  ++layers_;
+  record_leaves(layer, "", source, [this](const std::string& p, const std::string& s) { record_leaf(p, s); });
+}
+
+void ConfigSources::record_override(std::string_view key_path, const std::string& source) {
+  ++layers_;
+  record_leaf(std::string(key_path), source);
+}
+
+std::string ConfigSources::source_of(std::string_view key_path) const {
+  const std::string path(key_path);
+  // The key itself, or the nearest key above it that holds a whole value.
+  for (std::string p = path;;) {
+    if (auto it = leaves_.find(p); it != leaves_.end()) return it->second;
+    const size_t dot = p.rfind('.');
+    if (dot == std::string::npos) break;
+    p.resize(dot);
+  }
+  // A section: the source of every key below it, when they share one.
+  std::string source;
+  for (auto it = leaves_.lower_bound(path); it != leaves_.end() && is_below(it->first, path); ++it) {
+    if (!source.empty() && source != it->second) return "";
+    source = it->second;
+  }
+  return source;
+}
+
+std::string ConfigSources::annotate(std::string_view message) const {
+  std::string path;
+  constexpr std::string_view kUnknown = "unknown key \"";
+  if (message.substr(0, kUnknown.size()) == kUnknown) {
+    const size_t end = message.find('"', kUnknown.size());
+    if (end != std::string_view::npos) path = std::string(message.substr(kUnknown.size(), end - kUnknown.size()));
+  } else if (const size_t colon = message.find(": "); colon != std::string_view::npos) {
+    path = std::string(message.substr(0, colon));
+    if (path.find_first_of(" \"'") != std::string::npos) path.clear();  // not a key path
+  }
+  const std::string source = path.empty() ? "" : source_of(path);
+  return source.empty() ? std::string(message) : cat(source, ": ", message);
+}
+
+absl::Status ConfigSources::annotate(const absl::Status& s) const {
+  if (s.ok() || !layered()) return s;
+  // ConfigDiagnostics::status(): "invalid config: E" or "invalid config (N errors):\n  E\n  (warning) W".
+  const std::string msg(s.message());
+  std::string out;
+  size_t start = 0;
+  for (bool first = true; start <= msg.size(); first = false) {
+    size_t end = msg.find('\n', start);
+    if (end == std::string::npos) end = msg.size();
+    const std::string_view line = std::string_view(msg).substr(start, end - start);
+    size_t body = 0;
+    for (std::string_view prefix : {"invalid config: ", "  (warning) ", "  "}) {
+      if (line.substr(0, prefix.size()) == prefix && (prefix != "invalid config: " || first)) {
+        body = prefix.size();
+        break;
+      }
+    }
+    if (!first) out += "\n";
+    out += cat(line.substr(0, body), annotate(line.substr(body)));
+    start = end + 1;
+  }
+  return absl::Status(s.code(), out);
+}
+
+absl::StatusOr<Json> load_layered_config(const std::vector<std::string>& files,
+                                         const std::vector<ConfigOverride>& overrides, ConfigSources* sources) {
+  if (files.empty()) return absl::InvalidArgumentError("no config given: pass --config FILE");
+  Json merged = Json::object();
+  for (const std::string& f : files) {
+    ZE_ASSIGN_OR_RETURN(Json j, load_json_file(f));
+    merge_json(merged, j);
+    if (sources != nullptr) sources->record_layer(j, f);
+  }
+  for (const ConfigOverride& o : overrides) {
+    ZE_RETURN_IF_ERROR(apply_override(merged, o.assignment));
+    if (sources != nullptr) sources->record_override(o.assignment.substr(0, o.assignment.find('=')), o.source);
+  }
+  return merged;
 }
 
 }  // namespace zero

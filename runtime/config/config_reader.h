@@ -23,6 +23,7 @@
 
 #include <initializer_list>
 #include <limits>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -30,9 +31,14 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "runtime/config/json_file.h"
 
 namespace zero {
+
+// The top-level key under which --print-config lists the keys whose values
+// the program derived; ignored when read back as a config.
+inline constexpr std::string_view kDerivedKeysKey = "__derived__";
 
 struct ConfigDiagnostics {
   std::vector<std::string> errors;
@@ -131,5 +137,47 @@ class ConfigReader {
 
 // The closest of `candidates` to `word` by edit distance, or "" when none is close.
 std::string closest_match(std::string_view word, const std::vector<std::string>& candidates);
+
+// Where each key of a layered config came from: the file that set it last,
+// or the command-line option ("--set", "--steps", ...) that overrode it. With
+// several layers, an error about a key names its source
+// ("b.json: zero_optimization.stage: 7 is out of range ...").
+class ConfigSources {
+ public:
+  // Every leaf of `layer` (merged over the earlier ones by merge_json) comes from `source`.
+  void record_layer(const Json& layer, const std::string& source);
+  // The value at `key_path` ("a.b.c") was replaced by an override from `source`.
+  void record_override(std::string_view key_path, const std::string& source);
+  // The source of the key, of the nearest key above it that a layer set as a
+  // whole, or of every key below it when they share one; "" when unknown.
+  std::string source_of(std::string_view key_path) const;
+  // More than one layer: only then do messages name sources.
+  bool layered() const { return layers_ > 1; }
+  // "<source>: <message>" when the message is about a key (it starts with
+  // the key path, or says unknown key "<path>") whose source is known.
+  std::string annotate(std::string_view message) const;
+  // Every line of a config error annotated (see annotate); `s` unchanged
+  // when not layered.
+  absl::Status annotate(const absl::Status& s) const;
+
+ private:
+  void record_leaf(const std::string& path, const std::string& source);
+
+  std::map<std::string, std::string> leaves_;  // key path -> source
+  int layers_ = 0;
+};
+
+// One --set-style override and the option that gave it, for error messages.
+struct ConfigOverride {
+  std::string assignment;  // "key.path=value"
+  std::string source = "--set";
+};
+
+// Loads and merges the files in order, then applies the overrides in order
+// (all files first, as zero-train always has); `sources`, when given, learns
+// where each key came from.
+absl::StatusOr<Json> load_layered_config(const std::vector<std::string>& files,
+                                         const std::vector<ConfigOverride>& overrides,
+                                         ConfigSources* sources = nullptr);
 
 }  // namespace zero

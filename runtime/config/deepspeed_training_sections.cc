@@ -178,10 +178,8 @@ void parse_unsupported_feature_sections(ConfigReader& root) {
     const char* why;
   };
   static const Switch kSwitched[] = {
-      {"tensorboard", "no TensorBoard writer; use --metrics (JSON lines)"},
-      {"wandb", "no Weights & Biases client; use --metrics (JSON lines)"},
-      {"csv_monitor", "no CSV monitor; use --metrics (JSON lines)"},
-      {"comet", "no Comet client; use --metrics (JSON lines)"},
+      {"wandb", "no Weights & Biases client: it needs its network service; use csv_monitor, tensorboard or --metrics"},
+      {"comet", "no Comet client: it needs its network service; use csv_monitor, tensorboard or --metrics"},
       {"flops_profiler", "no FLOPs profiler; the benchmarks report FLOP rates"},
       {"comms_logger", "no communication logger yet"},
       {"autotuning", "no autotuner"},

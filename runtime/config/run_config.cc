@@ -118,6 +118,24 @@ void parse_run(ConfigReader r, RunConfig& c) {
   r.finish();
 }
 
+// What evaluation asks of the other sections, once they are read.
+void check_evaluation(ConfigReader& root, RunConfig& c) {
+  if (c.run.eval_every > 0 && c.data.val_path.empty()) {
+    root.error("run.eval_every", cat(c.run.eval_every, " needs data.val_path (the validation tokens, same formats as "
+                                     "data.path); set it or set run.eval_every to 0"));
+  } else if (c.run.eval_every == 0 && !c.data.val_path.empty()) {
+    root.diagnostics().warnings.push_back(
+        cat("data.val_path is set but run.eval_every is 0: no evaluation (set run.eval_every N to evaluate every N "
+            "steps and at the end)"));
+  }
+  if (c.run.eval_every > 0 && c.pipeline_size() > 1) {
+    root.error("run.eval_every",
+               cat(c.run.eval_every, " with pipeline.stages ", c.pipeline_size(),
+                   ": evaluation needs a forward-only pass, which the pipeline engine does not have yet; set "
+                   "run.eval_every to 0 (or evaluate a consolidated checkpoint without pipeline stages)"));
+  }
+}
+
 // DeepSpeed's batch-size rule (runtime/config.py): give any two of the triple
 // (or one of train_batch_size / micro batch), derive the rest with floor
 // division, then check the product.
@@ -240,6 +258,12 @@ absl::StatusOr<RunConfig> parse_run_config(const Json& config, const ConfigOptio
   ConfigReader data = root.section("data");
   read_declared_keys(data, out);
   data.finish();
+  // DeepSpeed's monitors (pydantic models there: unknown keys fail).
+  for (const char* monitor : {"csv_monitor", "tensorboard"}) {
+    ConfigReader m = root.section(monitor);
+    read_declared_keys(m, out);
+    m.finish();
+  }
   // DeepSpeed's AutoTP section (a pydantic model there: unknown keys fail): before the batch, whose
   // triple counts data-parallel ranks only.
   parse_tensor_parallel_section(root.section("tensor_parallel"), out);
@@ -297,6 +321,7 @@ absl::StatusOr<RunConfig> parse_run_config(const Json& config, const ConfigOptio
                                          out);
   parse_checkpoint_section(root.section("checkpoint", UnknownKeys::kWarnUnlessNearMiss), out);
   check_pipeline_composition(root, out);
+  check_evaluation(root, out);
   parse_unsupported_feature_sections(root);
   root.finish();
   ZE_RETURN_IF_ERROR(diag.status());
@@ -306,47 +331,21 @@ absl::StatusOr<RunConfig> parse_run_config(const Json& config, const ConfigOptio
   return out;
 }
 
-namespace {
-
-void format_json(const Json& j, const std::string& path, const std::set<std::string>& derived, int indent,
-                 std::string& out) {
-  const std::string pad(static_cast<size_t>(indent), ' ');
-  if (!j.is_object() || j.empty()) {
-    out += j.dump();
-    return;
-  }
-  out += "{\n";
-  size_t i = 0;
-  for (auto it = j.begin(); it != j.end(); ++it, ++i) {
-    const std::string child = path.empty() ? it.key() : path + "." + it.key();
-    out += pad + "  " + Json(it.key()).dump() + ": ";
-    format_json(it.value(), child, derived, indent + 2, out);
-    if (i + 1 < j.size()) out += ",";
-    if (derived.count(child)) out += "  // derived";
-    out += "\n";
-  }
-  out += pad + "}";
-}
-
-}  // namespace
-
 std::string format_effective_config(const RunConfig& config) {
-  const std::set<std::string> derived(config.derived_keys.begin(), config.derived_keys.end());
-  std::string out;
-  format_json(config.effective, "", derived, 0, out);
-  return out + "\n";
+  // Plain JSON (any parser reads it); the keys the program derived are listed
+  // under kDerivedKeysKey, last (the config reader ignores that key).
+  Json out = config.effective;
+  Json derived = Json::array();
+  for (const std::string& key : config.derived_keys) derived.push_back(key);
+  out[std::string(kDerivedKeysKey)] = derived;
+  return out.dump(2) + "\n";
 }
 
 absl::StatusOr<Json> load_merged_config(const std::vector<std::string>& files,
                                         const std::vector<std::string>& overrides) {
-  if (files.empty()) return absl::InvalidArgumentError("no config given: pass --config FILE");
-  Json merged = Json::object();
-  for (const std::string& f : files) {
-    ZE_ASSIGN_OR_RETURN(Json j, load_json_file(f));
-    merge_json(merged, j);
-  }
-  for (const std::string& o : overrides) ZE_RETURN_IF_ERROR(apply_override(merged, o));
-  return merged;
+  std::vector<ConfigOverride> sets;
+  for (const std::string& o : overrides) sets.push_back({o, "--set"});
+  return load_layered_config(files, sets);
 }
 
 namespace config_keys {
@@ -387,6 +386,8 @@ std::vector<ConfigKey> run_config_keys() {
   k.push_back(text("data.path", ZE_FIELD(data.path), "a file, a directory (its files) or a glob")
                   .shown("(required to train)"));
   k.push_back(integer("data.seed", ZE_FIELD(data.seed), 0, kMax, "sampling seed"));
+  k.push_back(text("data.val_path", ZE_FIELD(data.val_path),
+                   "validation tokens in data.format: a file, a directory or a glob (\"\": no evaluation)"));
   k.push_back(integer("run.steps", ZE_FIELD(run.steps), 0, int64_t{1} << 40,
                       "optimizer steps in total (counting those before a resume)"));
   k.push_back(text("run.metrics", ZE_FIELD(run.metrics), "JSON-lines file, one object per optimizer step"));
@@ -403,6 +404,25 @@ std::vector<ConfigKey> run_config_keys() {
                           "where ops run (cuda: one GPU per rank, the node-local rank's)"));
   k.push_back(integer("run.nonfinite_steps_allowed", ZE_FIELD(run.nonfinite_steps_allowed), 0, INT32_MAX,
                       "consecutive steps with inf/NaN gradients or loss skipped before the run stops (fp32, bf16)"));
+  k.push_back(integer("run.eval_every", ZE_FIELD(run.eval_every), 0, kMax,
+                      "evaluate every N optimizer steps and at the end (0: never; needs data.val_path)"));
+  k.push_back(integer("run.eval_steps", ZE_FIELD(run.eval_steps), 1, kMax,
+                      "validation batches per evaluation (fixed: the same batches every time), each "
+                      "train_micro_batch_size_per_gpu x data-parallel ranks sequences"));
+  k.push_back(number("run.peak_tflops", ZE_FIELD(run.peak_tflops), kNonNegative,
+                     "one rank's peak TFLOP/s, for MFU on the progress line (0: unknown; --peak-tflops)"));
+  // ---- DeepSpeed's monitors.
+  for (const char* m : {"csv_monitor", "tensorboard"}) {
+    const bool csv = std::string_view(m) == "csv_monitor";
+    auto section = [csv](RunConfig& c) -> MonitorSection& { return csv ? c.csv_monitor : c.tensorboard; };
+    k.push_back(boolean(cat(m, ".enabled"), [section](RunConfig& c) -> auto& { return section(c).enabled; },
+                        csv ? "one CSV file per metric (DeepSpeed's layout: output_path/job_name/Train_Samples_train_loss.csv)"
+                            : "TensorBoard event files in output_path/job_name/"));
+    k.push_back(text(cat(m, ".output_path"), [section](RunConfig& c) -> auto& { return section(c).output_path; },
+                     "the directory job_name is made in (\"\": the working directory)"));
+    k.push_back(text(cat(m, ".job_name"), [section](RunConfig& c) -> auto& { return section(c).job_name; },
+                     "the run's directory under output_path"));
+  }
 
   // ---- DeepSpeed's top level.
   k.push_back(integer("train_batch_size", ZE_FIELD(train_batch_size), 1, kMax,

@@ -26,6 +26,7 @@ struct DataSection {
   std::string format = "text";  // "text": bytes of text files (vocab 256); "llmc": llm.c token shards
   std::string path;             // a file, a directory, or a glob pattern
   uint64_t seed = 1234;         // sampling is a function of (seed, step, sample index)
+  std::string val_path;         // validation tokens, same format as path ("": no evaluation)
 };
 
 // "run": the loop around the engine.
@@ -42,6 +43,21 @@ struct RunSection {
   // the run stops with an error (fp32, bf16; fp16's loss scaler has its own
   // rules). 0: stop at the first, before it updates or saves anything.
   int64_t nonfinite_steps_allowed = 0;
+  // Evaluation (runtime/tools/evaluation.h): every eval_every optimizer steps
+  // and at the end, the mean loss over eval_steps fixed batches of
+  // data.val_path. 0: never.
+  int64_t eval_every = 0;
+  int64_t eval_steps = 10;
+  // One device's (rank's) peak in TFLOP/s, for MFU on the progress line (0: unknown).
+  double peak_tflops = 0.0;
+};
+
+// DeepSpeed's "csv_monitor" and "tensorboard" sections (monitor/config.py):
+// rank 0 writes under output_path/job_name/.
+struct MonitorSection {
+  bool enabled = false;
+  std::string output_path;
+  std::string job_name = "DeepSpeedJobName";
 };
 
 // What the keys that no single engine field holds say, before
@@ -68,6 +84,7 @@ struct RunConfig {
   RunSection run;
   EngineConfig engine;
   ConfigSwitches switches;
+  MonitorSection csv_monitor, tensorboard;
   int world_size = 1;            // processes (ranks)
   int64_t autotp_size = 0;       // tensor_parallel.autotp_size: 0 or 1, no tensor parallelism
   bool sequence_parallel = false;  // tensor_parallel.sequence_parallel (Megatron-SP; with T > 1)

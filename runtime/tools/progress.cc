@@ -2,10 +2,12 @@
 #include "runtime/tools/progress.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "absl/strings/str_format.h"
 #include "core/strings.h"
+#include "runtime/tools/monitors.h"
 
 namespace zero {
 
@@ -60,11 +62,15 @@ void merge_peaks(MemorySnapshot& into, const MemorySnapshot& from) {
 }
 
 Json step_metrics_json(const StepResult& r, const StepTiming& t, const MemorySnapshot& mem, int64_t rss,
-                       int64_t rss_start) {
+                       int64_t rss_start, const ThroughputModel& model, const StepTotals& totals) {
   Json j;
   j["step"] = r.global_step;
-  j["loss"] = r.loss;
-  j["lr"] = r.lr;
+  // Unix seconds at the end of the step ("time" already holds the phases).
+  j["wall_time"] =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  j["loss"] = monitor_float(r.loss);
+  j["lr"] = monitor_float(r.lr);
+  if (totals.val_loss) j["val_loss"] = *totals.val_loss;
   j["grad_norm"] = r.grad_norm;
   j["skipped"] = r.skipped;
   j["skipped_steps"] = r.skipped_steps;
@@ -78,6 +84,11 @@ Json step_metrics_json(const StepResult& r, const StepTiming& t, const MemorySna
   }
   j["step_time_s"] = t.step_seconds;
   j["tokens_per_s"] = t.step_seconds > 0 ? t.tokens / t.step_seconds : 0.0;
+  j["samples_per_s"] = t.step_seconds > 0 ? t.samples / t.step_seconds : 0.0;
+  j["flops_per_s"] = t.step_seconds > 0 ? model.flops_per_token * t.tokens / t.step_seconds : 0.0;
+  j["samples"] = totals.samples;
+  j["tokens"] = totals.tokens;
+  j["world_size"] = model.world_size;
   Json memory = Json::object();
   for (int ti = 0; ti < kNumTiers; ++ti) {
     const Tier tier = static_cast<Tier>(ti);
@@ -107,8 +118,14 @@ absl::Status ProgressReporter::open_metrics(const std::string& path, bool append
   return absl::OkStatus();
 }
 
-void ProgressReporter::on_step(const StepResult& r, const StepTiming& t) {
+void ProgressReporter::on_step(const StepResult& r, const StepTiming& t, const StepTotals& totals) {
   if (steps_seen_ == 0) first_loss_ = r.loss;
+  if (totals.val_loss) {
+    if (!first_val_loss_) first_val_loss_ = totals.val_loss;
+    last_val_loss_ = totals.val_loss;
+  }
+  window_.push_back(t);
+  if (window_.size() > static_cast<size_t>(kRateWindowSteps)) window_.pop_front();
   ++steps_seen_;
   skipped_ = r.skipped_steps;
   last_loss_ = r.loss;
@@ -118,20 +135,26 @@ void ProgressReporter::on_step(const StepResult& r, const StepTiming& t) {
   merge_peaks(run_peaks_, mem);
   MemoryTracker::global().reset_peaks();  // the next step's peaks are its own
   if (metrics_.is_open()) {
-    metrics_ << step_metrics_json(r, t, mem, process_rss_bytes(), rss_start_).dump() << '\n';
+    metrics_ << step_metrics_json(r, t, mem, process_rss_bytes(), rss_start_, model_, totals).dump() << '\n';
     metrics_.flush();
   }
   if (r.skipped) {
     out_ << absl::StrFormat("step %d: OVERFLOW, step skipped (inf/NaN gradients in %s); loss scale %g -> %g\n",
                             r.global_step, r.overflow_in, r.loss_scale, r.next_loss_scale);
   }
-  if (r.global_step % print_every_ != 0 && r.global_step != total_steps_) return;
-  const double per_step = seconds_total_ / static_cast<double>(steps_seen_);
-  const double eta = per_step * static_cast<double>(total_steps_ - r.global_step);
-  out_ << absl::StrFormat("step %*d/%d | loss %.4f | lr %.3e | %s tok/s | %s | ETA %s\n",
-                          static_cast<int>(std::to_string(total_steps_).size()), r.global_step, total_steps_,
-                          r.loss, r.lr, rate(t.step_seconds > 0 ? t.tokens / t.step_seconds : 0),
-                          memory_brief(mem, tier_), duration(eta));
+  const bool print = r.global_step % print_every_ == 0 || r.global_step == total_steps_;
+  if (print) {
+    const double per_step = seconds_total_ / static_cast<double>(steps_seen_);
+    const double eta = per_step * static_cast<double>(total_steps_ - r.global_step);
+    out_ << absl::StrFormat("step %*d/%d | loss %.4f | lr %.3e | %s | %s | ETA %s\n",
+                            static_cast<int>(std::to_string(total_steps_).size()), r.global_step, total_steps_,
+                            r.loss, r.lr, throughput_brief(), memory_brief(mem, tier_), duration(eta));
+  }
+  if (totals.val_loss) out_ << absl::StrFormat("eval: step %d | val loss %.4f\n", r.global_step, *totals.val_loss);
+  if (!print) {
+    out_.flush();
+    return;
+  }
   if (wall_clock_) {
     out_ << absl::StrFormat("  time (ms) | forward: %.1f | backward: %.1f (recompute %.1f) | step: %.1f%s\n",
                             1e3 * r.forward_s, 1e3 * r.backward_s, 1e3 * r.recompute_s, 1e3 * r.step_s,
@@ -156,13 +179,45 @@ void ProgressReporter::on_step(const StepResult& r, const StepTiming& t) {
   out_.flush();
 }
 
+std::string ProgressReporter::throughput_brief() const {
+  double seconds = 0, tokens = 0, samples = 0;
+  for (const StepTiming& w : window_) {
+    seconds += w.step_seconds;
+    tokens += w.tokens;
+    samples += w.samples;
+  }
+  if (seconds <= 0) return "? tok/s";
+  std::string out = absl::StrFormat("%s tok/s %s samples/s", rate(tokens / seconds), rate(samples / seconds));
+  if (model_.flops_per_token > 0) {
+    const double tflops = model_.flops_per_token * tokens / seconds / 1e12;
+    out += absl::StrFormat(" | %s TFLOP/s", tflops >= 10 ? absl::StrFormat("%.1f", tflops)
+                                           : tflops >= 0.1 ? absl::StrFormat("%.2f", tflops)
+                                                           : absl::StrFormat("%.3g", tflops));
+    if (model_.peak_tflops > 0) {
+      out += absl::StrFormat(" MFU %.1f%%", 100.0 * tflops / (model_.peak_tflops * model_.world_size));
+    }
+  }
+  return out;
+}
+
 void ProgressReporter::summary() {
   MemorySnapshot mem = run_peaks_;
   merge_peaks(mem, MemoryTracker::global().snapshot());
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  out_ << absl::StrFormat("done: %d steps in %s, loss %.4f -> %.4f, %s tok/s average%s\n", steps_seen_,
+  const double tokens_per_s = seconds_total_ > 0 ? tokens_total_ / seconds_total_ : 0;
+  out_ << absl::StrFormat("done: %d steps in %s, loss %.4f -> %.4f%s, %s tok/s average%s%s\n", steps_seen_,
                           duration(wall), first_loss_, last_loss_,
-                          rate(seconds_total_ > 0 ? tokens_total_ / seconds_total_ : 0),
+                          last_val_loss_ ? absl::StrFormat(" (val %.4f -> %.4f)", *first_val_loss_, *last_val_loss_)
+                                         : std::string(),
+                          rate(tokens_per_s),
+                          model_.flops_per_token > 0
+                              ? absl::StrFormat(", %.3g TFLOP/s%s", model_.flops_per_token * tokens_per_s / 1e12,
+                                                model_.peak_tflops > 0
+                                                    ? absl::StrFormat(" (MFU %.1f%%)",
+                                                                      100.0 * model_.flops_per_token * tokens_per_s /
+                                                                          1e12 / (model_.peak_tflops * model_.world_size))
+                                                    : std::string())
+                              : std::string(),
                           skipped_ > 0 ? absl::StrFormat(", %d steps skipped for overflow", skipped_) : "");
   out_ << "peak memory (" << tier_name(tier_) << "):";
   for (int c = 0; c < kNumMemCategories; ++c) {

@@ -1,12 +1,17 @@
 // What a run shows and records: a console line every steps_per_print
-// optimizer steps (step, loss, learning rate, tokens/s, memory per category,
-// ETA), a final summary, and with --metrics one JSON object per optimizer step
-// for plots and for comparing runs. Every memory figure comes from the
-// MemoryTracker; the summary sets it beside the process's RSS.
+// optimizer steps (step, loss, learning rate, tokens/s and samples/s averaged
+// over the last kRateWindowSteps steps, achieved model TFLOP/s over all ranks
+// and MFU against a known peak, memory per category, ETA), an "eval:" line
+// after each evaluation, a final summary, and with --metrics one JSON object
+// per optimizer step for plots and for comparing runs. Every memory figure
+// comes from the MemoryTracker; the summary sets it beside the process's RSS.
+// Floats (loss, lr) print at float precision (0.003, not 0.003000000026).
 #pragma once
 
 #include <chrono>
+#include <deque>
 #include <fstream>
+#include <optional>
 #include <ostream>
 #include <string>
 
@@ -20,12 +25,30 @@ namespace zero {
 struct StepTiming {
   double step_seconds = 0;  // wall time of the whole optimizer step (all micro-batches)
   double tokens = 0;        // tokens processed in the step, all ranks
+  double samples = 0;       // sequences processed in the step, all ranks
 };
+
+// What turns tokens into FLOPs and FLOP/s into MFU.
+struct ThroughputModel {
+  int world_size = 1;           // ranks
+  double flops_per_token = 0;   // model FLOPs per trained token, forward + backward (GptConfig::flops_per_token)
+  double peak_tflops = 0;       // one rank's peak TFLOP/s (0: unknown, no MFU)
+};
+
+// What the run has consumed by the end of a step, and the step's evaluation.
+struct StepTotals {
+  int64_t samples = 0;              // sequences consumed so far, all ranks (global_step x train_batch_size)
+  int64_t tokens = 0;               // samples x seq_len
+  std::optional<double> val_loss;   // set on steps that evaluated
+};
+
+// Steps the progress line's rates average over.
+inline constexpr int kRateWindowSteps = 10;
 
 // One step's metrics as a JSON object (the --metrics line).
 // rss: the process's resident set now; rss_start: before the engine started.
 Json step_metrics_json(const StepResult& r, const StepTiming& t, const MemorySnapshot& mem, int64_t rss,
-                       int64_t rss_start);
+                       int64_t rss_start, const ThroughputModel& model = {}, const StepTotals& totals = {});
 // Memory by category for one tier, e.g. "param 476M grad 476M ... act 120M":
 // the peak of each category since `mem`'s peaks were last reset (a step's
 // activations are freed by the time it is printed).
@@ -46,10 +69,14 @@ class ProgressReporter {
     wall_clock_ = wall_clock;
     memory_ = memory;
   }
-  void on_step(const StepResult& r, const StepTiming& t);
+  void set_throughput_model(const ThroughputModel& m) { model_ = m; }
+  void on_step(const StepResult& r, const StepTiming& t, const StepTotals& totals = {});
   void summary();
 
  private:
+  // "12.3k tok/s 24.0 samples/s | 1.23 TFLOP/s MFU 12.3%" over the window.
+  std::string throughput_brief() const;
+
   std::ostream& out_;
   int64_t total_steps_;
   int64_t print_every_;
@@ -63,6 +90,9 @@ class ProgressReporter {
   bool wall_clock_ = false, memory_ = false;
   int64_t skipped_ = 0;
   MemorySnapshot run_peaks_;  // peaks over the whole run (the tracker's are reset every step)
+  ThroughputModel model_;
+  std::deque<StepTiming> window_;  // the last kRateWindowSteps steps
+  std::optional<double> first_val_loss_, last_val_loss_;
 };
 
 }  // namespace zero

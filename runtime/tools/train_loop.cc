@@ -14,6 +14,7 @@
 #include "core/signals.h"
 #include "core/status.h"
 #include "core/strings.h"
+#include "kernels/cpu/bf16_gemm_policy.h"
 #include "kernels/cpu/simd_kernels.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/hf_weights.h"
@@ -21,11 +22,18 @@
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/data/data_loader.h"
 #include "runtime/engine/engine.h"
+#include "runtime/tools/evaluation.h"
+#include "runtime/tools/monitors.h"
 #include "runtime/tools/progress.h"
 
 namespace zero {
 
 namespace {
+
+// "DIR/TAG" of the checkpoint a run resumed from, or "the run" when none.
+std::string last_checkpoint_name(const std::string& resume_dir, const absl::StatusOr<ResumePoint>& point) {
+  return resume_dir.empty() || !point.ok() ? std::string("the model") : cat(resume_dir, "/", point->tag);
+}
 
 absl::StatusOr<std::unique_ptr<DataLoader>> open_data(const RunConfig& c) {
   std::unique_ptr<TokenSource> source;
@@ -54,6 +62,10 @@ absl::StatusOr<int> run_training(const RunConfig& c, Backend& backend, Communica
   const int64_t tracked_device_baseline =
       MemoryTracker::global().snapshot().reserved[static_cast<int>(Tier::kDevice)].current;
   ZE_ASSIGN_OR_RETURN(std::unique_ptr<DataLoader> data, open_data(c));
+  std::unique_ptr<Evaluator> evaluator;
+  if (c.run.eval_every > 0) {
+    ZE_ASSIGN_OR_RETURN(evaluator, Evaluator::create(c));
+  }
   // The mesh (comm/device_mesh.h): tensor groups of T adjacent ranks, ZeRO
   // over the data groups; the model splits over this rank's tensor group.
   // With pipeline stages (outermost), this rank builds its own stage.
@@ -82,6 +94,12 @@ absl::StatusOr<int> run_training(const RunConfig& c, Backend& backend, Communica
                          dtype_name(c.engine.param_dtype),
                          g.dropout > 0.0f ? absl::StrFormat(", dropout %g (seed %d)", g.dropout, c.engine.seed) : "");
   out << "data: " << data->source().describe() << "\n";
+  if (evaluator) {
+    out << absl::StrFormat("eval: every %d steps and at the end, the mean loss over %d fixed batches of %d sequences "
+                           "from %s\n",
+                           c.run.eval_every, evaluator->batches(), evaluator->rows_per_batch(),
+                           evaluator->source().describe());
+  }
   out << absl::StrFormat("batch: %d sequences/step = micro %d x accumulation %d x %d %srank%s; ZeRO stage %d%s\n",
                          c.train_batch_size, c.engine.micro_batch_size, c.engine.gradient_accumulation_steps,
                          c.data_size(), c.tensor_size() * c.pipeline_size() > 1 ? "data-parallel " : "",
@@ -114,6 +132,8 @@ absl::StatusOr<int> run_training(const RunConfig& c, Backend& backend, Communica
   if (backend.compute_tier() == Tier::kHost) {
     out << absl::StrFormat("backend: %s, %d threads per rank, %s kernels; communicator: %s\n", backend.name(),
                            omp_get_max_threads(), cpu::simd_kernels().isa, comm.name());
+    // bf16 storage computes in fp32 where this CPU's bf16 GEMMs are the slower (kernels/cpu/bf16_gemm_policy.h).
+    if (c.engine.param_dtype == DType::kBF16) out << "backend: " << cpu::bf16_gemm_choice().reason << "\n";
   } else {
     out << absl::StrFormat("backend: %s; communicator: %s\n", backend.description(), comm.name());
   }
@@ -207,9 +227,27 @@ absl::StatusOr<int> run_training(const RunConfig& c, Backend& backend, Communica
     out << "weights initialised from " << c.run.init_from << "\n";
   }
   const int64_t first_step = engine->global_step();
+  if (first_step >= c.run.steps) {
+    // Nothing to train: say so rather than print an empty summary.
+    out << absl::StrFormat("run already complete: %s is at step %d and run.steps is %d; nothing to do (set "
+                           "run.steps / --steps above %d to train further)\n",
+                           last_checkpoint_name(resume_dir, point), first_step, c.run.steps, first_step);
+    out.flush();
+    return 0;
+  }
 
   ProgressReporter progress(out, c.run.steps, c.steps_per_print, backend.compute_tier(), rss_baseline);
   progress.set_breakdowns(c.wall_clock_breakdown || c.engine.activation_checkpointing.profile, c.memory_breakdown);
+  progress.set_throughput_model({c.world_size, g.flops_per_token(g.seq_len), c.run.peak_tflops});
+  out << absl::StrFormat("throughput: tok/s and samples/s averaged over the last %d steps; TFLOP/s: model FLOPs "
+                         "(%.3g per token, forward + backward), %s%s\n",
+                         kRateWindowSteps, g.flops_per_token(g.seq_len),
+                         c.world_size == 1 ? std::string("one rank") : cat("the ", c.world_size, " ranks together"),
+                         c.run.peak_tflops > 0
+                             ? absl::StrFormat(", MFU against %g TFLOP/s per rank", c.run.peak_tflops)
+                             : std::string("; no MFU (--peak-tflops X gives one rank's peak)"));
+  ZE_ASSIGN_OR_RETURN(std::unique_ptr<Monitors> monitors, Monitors::open(c, comm.rank()));
+  if (monitors->enabled()) out << "monitors: " << monitors->describe() << "\n";
   // Rank 0 writes the metrics; with "{rank}" in the path every rank writes its
   // own file (per-rank memory, e.g. bench/memory_scaling).
   const size_t rank_at = c.run.metrics.find("{rank}");
@@ -272,7 +310,27 @@ absl::StatusOr<int> run_training(const RunConfig& c, Backend& backend, Communica
                                c.engine.gradient_accumulation_steps);
     }));
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    progress.on_step(r, {seconds, tokens_per_step});
+    StepTotals totals;
+    totals.samples = r.global_step * c.train_batch_size;
+    totals.tokens = totals.samples * g.seq_len;
+    // After the step's time is taken: evaluation is not training throughput.
+    if (evaluator && (r.global_step % c.run.eval_every == 0 || r.global_step == c.run.steps)) {
+      ZE_ASSIGN_OR_RETURN(totals.val_loss, evaluator->evaluate(*engine));
+    }
+    progress.on_step(r, {seconds, tokens_per_step, static_cast<double>(c.train_batch_size)}, totals);
+    if (monitors->enabled()) {
+      // DeepSpeed's events, at its x axis: samples consumed.
+      std::vector<MonitorEvent> events = {{"Train/Samples/train_loss", monitor_float(r.loss), totals.samples},
+                                          {"Train/Samples/lr", monitor_float(r.lr), totals.samples}};
+      if (fp16) events.push_back({"Train/Samples/loss_scale", r.loss_scale, totals.samples});
+      if (totals.val_loss) events.push_back({"Train/Samples/eval_loss", *totals.val_loss, totals.samples});
+      if (c.wall_clock_breakdown) {
+        events.push_back({"Train/Samples/elapsed_time_ms_forward", 1e3 * r.forward_s, totals.samples});
+        events.push_back({"Train/Samples/elapsed_time_ms_backward", 1e3 * r.backward_s, totals.samples});
+        events.push_back({"Train/Samples/elapsed_time_ms_step", 1e3 * r.step_s, totals.samples});
+      }
+      ZE_RETURN_IF_ERROR(monitors->write_events(events));
+    }
     nonfinite_run = (r.skipped || !std::isfinite(r.loss)) ? nonfinite_run + 1 : 0;
     if (nonfinite_run > 0 && fp16 && nonfinite_run % 20 == 0) {
       out << absl::StrFormat("warning: the last %d steps were all skipped: the gradients overflow fp16 at loss scale "

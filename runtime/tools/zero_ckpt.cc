@@ -15,6 +15,7 @@
 //       --max-shard-size (default 5GB) with model.safetensors.index.json.
 //       OUT_DIR must not exist, or be empty.
 //
+// `zero-ckpt SUBCOMMAND --help` prints each one's usage (runtime/tools/cli.h).
 // Exit status: 0 fine, 1 a problem with the checkpoint (named), 2 bad usage.
 #include <cctype>
 #include <cstdio>
@@ -25,10 +26,12 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "core/memory_tracker.h"
+#include "core/strings.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/file_io.h"
 #include "runtime/checkpoint/hf_weights.h"
 #include "runtime/checkpoint/safetensors.h"
+#include "runtime/tools/cli.h"
 
 namespace {
 
@@ -36,7 +39,24 @@ constexpr const char* kUsage =
     "usage: zero-ckpt inspect DIR [--tag TAG]\n"
     "       zero-ckpt consolidate DIR --out FILE [--format safetensors] [--dtype fp32|bf16] [--tag TAG]\n"
     "       zero-ckpt consolidate DIR --format hf --out OUT_DIR [--dtype fp32|bf16]\n"
-    "                             [--max-shard-size BYTES|5GB|500MiB] [--tag TAG]\n";
+    "                             [--max-shard-size BYTES|5GB|500MiB] [--tag TAG]\n"
+    "\n"
+    "Inspects and exports the checkpoints zero-train writes; `zero-ckpt SUBCOMMAND --help` for each.\n";
+
+constexpr const char* kInspectUsage =
+    "usage: zero-ckpt inspect DIR [--tag TAG]\n"
+    "\n"
+    "Lists the checkpoints in DIR, then for TAG (default: the latest) its step, world size, ZeRO stage,\n"
+    "optimizer, files and tensors, and verifies every segment's checksum.\n";
+
+constexpr const char* kConsolidateUsage =
+    "usage: zero-ckpt consolidate DIR --out FILE [--format safetensors] [--dtype fp32|bf16] [--tag TAG]\n"
+    "       zero-ckpt consolidate DIR --format hf --out OUT_DIR [--dtype fp32|bf16]\n"
+    "                             [--max-shard-size BYTES|5GB|500MiB] [--tag TAG]\n"
+    "\n"
+    "Writes the fp32 master weights of checkpoint TAG (default: the latest) as one safetensors file\n"
+    "(GPT-2's names and Conv1D layout), or with --format hf as a Hugging Face model directory that\n"
+    "transformers loads (config.json, and the weights in one file or in shards with an index).\n";
 
 // "5GB" (10^9), "500MiB" (2^20), "123" (bytes); nullopt when malformed.
 std::optional<int64_t> parse_size(std::string v) {
@@ -116,62 +136,64 @@ int inspect(const std::string& dir, std::string tag) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 3) {
-    std::fputs(kUsage, stderr);
-    return 2;
+  CLI::App app;
+  zero::cli::init_app(app, "zero-ckpt", kUsage);
+  app.require_subcommand(1);
+  std::string dir, tag, out, format = "safetensors", dtype_text, max_shard_text;
+
+  CLI::App* inspect_cmd = app.add_subcommand("inspect", "list the checkpoints, show one and verify its checksums");
+  zero::cli::set_usage(*inspect_cmd, kInspectUsage);
+  inspect_cmd->add_option("DIR", dir, "the checkpoint directory (zero-train's --save-dir)")->type_name("")->required();
+  inspect_cmd->add_option("--tag", tag, "the checkpoint (default: the latest)")->type_name("TAG")->take_last();
+
+  CLI::App* consolidate_cmd = app.add_subcommand("consolidate", "export the weights as safetensors or a Hugging Face directory");
+  zero::cli::set_usage(*consolidate_cmd, kConsolidateUsage);
+  consolidate_cmd->add_option("DIR", dir, "the checkpoint directory (zero-train's --save-dir)")->type_name("")->required();
+  consolidate_cmd->add_option("--out", out, "the safetensors file, or with --format hf the directory (absent or empty)")
+      ->type_name("FILE|OUT_DIR")
+      ->take_last();
+  consolidate_cmd->add_option("--format", format, "safetensors (one file, the default) or hf (a Hugging Face directory)")
+      ->type_name("safetensors|hf")
+      ->take_last();
+  consolidate_cmd->add_option("--dtype", dtype_text, "dtype of the exported weights (default fp32)")
+      ->type_name("fp32|bf16")
+      ->take_last();
+  consolidate_cmd->add_option("--max-shard-size", max_shard_text, "with --format hf: the largest shard (default 5GB)")
+      ->type_name("BYTES|5GB|500MiB")
+      ->take_last();
+  consolidate_cmd->add_option("--tag", tag, "the checkpoint (default: the latest)")->type_name("TAG")->take_last();
+
+  if (const std::optional<int> exit_code = zero::cli::parse(app, argc, argv)) return *exit_code;
+  if (inspect_cmd->parsed()) return inspect(dir, tag);
+
+  if (format != "safetensors" && format != "hf") {
+    return zero::cli::usage_error(
+        *consolidate_cmd,
+        zero::cat("--format ", format, ": safetensors (one file) or hf (a Hugging Face directory)"));
   }
-  const std::string cmd = argv[1], dir = argv[2];
-  std::string tag, out, format = "safetensors";
-  zero::DType dtype = zero::DType::kF32;
   int64_t max_shard_bytes = 5000000000;  // transformers' default, "5GB"
-  for (int i = 3; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (i + 1 >= argc) {
-      std::fprintf(stderr, "zero-ckpt: %s needs a value\n%s", a.c_str(), kUsage);
-      return 2;
+  if (!max_shard_text.empty()) {
+    const std::optional<int64_t> bytes = parse_size(max_shard_text);
+    if (!bytes) {
+      return zero::cli::usage_error(
+          *consolidate_cmd,
+          zero::cat("--max-shard-size ", max_shard_text, ": a positive size in bytes, or 5GB / 500MiB style"));
     }
-    const std::string v = argv[++i];
-    if (a == "--tag") tag = v;
-    else if (a == "--out") out = v;
-    else if (a == "--format") {
-      if (v != "safetensors" && v != "hf") {
-        std::fprintf(stderr, "zero-ckpt: --format %s: safetensors (one file) or hf (a Hugging Face directory)\n",
-                     v.c_str());
-        return 2;
-      }
-      format = v;
-    } else if (a == "--max-shard-size") {
-      const std::optional<int64_t> bytes = parse_size(v);
-      if (!bytes) {
-        std::fprintf(stderr, "zero-ckpt: --max-shard-size %s: a positive size in bytes, or 5GB / 500MiB style\n",
-                     v.c_str());
-        return 2;
-      }
-      max_shard_bytes = *bytes;
-    } else if (a == "--dtype") {
-      absl::StatusOr<zero::DType> d = zero::parse_float_dtype(v);
-      if (!d.ok()) {
-        std::fprintf(stderr, "zero-ckpt: --dtype: %s\n", std::string(d.status().message()).c_str());
-        return 2;
-      }
-      dtype = *d;
-    } else {
-      std::fprintf(stderr, "zero-ckpt: unknown argument %s\n%s", a.c_str(), kUsage);
-      return 2;
-    }
+    max_shard_bytes = *bytes;
   }
-  if (cmd == "inspect") return inspect(dir, tag);
-  if (cmd == "consolidate") {
-    if (out.empty()) {
-      std::fprintf(stderr, "zero-ckpt: consolidate needs --out %s\n%s", format == "hf" ? "OUT_DIR" : "FILE", kUsage);
-      return 2;
-    }
-    const absl::Status s = format == "hf" ? zero::consolidate_to_hf(dir, tag, out, dtype, max_shard_bytes)
-                                          : zero::consolidate_to_safetensors(dir, tag, out, dtype);
-    if (!s.ok()) return fail(s);
-    std::printf("wrote %s\n", out.c_str());
-    return 0;
+  zero::DType dtype = zero::DType::kF32;
+  if (!dtype_text.empty()) {
+    absl::StatusOr<zero::DType> d = zero::parse_float_dtype(dtype_text);
+    if (!d.ok()) return zero::cli::usage_error(*consolidate_cmd, zero::cat("--dtype: ", d.status().message()));
+    dtype = *d;
   }
-  std::fputs(kUsage, stderr);
-  return 2;
+  if (out.empty()) {
+    return zero::cli::usage_error(*consolidate_cmd,
+                                  zero::cat("consolidate needs --out ", format == "hf" ? "OUT_DIR" : "FILE"));
+  }
+  const absl::Status s = format == "hf" ? zero::consolidate_to_hf(dir, tag, out, dtype, max_shard_bytes)
+                                        : zero::consolidate_to_safetensors(dir, tag, out, dtype);
+  if (!s.ok()) return fail(s);
+  std::printf("wrote %s\n", out.c_str());
+  return 0;
 }

@@ -18,9 +18,11 @@
 
 #include "absl/strings/str_format.h"
 #include "core/strings.h"
+#include "runtime/config/config_reader.h"
 #include "runtime/config/memory_preflight.h"
 #include "runtime/config/run_config.h"
 #include "runtime/engine/model_state_bytes.h"
+#include "runtime/tools/cli.h"
 
 namespace {
 
@@ -31,29 +33,14 @@ Per-rank peak memory of a zero-train run (parameters, gradients, optimizer
 state, activations under the checkpoint policy, communication buckets and
 gathered stage-3 parameters, swap buffers, workspace; per tier), from the
 planner the tests check against the engine's tracking allocator.
-
-  --config FILE          run config, loaded as zero-train loads it (repeat to layer files)
-  --set KEY.PATH=VALUE   override one key (repeatable)
-  --world N              ranks: data-parallel x tensor_parallel.autotp_size x pipeline.stages (with --params: data-parallel
-                         ranks, a comma list, e.g. 1,4,16,64)
-  --rank R               show rank R (default: the rank with the largest total)
-  --all-ranks            also one line of totals per rank
-  --json                 every rank's peaks as JSON (with --config)
-  --backend cpu|cuda     compute tier: host memory (cpu, the default) or device memory (cuda)
-  --allow-unknown-keys   warn about unknown config keys instead of failing
-
-Model states only, for a parameter count (the ZeRO paper's Table 1):
-  --params P             number of parameters, e.g. 7.5e9
-  --dtype bf16|fp16|fp32 model dtype of parameters and gradients (default bf16)
-  --optimizer adamw|lion|sgd|sgd-momentum   optimizer state (default adamw: K = 12; lion: 8)
-  --largest-layer N      parameters of the largest layer, for DeepSpeed's stage-3 estimate
-  --help                 this text
 )";
 
-int usage_error(const std::string& msg) {
-  std::fprintf(stderr, "zero-estimate: %s\n\n%s", msg.c_str(), kUsage);
-  return 2;
-}
+constexpr const char* kParamsGroup = "Model states only, for a parameter count (the ZeRO paper's Table 1)";
+
+// The CLI::App of main(), for usage errors found after parsing.
+const CLI::App* g_app = nullptr;
+
+int usage_error(const std::string& msg) { return zero::cli::usage_error(*g_app, msg); }
 
 int fail(int code, const absl::Status& s) {
   std::fprintf(stderr, "zero-estimate: %s\n", std::string(s.message()).c_str());
@@ -77,7 +64,8 @@ bool parse_count(const std::string& s, int64_t& out) {
 double gb(double bytes) { return bytes / 1e9; }
 
 struct Args {
-  std::vector<std::string> configs, overrides;
+  std::vector<std::string> configs;
+  std::vector<zero::ConfigOverride> overrides;
   std::vector<int64_t> worlds;
   std::string world_text;
   int rank = -1;
@@ -157,14 +145,17 @@ zero::Json plan_json(const zero::MemoryPlan& p) {
 
 int config_mode(const Args& a) {
   const int world = static_cast<int>(a.worlds[0]);
-  absl::StatusOr<zero::Json> merged = zero::load_merged_config(a.configs, a.overrides);
+  zero::ConfigSources sources;
+  absl::StatusOr<zero::Json> merged = zero::load_layered_config(a.configs, a.overrides, &sources);
   if (!merged.ok()) return fail(2, merged.status());
   zero::ConfigOptions options;
   options.world_size = world;
   options.allow_unknown_keys = a.allow_unknown;
   absl::StatusOr<zero::RunConfig> config = zero::parse_run_config(*merged, options);
-  if (!config.ok()) return fail(2, config.status());
-  for (const std::string& w : config->warnings) std::fprintf(stderr, "zero-estimate: warning: %s\n", w.c_str());
+  if (!config.ok()) return fail(2, sources.annotate(config.status()));
+  for (const std::string& w : config->warnings) {
+    std::fprintf(stderr, "zero-estimate: warning: %s\n", (sources.layered() ? sources.annotate(w) : w).c_str());
+  }
   if (a.rank >= world) return usage_error(zero::cat("--rank ", a.rank, " is not a rank of --world ", world));
 
   if (config->model.type != "gpt") {
@@ -271,73 +262,89 @@ int config_mode(const Args& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  CLI::App app;
+  g_app = &app;
+  zero::cli::init_app(app, "zero-estimate", kUsage);
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    auto value = [&](std::string& out) {
-      if (i + 1 >= argc) return false;
-      out = argv[++i];
-      return true;
-    };
-    std::string v;
-    if (arg == "--help" || arg == "-h") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    } else if (arg == "--config") {
-      if (!value(v)) return usage_error("--config needs a file");
-      a.configs.push_back(v);
-    } else if (arg == "--set") {
-      if (!value(v)) return usage_error("--set needs KEY.PATH=VALUE");
-      a.overrides.push_back(v);
-    } else if (arg == "--world") {
-      if (!value(v)) return usage_error("--world needs a number of ranks");
-      a.world_text = v;
-      size_t start = 0;
-      while (true) {
-        const size_t comma = v.find(',', start);
-        const std::string item = v.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-        int64_t w;
-        if (!parse_count(item, w) || w > (int64_t{1} << 24))
-          return usage_error(zero::cat("--world: \"", item, "\" is not a number of ranks (1 or more)"));
-        a.worlds.push_back(w);
-        if (comma == std::string::npos) break;
-        start = comma + 1;
-      }
-    } else if (arg == "--rank") {
-      int64_t r;
-      if (!value(v)) return usage_error("--rank needs a number");
-      if (v == "0") r = 0;
-      else if (!parse_count(v, r)) return usage_error(zero::cat("--rank: \"", v, "\" is not a rank"));
-      a.rank = static_cast<int>(r);
-    } else if (arg == "--json") {
-      a.json = true;
-    } else if (arg == "--all-ranks") {
-      a.all_ranks = true;
-    } else if (arg == "--allow-unknown-keys") {
-      a.allow_unknown = true;
-    } else if (arg == "--backend") {
-      if (!value(v) || (v != "cpu" && v != "cuda")) return usage_error("--backend must be cpu or cuda");
-      a.tier = v == "cpu" ? zero::Tier::kHost : zero::Tier::kDevice;
-    } else if (arg == "--params") {
-      if (!value(v)) return usage_error("--params needs a number of parameters");
-      if (!parse_positive(v, a.params) || a.params < 1)
-        return usage_error(zero::cat("--params: \"", v, "\" is not a number of parameters (e.g. 7.5e9)"));
-    } else if (arg == "--dtype") {
-      if (!value(v)) return usage_error("--dtype needs bf16, fp16 or fp32");
-      absl::StatusOr<zero::DType> t = zero::parse_float_dtype(v);
-      if (!t.ok()) return usage_error(zero::cat("--dtype: \"", v, "\" is not bf16, fp16 or fp32"));
-      a.dtype = *t;
-    } else if (arg == "--optimizer") {
-      if (!value(v) || (v != "adamw" && v != "lion" && v != "sgd" && v != "sgd-momentum"))
-        return usage_error("--optimizer must be adamw, lion, sgd or sgd-momentum");
-      a.optimizer = v;
-    } else if (arg == "--largest-layer") {
-      if (!value(v) || !parse_positive(v, a.largest_layer))
-        return usage_error(zero::cat("--largest-layer: \"", v, "\" is not a number of parameters"));
-    } else {
-      return usage_error(zero::cat("unknown argument ", arg));
+  std::string world, rank, backend, params, dtype, optimizer, largest_layer;
+  const CLI::Option* config_opt = app.add_option("--config")
+                                      ->type_name("FILE")
+                                      ->description("run config, loaded as zero-train loads it (repeat to layer files)")
+                                      ->take_all();
+  const CLI::Option* set_opt =
+      app.add_option("--set")->type_name("KEY.PATH=VALUE")->description("override one key (repeatable)")->take_all();
+  app.add_option("--world", world,
+                 "ranks: data-parallel x tensor_parallel.autotp_size x pipeline.stages (with --params: "
+                 "data-parallel ranks, a comma list, e.g. 1,4,16,64)")
+      ->type_name("N")
+      ->take_last();
+  app.add_option("--rank", rank, "show rank R (default: the rank with the largest total)")
+      ->type_name("R")
+      ->take_last();
+  app.add_flag("--all-ranks", a.all_ranks, "also one line of totals per rank");
+  app.add_flag("--json", a.json, "every rank's peaks as JSON (with --config)");
+  app.add_option("--backend", backend, "compute tier: host memory (cpu, the default) or device memory (cuda)")
+      ->type_name("cpu|cuda")
+      ->take_last();
+  app.add_flag("--allow-unknown-keys", a.allow_unknown, "warn about unknown config keys instead of failing");
+  app.add_option("--params", params, "number of parameters, e.g. 7.5e9")
+      ->type_name("P")
+      ->group(kParamsGroup)
+      ->take_last();
+  app.add_option("--dtype", dtype, "model dtype of parameters and gradients (default bf16)")
+      ->type_name("bf16|fp16|fp32")
+      ->group(kParamsGroup)
+      ->take_last();
+  app.add_option("--optimizer", optimizer, "optimizer state (default adamw: K = 12; lion: 8)")
+      ->type_name("adamw|lion|sgd|sgd-momentum")
+      ->group(kParamsGroup)
+      ->take_last();
+  app.add_option("--largest-layer", largest_layer, "parameters of the largest layer, for DeepSpeed's stage-3 estimate")
+      ->type_name("N")
+      ->group(kParamsGroup)
+      ->take_last();
+  if (const std::optional<int> exit_code = zero::cli::parse(app, argc, argv)) return *exit_code;
+  for (const zero::cli::Occurrence& o : zero::cli::options_in_order(app)) {
+    if (o.option == config_opt) a.configs.push_back(o.value);
+    if (o.option == set_opt) a.overrides.push_back({o.value, "--set"});
+  }
+  if (app.count("--world")) {
+    a.world_text = world;
+    size_t start = 0;
+    while (true) {
+      const size_t comma = world.find(',', start);
+      const std::string item = world.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+      int64_t w;
+      if (!parse_count(item, w) || w > (int64_t{1} << 24))
+        return usage_error(zero::cat("--world: \"", item, "\" is not a number of ranks (1 or more)"));
+      a.worlds.push_back(w);
+      if (comma == std::string::npos) break;
+      start = comma + 1;
     }
   }
+  if (app.count("--rank")) {
+    int64_t r = 0;
+    if (rank != "0" && !parse_count(rank, r)) return usage_error(zero::cat("--rank: \"", rank, "\" is not a rank"));
+    a.rank = static_cast<int>(r);
+  }
+  if (app.count("--backend")) {
+    if (backend != "cpu" && backend != "cuda") return usage_error("--backend must be cpu or cuda");
+    a.tier = backend == "cpu" ? zero::Tier::kHost : zero::Tier::kDevice;
+  }
+  if (app.count("--params") && (!parse_positive(params, a.params) || a.params < 1))
+    return usage_error(zero::cat("--params: \"", params, "\" is not a number of parameters (e.g. 7.5e9)"));
+  if (app.count("--dtype")) {
+    absl::StatusOr<zero::DType> t = zero::parse_float_dtype(dtype);
+    if (!t.ok()) return usage_error(zero::cat("--dtype: \"", dtype, "\" is not bf16, fp16 or fp32"));
+    a.dtype = *t;
+  }
+  if (app.count("--optimizer")) {
+    if (optimizer != "adamw" && optimizer != "lion" && optimizer != "sgd" && optimizer != "sgd-momentum")
+      return usage_error("--optimizer must be adamw, lion, sgd or sgd-momentum");
+    a.optimizer = optimizer;
+  }
+  if (app.count("--largest-layer") && !parse_positive(largest_layer, a.largest_layer))
+    return usage_error(zero::cat("--largest-layer: \"", largest_layer, "\" is not a number of parameters"));
   if (a.configs.empty() && a.params == 0) return usage_error("give --config FILE (a run) or --params P (model states)");
   if (!a.configs.empty() && a.params > 0) return usage_error("give --config or --params, not both");
   if (a.worlds.empty()) return usage_error("--world N is required (the number of data-parallel ranks)");

@@ -4,9 +4,12 @@
 //              [--backend cpu|cuda] [--steps N] [--metrics FILE] [--print-config]
 //              [--allow-unknown-keys]
 //
-// Exit status: 0 on success, 2 for bad usage or a bad config, 1 for any
-// other failure (data, memory, disk, no GPU). Every error names what it is
-// about.
+// The files layer in order, later ones overriding earlier ones key by key;
+// then every --set and every option that sets a config key (kKeyFlags)
+// applies in the order given. Exit status: 0 on success, 2 for bad usage or a
+// bad config, 1 for any other failure (data, memory, disk, no GPU). Every
+// error names what it is about; with several layers, a key's error names the
+// file (or option) it came from.
 #include <omp.h>
 #include <unistd.h>
 
@@ -14,95 +17,107 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "comm/communicator.h"
 #include "core/signals.h"
 #include "core/strings.h"
+#include "runtime/config/config_reader.h"
 #include "runtime/config/memory_preflight.h"
 #include "runtime/config/run_config.h"
+#include "runtime/tools/cli.h"
 #include "runtime/tools/compute_setup.h"
 #include "runtime/tools/path_preflight.h"
 #include "runtime/tools/train_loop.h"
 
 namespace {
 
-constexpr const char* kUsage = R"(usage: zero-train --config FILE [options]
+constexpr const char* kUsage = R"(usage: zero-train --config FILE [--config FILE]... [--set KEY.PATH=VALUE]... [options]
 
-  --config FILE          JSON config (comments allowed); repeat to layer files,
-                         later ones override earlier ones key by key
-  --set KEY.PATH=VALUE   override one key (repeatable), e.g. --set optimizer.params.lr=3e-4
-  --backend cpu|cuda     where ops run (run.backend; default cpu); cuda: one GPU per rank,
-                         the rank's index on its node, collectives over NCCL
-  --steps N              optimizer steps (overrides run.steps)
-  --metrics FILE         write one JSON object per optimizer step (overrides run.metrics)
-  --save-dir DIR         write checkpoints to DIR (run.save_dir)
-  --save-every N         checkpoint every N optimizer steps and at the end (run.save_every)
-  --keep K               keep only the newest K checkpoints (run.keep)
-  --resume DIR|auto      continue from DIR's newest checkpoint; auto: --save-dir's, if any (run.resume)
-  --init-from FILE       initialise the weights from a safetensors file (run.init_from)
-  --print-config         print the effective config (defaults filled in) and exit
-  --allow-unknown-keys   warn about unknown keys instead of failing
-  --help                 this text
+Trains a model from JSON configs (comments allowed): ZeroEngine's model, data
+and run sections beside DeepSpeed's keys. Files layer in order, later ones
+overriding earlier ones key by key; then each --set and each option that sets
+a config key applies, in the order given.
 )";
 
-struct Args {
-  std::vector<std::string> configs, overrides;
-  bool print_config = false, allow_unknown = false;
+// How an option's value becomes the JSON of its key.
+enum class KeyValue {
+  kString,  // quoted: a path, a name
+  kAsTyped, // as typed: a number (the config reader names the key if it is not one)
 };
 
-int usage_error(const std::string& msg) {
-  std::fprintf(stderr, "zero-train: %s\n\n%s", msg.c_str(), kUsage);
-  return 2;
-}
+// The options that set one config key; a new one is a row here.
+struct KeyFlag {
+  const char* flag;
+  const char* value_name;
+  const char* key;
+  KeyValue value;
+  const char* help;
+};
+constexpr KeyFlag kKeyFlags[] = {
+    {"--backend", "cpu|cuda", "run.backend", KeyValue::kString,
+     "where ops run (default cpu); cuda: one GPU per rank, the rank's index on its node, collectives over NCCL"},
+    {"--steps", "N", "run.steps", KeyValue::kAsTyped, "optimizer steps"},
+    {"--metrics", "FILE", "run.metrics", KeyValue::kString, "write one JSON object per optimizer step"},
+    {"--save-dir", "DIR", "run.save_dir", KeyValue::kString, "write checkpoints to DIR"},
+    {"--save-every", "N", "run.save_every", KeyValue::kAsTyped,
+     "checkpoint every N optimizer steps and at the end"},
+    {"--keep", "K", "run.keep", KeyValue::kAsTyped, "keep only the newest K checkpoints"},
+    {"--resume", "DIR|auto", "run.resume", KeyValue::kString,
+     "continue from DIR's newest checkpoint; auto: --save-dir's, if any"},
+    {"--init-from", "FILE", "run.init_from", KeyValue::kString,
+     "initialise the weights from a safetensors file or a Hugging Face directory"},
+    {"--peak-tflops", "X", "run.peak_tflops", KeyValue::kAsTyped,
+     "one rank's peak TFLOP/s: the progress line shows MFU"},
+};
+
+struct Args {
+  std::vector<std::string> configs;
+  std::vector<zero::ConfigOverride> overrides;  // --set and kKeyFlags, in command-line order
+  bool print_config = false, allow_unknown = false;
+};
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  CLI::App app;
+  zero::cli::init_app(app, "zero-train", kUsage);
+  const CLI::Option* config_opt =
+      app.add_option("--config")
+          ->type_name("FILE")
+          ->description("JSON config; repeat to layer files, later ones override earlier ones key by key")
+          ->take_all();
+  const CLI::Option* set_opt = app.add_option("--set")
+                                   ->type_name("KEY.PATH=VALUE")
+                                   ->description("override one key (repeatable), e.g. --set optimizer.params.lr=3e-4")
+                                   ->take_all();
+  std::map<const CLI::Option*, const KeyFlag*> key_flags;
+  for (const KeyFlag& f : kKeyFlags) {
+    key_flags[app.add_option(f.flag)
+                  ->type_name(f.value_name)
+                  ->description(zero::cat(f.help, " (", f.key, ")"))
+                  ->take_all()] = &f;
+  }
   Args args;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&](std::string& out) {
-      if (i + 1 >= argc) return false;
-      out = argv[++i];
-      return true;
-    };
-    std::string v;
-    if (a == "--help" || a == "-h") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    } else if (a == "--config") {
-      if (!value(v)) return usage_error("--config needs a file");
-      args.configs.push_back(v);
-    } else if (a == "--set") {
-      if (!value(v)) return usage_error("--set needs KEY.PATH=VALUE");
-      args.overrides.push_back(v);
-    } else if (a == "--backend") {
-      if (!value(v)) return usage_error("--backend needs cpu or cuda");
-      args.overrides.push_back("run.backend=" + zero::Json(v).dump());
-    } else if (a == "--steps") {
-      if (!value(v)) return usage_error("--steps needs a number");
-      args.overrides.push_back("run.steps=" + v);
-    } else if (a == "--metrics") {
-      if (!value(v)) return usage_error("--metrics needs a file");
-      args.overrides.push_back("run.metrics=" + zero::Json(v).dump());
-    } else if (a == "--save-dir" || a == "--resume" || a == "--init-from") {
-      if (!value(v)) return usage_error(a + " needs a path");
-      const std::string key = a == "--save-dir" ? "save_dir" : a == "--resume" ? "resume" : "init_from";
-      args.overrides.push_back(zero::cat("run.", key, "=", zero::Json(v).dump()));
-    } else if (a == "--save-every" || a == "--keep") {
-      if (!value(v)) return usage_error(a + " needs a number");
-      args.overrides.push_back(zero::cat("run.", a == "--keep" ? "keep" : "save_every", "=", v));
-    } else if (a == "--print-config") {
-      args.print_config = true;
-    } else if (a == "--allow-unknown-keys") {
-      args.allow_unknown = true;
-    } else {
-      return usage_error(zero::cat("unknown argument ", a));
+  app.add_flag("--print-config", args.print_config,
+               "print the effective config as JSON (defaults filled in; derived keys listed under \"__derived__\") "
+               "and exit");
+  app.add_flag("--allow-unknown-keys", args.allow_unknown, "warn about unknown keys instead of failing");
+  if (const std::optional<int> exit_code = zero::cli::parse(app, argc, argv)) return *exit_code;
+  for (const zero::cli::Occurrence& o : zero::cli::options_in_order(app)) {
+    if (o.option == config_opt) {
+      args.configs.push_back(o.value);
+    } else if (o.option == set_opt) {
+      args.overrides.push_back({o.value, "--set"});
+    } else if (const auto it = key_flags.find(o.option); it != key_flags.end()) {
+      const KeyFlag& f = *it->second;
+      const std::string json = f.value == KeyValue::kString ? zero::Json(o.value).dump() : o.value;
+      args.overrides.push_back({zero::cat(f.key, "=", json), f.flag});
     }
   }
-  if (args.configs.empty()) return usage_error("no config given (--config FILE)");
+  if (args.configs.empty()) return zero::cli::usage_error(app, "no config given (--config FILE)");
 
   // MPI first: the batch triple depends on the world size, and under mpirun
   // every rank parses the same files.
@@ -125,22 +140,25 @@ int main(int argc, char** argv) {
     return code;
   };
 
-  absl::StatusOr<zero::Json> merged = zero::load_merged_config(args.configs, args.overrides);
+  zero::ConfigSources sources;
+  absl::StatusOr<zero::Json> merged = zero::load_layered_config(args.configs, args.overrides, &sources);
   if (!merged.ok()) return fail(2, merged.status());
   zero::ConfigOptions options;
   options.allow_unknown_keys = args.allow_unknown;
   options.world_size = world;
   absl::StatusOr<zero::RunConfig> config = zero::parse_run_config(*merged, options);
-  if (!config.ok()) return fail(2, config.status());
+  if (!config.ok()) return fail(2, sources.annotate(config.status()));
   if (rank == 0) {
-    for (const std::string& w : config->warnings) std::fprintf(stderr, "zero-train: warning: %s\n", w.c_str());
+    for (const std::string& w : config->warnings) {
+      std::fprintf(stderr, "zero-train: warning: %s\n", (sources.layered() ? sources.annotate(w) : w).c_str());
+    }
   }
   if (args.print_config) {
     if (rank == 0) std::cout << zero::format_effective_config(*config);
     return 0;
   }
-  if (const absl::Status s = zero::check_backend_supports(*config); !s.ok()) return fail(2, s);
-  if (const absl::Status s = zero::check_run_paths(*config, rank); !s.ok()) return fail(2, s);
+  if (const absl::Status s = zero::check_backend_supports(*config); !s.ok()) return fail(2, sources.annotate(s));
+  if (const absl::Status s = zero::check_run_paths(*config, rank); !s.ok()) return fail(2, sources.annotate(s));
   const int ranks_on_node = std::max(1, (*comm)->local_size());
   // overlap_comm runs reductions on the communication thread beside compute;
   // where OpenMP already has every core, that thread takes one from compute

@@ -18,8 +18,11 @@
 //  * Gradients vs reference::numeric_vjp (central differences in double,
 //    error ~1e-9): 1e-4 relative to the max-norm, the fp32 GEMM error above
 //    with margin.
+#include <cstdlib>
+#include <string>
 #include <tuple>
 
+#include "kernels/cpu/bf16_gemm_policy.h"
 #include "tests/kernels/kernel_test_util.h"
 
 namespace zero::test {
@@ -139,19 +142,32 @@ INSTANTIATE_TEST_SUITE_P(AllLayouts, MatmulLayoutTest,
 
 using MatmulPrecisionTest = KernelTest;
 
-// fp32 operands, bf16 compute: the inputs are rounded to bf16 first.
+// The precision a GEMM asked for in `compute` rounds its operands to on this
+// CPU: bf16, or fp32 where bf16 GEMMs run widened (bf16_gemm_policy.h); fp16
+// GEMMs run as fp32.
+DType operand_rounding(DType compute) {
+  return compute == DType::kBF16 ? cpu::bf16_gemm_choice().gemm : DType::kF32;
+}
+
+// fp32 operands, bf16 compute: the inputs are rounded to bf16 first — or,
+// where this CPU multiplies faster in fp32 (cpu::bf16_gemm_choice(); the
+// test runs once more with ZE_CPU_BF16_GEMM=fp32), not rounded at all: then
+// the product is the fp32 one, within bf16 rounding of the bf16 product.
 TEST_F(MatmulPrecisionTest, Bf16ComputeRoundsOperandsAndAccumulatesInFp32) {
+  const bool widened = operand_rounding(DType::kBF16) == DType::kF32;
   for (bool batched : {false, true}) {
     SCOPED_TRACE(batched ? "batched" : "2-D");
     const Problem p(batched ? kBatch : 0, false, true, 21);
     Tensor a = from_vec(p.a, p.a_shape), b = from_vec(p.b, p.b_shape);
-    const Vec expected = p.expected(DType::kBF16);
+    const Vec expected = widened ? p.expected() : p.expected(DType::kBF16);
 
     Tensor c32 = empty(p.c_shape, DType::kF32);
     ops().matmul(a, b, c32, {.trans_b = true, .compute = DType::kBF16});
     EXPECT_TRUE(near_max_norm(to_vec(c32), expected, kGemmTol));
-    // The bf16 rounding is real: the fp32-operand product differs by far more.
-    EXPECT_FALSE(near_max_norm(to_vec(c32), p.expected(), kGemmTol));
+    // The bf16 rounding is real (or really absent): the other product differs by far more.
+    EXPECT_FALSE(near_max_norm(to_vec(c32), widened ? p.expected(DType::kBF16) : p.expected(), kGemmTol));
+    // Either way within bf16 rounding of the bf16 product.
+    EXPECT_TRUE(near_max_norm(to_vec(c32), p.expected(DType::kBF16), 8 * unit_roundoff(DType::kBF16)));
 
     const double u = unit_roundoff(DType::kBF16), abs = kGemmTol * max_abs(expected);
     Tensor c16 = empty(p.c_shape, DType::kBF16);
@@ -179,6 +195,23 @@ TEST_F(MatmulPrecisionTest, Bf16OperandsAllLayouts) {
     }
 }
 
+// The choice is definite and follows its rule: forced by ZE_CPU_BF16_GEMM,
+// else bf16 unless fp32 measured more than 25% faster.
+TEST_F(MatmulPrecisionTest, Bf16GemmChoiceFollowsItsRule) {
+  const cpu::Bf16GemmChoice& c = cpu::bf16_gemm_choice();
+  const char* forced = std::getenv("ZE_CPU_BF16_GEMM");
+  const std::string f = forced != nullptr ? forced : "";
+  if (f == "fp32" || f == "bf16") {
+    EXPECT_EQ(c.gemm, f == "fp32" ? DType::kF32 : DType::kBF16);
+    EXPECT_NE(c.reason.find("ZE_CPU_BF16_GEMM=" + f), std::string::npos) << c.reason;
+    return;
+  }
+  EXPECT_GT(c.bf16_gflops, 0.0);
+  EXPECT_GT(c.fp32_gflops, 0.0);
+  EXPECT_EQ(c.gemm, c.fp32_gflops > 1.25 * c.bf16_gflops ? DType::kF32 : DType::kBF16) << c.reason;
+  EXPECT_NE(c.reason.find("measured"), std::string::npos) << c.reason;
+}
+
 TEST_F(MatmulPrecisionTest, Fp16Operands) {
   const Problem p(0, true, false, 41);
   Tensor a = from_vec(p.a, p.a_shape, DType::kF16), b = from_vec(p.b, p.b_shape, DType::kF16);
@@ -188,9 +221,10 @@ TEST_F(MatmulPrecisionTest, Fp16Operands) {
   ops().matmul(a, b, c, {.trans_a = true});
   EXPECT_TRUE(near_max_norm(to_vec(c), exact16, kGemmTol));
 
-  // fp16 operands in a bf16 GEMM are rounded (once, to nearest even) to bf16.
-  Vec a_bf16 = rounded(rounded(p.a, DType::kF16), DType::kBF16);
-  Vec b_bf16 = rounded(rounded(p.b, DType::kF16), DType::kBF16);
+  // fp16 operands in a bf16 GEMM are rounded (once, to nearest even) to bf16
+  // (or, widened, not at all).
+  Vec a_bf16 = rounded(rounded(p.a, DType::kF16), operand_rounding(DType::kBF16));
+  Vec b_bf16 = rounded(rounded(p.b, DType::kF16), operand_rounding(DType::kBF16));
   ops().matmul(a, b, c, {.trans_a = true, .compute = DType::kBF16});
   EXPECT_TRUE(near_max_norm(to_vec(c), ref::matmul(a_bf16, b_bf16, kM, kN, kK, true, false),
                             kGemmTol));
@@ -231,7 +265,7 @@ TEST_P(LinearGemmTest, ForwardAndGradientsMatchFiniteDifferences) {
   Tensor x_t = from_vec(x, {kRows, kIn}), w_t = from_vec(w, {kOut, kIn}, param);
   Tensor b_t = from_vec(bias, {kOut}, param), dy_t = from_vec(dy, {kRows, kOut});
   // What the GEMM sees: activations rounded to the compute dtype.
-  const Vec xr = rounded(x, compute), dyr = rounded(dy, compute);
+  const Vec xr = rounded(x, operand_rounding(compute)), dyr = rounded(dy, operand_rounding(compute));
 
   Tensor y = empty({kRows, kOut}, DType::kF32);
   ops().matmul(x_t, w_t, y, {.trans_b = true, .compute = compute}, b_t);
@@ -263,7 +297,8 @@ TEST_P(LinearGemmTest, WeightGradientAccumulates) {
   const Vec dy = random_vec(kRows * kOut, -1.0, 1.0, 62);
   Tensor x_t = from_vec(x, {kRows, kIn}), dy_t = from_vec(dy, {kRows, kOut});
   const Vec g =
-      ref::matmul(rounded(dy, compute), rounded(x, compute), kOut, kIn, kRows, true, false);
+      ref::matmul(rounded(dy, operand_rounding(compute)), rounded(x, operand_rounding(compute)), kOut, kIn, kRows,
+                  true, false);
   const double u = unit_roundoff(param), abs = kGemmTol * max_abs(g);
   const MatmulSpec spec{.trans_a = true, .accumulate = true, .compute = compute};
 

@@ -113,6 +113,7 @@ Json context_for(const ConfigKey& key) {
   if (p == "communication_data_type") put(j, "data_types.grad_accum_dtype", "fp16");
   if (p == "gradient_allreduce_op" || p == "prescale_gradients") put(j, "zero_optimization.stage", 1);
   if (p == "optimizer.params.nesterov") put(j, "optimizer.params.momentum", 0.9);
+  if (p == "run.eval_every") put(j, "data.val_path", "val.txt");  // evaluation needs validation data
   return j;
 }
 

@@ -229,8 +229,8 @@ TEST(ConfigTest, LaterFilesAndSetOverridesWin) {
 }
 
 TEST(ConfigTest, UnsupportedFeatureIsRefusedByName) {
-  EXPECT_NE(error_of(R"({"train_micro_batch_size_per_gpu": 1, "tensorboard": {"enabled": true}})")
-                .find("tensorboard: \"enabled\": true is not supported (no TensorBoard writer"),
+  EXPECT_NE(error_of(R"({"train_micro_batch_size_per_gpu": 1, "wandb": {"enabled": true}})")
+                .find("wandb: \"enabled\": true is not supported (no Weights & Biases client: it needs its network service"),
             std::string::npos);
   // The disabled default is accepted, with its other options.
   EXPECT_TRUE(parse(R"({"train_micro_batch_size_per_gpu": 1, "tensorboard": {"enabled": false, "output_path": "x"}})").ok());

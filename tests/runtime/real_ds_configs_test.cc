@@ -99,6 +99,9 @@ std::string table() {
     std::string said = messages(r.output);
     // The swap directory is this machine's; the README shows a placeholder.
     for (size_t at; (at = said.find(swap)) != std::string::npos;) said.replace(at, swap.size(), "DIR");
+    // A layered key's message names its file, which the table's first column already does.
+    const std::string source = "tests/data/ds_configs/" + file + ": ";
+    for (size_t at; (at = said.find(source)) != std::string::npos;) said.erase(at, source.size());
     out += "| `" + file + "` | " + outcome + " | " + escape_cell(said.empty() ? "—" : said) + " |\n";
   }
   out += "\n" + std::to_string(trains) + " of " + std::to_string(files.size()) + " train";
