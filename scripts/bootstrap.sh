@@ -20,7 +20,8 @@ packages=(build-essential cmake ninja-build pkg-config
           libabsl-dev nlohmann-json3-dev libcli11-dev
           libopenmpi-dev openmpi-bin liburing-dev
           libgtest-dev libgmock-dev libbenchmark-dev
-          python3 gnuplot-nox)  # the benchmark scripts' tables and plot
+          python3 gnuplot-nox  # the benchmark scripts' tables and plot
+          git)  # the revision --version and zero-report print (a source tarball builds without it: "unknown")
 if [ "$mode" = packages ]; then
   printf '%s\n' "${packages[@]}"
   exit 0
