@@ -18,20 +18,16 @@
 #include "runtime/data/data_loader.h"
 #include "runtime/tools/evaluation.h"
 #include "tests/testing/run_command.h"
+#include "tests/testing/test_files.h"
 
 namespace zero {
 namespace {
 
 using Result = testing::CommandResult;
 
-std::string tmp(const std::string& name) {
-  const ::testing::TestInfo* t = ::testing::UnitTest::GetInstance()->current_test_info();
-  return ::testing::TempDir() + "/" + t->test_suite_name() + "." + t->name() + "." + name;
-}
-
+std::string tmp(const std::string& name) { return zero::testing::test_path(name); }
 std::string write(const std::string& name, const std::string& text) {
-  std::ofstream(tmp(name)) << text;
-  return tmp(name);
+  return zero::testing::write_test_file(name, text);
 }
 
 // Validation text unlike the training licences.

@@ -13,20 +13,13 @@
 
 #include "runtime/config/run_config.h"
 
+#include "tests/testing/test_files.h"
+
 namespace zero {
 namespace {
 
-std::string tmp_dir(const std::string& name) {
-  const ::testing::TestInfo* t = ::testing::UnitTest::GetInstance()->current_test_info();
-  const std::string dir = ::testing::TempDir() + "/" + t->test_suite_name() + "." + t->name() + "." + name;
-  std::filesystem::remove_all(dir);
-  return dir;
-}
-
-std::string read_all(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-}
+std::string tmp_dir(const std::string& name) { return testing::fresh_test_path(name); }
+std::string read_all(const std::string& path) { return testing::read_file(path); }
 
 absl::StatusOr<RunConfig> parse(const Json& sections) {
   Json j = {{"train_micro_batch_size_per_gpu", 1}};

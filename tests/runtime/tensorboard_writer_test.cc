@@ -15,20 +15,13 @@
 
 #include "runtime/checkpoint/crc32c.h"
 
+#include "tests/testing/test_files.h"
+
 namespace zero {
 namespace {
 
-std::string tmp_dir(const std::string& name) {
-  const ::testing::TestInfo* t = ::testing::UnitTest::GetInstance()->current_test_info();
-  const std::string dir = ::testing::TempDir() + "/" + t->test_suite_name() + "." + t->name() + "." + name;
-  std::filesystem::remove_all(dir);
-  return dir;
-}
-
-std::string read_all(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-}
+std::string tmp_dir(const std::string& name) { return testing::fresh_test_path(name); }
+std::string read_all(const std::string& path) { return testing::read_file(path); }
 
 TEST(TensorBoardWriterTest, MaskedCrcIsTfRecords) {
   // CRC-32C's check value (Castagnoli, not zlib's CRC-32 0xcbf43926).

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/testing/run_command.h"
+#include "tests/testing/test_files.h"
 
 namespace {
 
@@ -21,14 +22,9 @@ using Result = zero::testing::CommandResult;
 
 Result run(const std::string& args) { return zero::testing::run_command(std::string(ZE_TRAIN_BIN) + " " + args); }
 
-std::string tmp(const std::string& name) {
-  const ::testing::TestInfo* t = ::testing::UnitTest::GetInstance()->current_test_info();
-  return ::testing::TempDir() + "/" + t->test_suite_name() + "." + t->name() + "." + name;
-}
-
+std::string tmp(const std::string& name) { return zero::testing::test_path(name); }
 std::string write(const std::string& name, const std::string& text) {
-  std::ofstream(tmp(name)) << text;
-  return tmp(name);
+  return zero::testing::write_test_file(name, text);
 }
 
 const char* kTinyRun = R"({
