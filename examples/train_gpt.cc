@@ -7,6 +7,7 @@
 // TEXT_PATH: a file, directory or glob of text (default: the license texts).
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "graph/gpt.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -14,8 +15,28 @@
 #include "runtime/engine/engine.h"
 
 int main(int argc, char** argv) {
+  constexpr const char* kUsage =
+      "usage: train_gpt [TEXT_PATH] [STEPS]\n"
+      "  trains a 2-layer byte-level GPT through ZeroEngine's C++ API on TEXT_PATH (a file, directory or glob;\n"
+      "  default /usr/share/common-licenses) for STEPS optimizer steps (default 50)\n";
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "-h" || a == "--help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (a.size() > 1 && a[0] == '-') {
+      std::fprintf(stderr, "train_gpt: unknown option %s\n%s", argv[i], kUsage);
+      return 2;
+    }
+  }
   const std::string path = argc > 1 ? argv[1] : "/usr/share/common-licenses";
-  const int64_t steps = argc > 2 ? std::atoll(argv[2]) : 50;
+  char* end = nullptr;
+  const int64_t steps = argc > 2 ? std::strtoll(argv[2], &end, 10) : 50;
+  if (argc > 2 && (end == argv[2] || *end != '\0' || steps < 1)) {
+    std::fprintf(stderr, "train_gpt: STEPS must be a positive integer, not \"%s\"\n%s", argv[2], kUsage);
+    return 2;
+  }
 
   zero::GptConfig model{.n_layer = 2, .n_head = 4, .d_model = 64, .vocab_size = 256, .seq_len = 32};
   zero::EngineConfig config;

@@ -41,6 +41,7 @@ fi
 echo "== configuring and building in $build"
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release
 cmake --build "$build"
+echo "== the programs are in $build/runtime; to call them by name: export PATH=\"$build/runtime:\$PATH\""
 
 case "$mode" in
   quickstart)
