@@ -30,7 +30,7 @@ namespace zero {
 
 namespace {
 
-// "DIR/TAG" of the checkpoint a run resumed from, or "the run" when none.
+// "DIR/TAG" of the checkpoint a run resumed from, or "the model" when none.
 std::string last_checkpoint_name(const std::string& resume_dir, const absl::StatusOr<ResumePoint>& point) {
   return resume_dir.empty() || !point.ok() ? std::string("the model") : cat(resume_dir, "/", point->tag);
 }
