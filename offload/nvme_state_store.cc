@@ -71,6 +71,8 @@ absl::Status NvmeStateStore::open_file(Backend& backend) {
                     holds_parameters() ? cat("\nparameters=", dtype_name(options_.param_dtype)) : "",
                     "\nrecord_bytes=", layout_.record_bytes(), "\n");
   spec.category = MemCategory::kOptimizerState;
+  // The parameter shard shares the file (offload_param "nvme" beside it): its bytes are parameters.
+  if (options_.hold_parameters) spec.parameter_bytes = layout_.groups() * layout_.param_stride_bytes();
   ZE_ASSIGN_OR_RETURN(engine_, prepare_swap(backend, options_.aio, spec, &leftovers_));
   ZE_ASSIGN_OR_RETURN(pool_, AlignedBufferPool::create(backend, static_cast<size_t>(options_.buffer_count),
                                                        static_cast<size_t>(layout_.record_bytes())));

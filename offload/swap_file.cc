@@ -97,9 +97,17 @@ std::string swap_leftovers_note(const std::string& dir, const std::vector<std::s
              "): a crashed run's leftovers are never read; remove them if no run is using them");
 }
 
-SwapFile::SwapFile(IoEngine& engine, IoFile file, int64_t bytes, MemCategory category, MemoryTracker& process)
-    : engine_(engine), process_(process), file_(std::move(file)), bytes_(bytes), category_(category) {
-  process_.add_allocated(Tier::kNvme, category_, bytes_);
+SwapFile::SwapFile(IoEngine& engine, IoFile file, int64_t bytes, MemCategory category, int64_t parameter_bytes,
+                   MemoryTracker& process)
+    : engine_(engine),
+      process_(process),
+      file_(std::move(file)),
+      bytes_(bytes),
+      category_(category),
+      parameter_bytes_(parameter_bytes) {
+  ZE_CHECK(parameter_bytes_ >= 0 && parameter_bytes_ <= bytes_) << parameter_bytes_ << " of " << bytes_;
+  process_.add_allocated(Tier::kNvme, category_, bytes_ - parameter_bytes_);
+  if (parameter_bytes_ > 0) process_.add_allocated(Tier::kNvme, MemCategory::kParameters, parameter_bytes_);
   if (!dry_run()) register_cleanup_file(file_.path());  // a signal unlinks it at once (core/signals.h)
 }
 
@@ -110,7 +118,8 @@ SwapFile::~SwapFile() {
     unregister_cleanup_file(path);
     ::unlink(path.c_str());
   }
-  process_.add_allocated(Tier::kNvme, category_, -bytes_);
+  process_.add_allocated(Tier::kNvme, category_, -(bytes_ - parameter_bytes_));
+  if (parameter_bytes_ > 0) process_.add_allocated(Tier::kNvme, MemCategory::kParameters, -parameter_bytes_);
 }
 
 absl::StatusOr<std::unique_ptr<SwapFile>> SwapFile::open(IoEngine& engine, const SwapFileSpec& spec,
@@ -142,7 +151,7 @@ absl::StatusOr<std::unique_ptr<SwapFile>> SwapFile::open(IoEngine& engine, const
     ::unlink(path.c_str());
     return s;
   }
-  return std::unique_ptr<SwapFile>(new SwapFile(engine, std::move(file), spec.file_bytes, spec.category, process));
+  return std::unique_ptr<SwapFile>(new SwapFile(engine, std::move(file), spec.file_bytes, spec.category, spec.parameter_bytes, process));
 }
 
 }  // namespace zero

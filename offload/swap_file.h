@@ -44,6 +44,10 @@ struct SwapFileSpec {
   std::string lower_hint;   // which keys lower the buffers, for the host-memory error
   std::string header;       // extra "key=value\n" lines for the header
   MemCategory category = MemCategory::kOptimizerState;  // how the file's bytes are tracked (NVMe tier)
+  // Of file_bytes, those of a parameter shard kept in the same file (the
+  // optimizer-state store's, holding the parameters too): tracked as
+  // parameters, the rest as `category`.
+  int64_t parameter_bytes = 0;
 };
 
 // A fresh random run id (16 hex digits).
@@ -66,7 +70,8 @@ class SwapFile {
   // Step 2. The header is written through a buffer of `pool` (the store's,
   // at least 4 KiB each), returned before this returns. The file's bytes
   // count in `process` (the backend's process_tracker()) as NVMe-tier
-  // spec.category. With a dry-run engine nothing is created or written.
+  // spec.category (spec.parameter_bytes of them as parameters). With a
+  // dry-run engine nothing is created or written.
   static absl::StatusOr<std::unique_ptr<SwapFile>> open(IoEngine& engine, const SwapFileSpec& spec,
                                                         AlignedBufferPool& pool, MemoryTracker& process);
   ~SwapFile();  // closes and removes the file; the engine must still exist
@@ -77,13 +82,15 @@ class SwapFile {
   const std::string& path() const { return file_.path(); }
 
  private:
-  SwapFile(IoEngine& engine, IoFile file, int64_t bytes, MemCategory category, MemoryTracker& process);
+  SwapFile(IoEngine& engine, IoFile file, int64_t bytes, MemCategory category, int64_t parameter_bytes,
+           MemoryTracker& process);
   bool dry_run() const { return engine_.options().dry_run; }
   IoEngine& engine_;
   MemoryTracker& process_;
   IoFile file_;
   int64_t bytes_;
   MemCategory category_;
+  int64_t parameter_bytes_;
 };
 
 }  // namespace zero

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/strings.h"
+#include "kernels/cpu/bf16_gemm_policy.h"
 #include "runtime/config/memory_preflight.h"
 #include "runtime/config/run_config.h"
 #include "tests/testing/run_command.h"
@@ -20,8 +21,13 @@ namespace {
 #ifdef ZE_ESTIMATE_BIN
 using testing::CommandResult;
 
+// zero-estimate in a process of its own, with this process's bf16 GEMM
+// precision (kernels/cpu/bf16_gemm_policy.h: measured per process, and a
+// loaded machine may measure differently): the plans compared here are then
+// of the same workspace.
 CommandResult estimate(const std::string& args) {
-  return testing::run_command(std::string(ZE_ESTIMATE_BIN) + " " + args);
+  const char* bf16 = cpu::bf16_gemm_choice().gemm == DType::kBF16 ? "bf16" : "fp32";
+  return testing::run_command(cat("ZE_CPU_BF16_GEMM=", bf16, " ", ZE_ESTIMATE_BIN, " ", args));
 }
 
 std::string write_config(const std::string& name, const std::string& text) {

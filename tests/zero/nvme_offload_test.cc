@@ -131,7 +131,10 @@ TEST(NvmeOffloadTest, ParametersOnNvmeTrainBitwiseLikeResidentParameters) {
       EXPECT_EQ(ref.host_parameter_bytes - got.host_parameter_bytes, ref.held * elem) << offloaded.name();
       EXPECT_EQ(got.host_parameter_bytes, 0) << offloaded.name();
       const SwapLayout layout = SwapLayout::make(got.held, kSubGroup, 3, elem);
-      EXPECT_EQ(got.nvme_bytes, layout.file_bytes()) << offloaded.name();
+      // One file: its parameter arrays count as parameters, the rest as optimizer state.
+      const int64_t shard_bytes = layout.groups() * layout.param_stride_bytes();
+      EXPECT_EQ(got.nvme_bytes, layout.file_bytes() - shard_bytes) << offloaded.name();
+      EXPECT_EQ(got.nvme_parameter_bytes, shard_bytes) << offloaded.name();
       // Record buffers for the step, read buffers for the largest chunk.
       EXPECT_EQ(got.swap_buffer_bytes,
                 layout.buffer_bytes(3) + param_buffers * layout.param_read_buffer_bytes(got.max_chunk))
