@@ -26,6 +26,7 @@
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/engine/engine.h"
 #include "zero/state_buffers.h"
+#include "tests/testing/trained_gpt.h"
 
 namespace zero {
 namespace {
@@ -41,21 +42,10 @@ std::string fresh_dir(const std::string& name) {
   return d;
 }
 
-struct Trained {
-  CpuBackend backend;
-  std::unique_ptr<Engine> engine;
-  std::vector<int32_t> ids, targets;
-  explicit Trained(const GptConfig& model = kModel, int steps = 3) {
-    EngineConfig ec;
-    ec.micro_batch_size = 2;
-    engine = initialize(std::make_unique<Gpt>(model), ec, backend).value();
-    for (int i = 0; i < 16; ++i) ids.push_back(i % 41), targets.push_back((i + 3) % 41);
-    for (int s = 0; s < steps; ++s) {
-      engine->forward({Tensor::wrap(ids.data(), {2, 8}, DType::kI32), Tensor::wrap(targets.data(), {2, 8}, DType::kI32)}).value();
-      EXPECT_TRUE(engine->backward().ok());
-      EXPECT_TRUE(engine->step().ok());
-    }
-  }
+// kModel trained 3 steps by default (tests/testing/trained_gpt.h).
+struct Trained : testing::TrainedGpt {
+  explicit Trained(const GptConfig& model = kModel, int steps = 3, uint64_t seed = EngineConfig{}.seed)
+      : TrainedGpt(model, steps, seed) {}
 };
 
 TEST(CheckpointTest, RoundTripIsBitwiseAndSizeIsStateBytes) {

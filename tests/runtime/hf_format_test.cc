@@ -30,6 +30,7 @@
 #include "runtime/engine/engine.h"
 #include "tests/testing/hf_files.h"
 #include "tests/testing/test_files.h"
+#include "tests/testing/trained_gpt.h"
 
 namespace zero {
 namespace {
@@ -170,28 +171,10 @@ TEST(HfWeightsTest, ReadsShardsThroughTheIndexAndRefusesBrokenOnes) {
 
 // ---------------------------------------------------------------- loading into an engine
 
-struct Trained {
-  CpuBackend backend;
-  std::unique_ptr<Engine> engine;
-  std::vector<int32_t> ids, targets;
-  explicit Trained(const GptConfig& model = kModel, int steps = 3, uint64_t seed = 42) {
-    EngineConfig ec;
-    ec.micro_batch_size = 2;
-    ec.seed = seed;
-    engine = initialize(std::make_unique<Gpt>(model), ec, backend).value();
-    for (int i = 0; i < 16; ++i) ids.push_back(i % 41), targets.push_back((i + 3) % 41);
-    for (int s = 0; s < steps; ++s) {
-      engine->forward({Tensor::wrap(ids.data(), {2, 8}, DType::kI32), Tensor::wrap(targets.data(), {2, 8}, DType::kI32)}).value();
-      EXPECT_TRUE(engine->backward().ok());
-      EXPECT_TRUE(engine->step().ok());
-    }
-  }
-  std::vector<float> weights(const std::string& name) {
-    for (Parameter* p : engine->model().parameters())
-      if (p->name() == name) return engine->master_values(*p);
-    ADD_FAILURE() << "no parameter " << name;
-    return {};
-  }
+// kModel trained 3 steps by default (tests/testing/trained_gpt.h).
+struct Trained : testing::TrainedGpt {
+  explicit Trained(const GptConfig& model = kModel, int steps = 3, uint64_t seed = EngineConfig{}.seed)
+      : TrainedGpt(model, steps, seed) {}
 };
 
 // Parameter k's value at element e of our [out, in] layout.
