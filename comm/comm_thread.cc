@@ -22,6 +22,15 @@ void set_current(const std::string& what) {
   g_current_index.store(next);
 }
 
+std::atomic<CommThread::TimeoutHandler> g_timeout_handler{nullptr};
+
+// A wait's error for an operation that is still in flight: the handler, if
+// one is installed, ends the process here (before the caller unwinds).
+absl::Status gave_up(absl::Status error) {
+  if (const CommThread::TimeoutHandler handler = g_timeout_handler.load()) handler(error);
+  return error;
+}
+
 class ThreadWork final : public CommWork {
  public:
   ThreadWork(std::string what, int rank, double timeout_s, std::shared_ptr<CommThreadState> state)
@@ -34,15 +43,17 @@ class ThreadWork final : public CommWork {
     // than one more timeout per operation (a frozen peer would otherwise
     // hold every rank for timeout x operations before the job ends).
     if (std::string stuck = state_->stuck(); !stuck.empty()) {
-      return absl::DeadlineExceededError(cat("rank ", rank_, ": ", what_, " cannot run: the communication thread is "
-                                             "still in ", stuck, ", which did not finish within ", timeout_s_,
-                                             " s (a peer rank is not responding)"));
+      lock.unlock();
+      return gave_up(absl::DeadlineExceededError(cat("rank ", rank_, ": ", what_, " cannot run: the communication "
+                                                     "thread is still in ", stuck, ", which did not finish within ",
+                                                     timeout_s_, " s (a peer rank is not responding)")));
     }
     if (!cv_.wait_for(lock, std::chrono::duration<double>(timeout_s_), [&] { return done_; })) {
       state_->mark_stuck();
-      return absl::DeadlineExceededError(
+      lock.unlock();
+      return gave_up(absl::DeadlineExceededError(
           cat("rank ", rank_, ": ", what_, " did not finish within ", timeout_s_,
-              " s: a peer rank is not responding (it died, hangs, or never reached this collective)"));
+              " s: a peer rank is not responding (it died, hangs, or never reached this collective)")));
     }
     return status_;
   }
@@ -76,6 +87,8 @@ const char* CommThread::current_operation() {
   const int i = g_current_index.load();
   return i < 0 ? "" : g_current[i];
 }
+
+void CommThread::set_timeout_handler(TimeoutHandler handler) { g_timeout_handler.store(handler); }
 
 CommThread::CommThread(int rank, double timeout_s) : rank_(rank), timeout_s_(timeout_s), thread_([this] { loop(); }) {}
 

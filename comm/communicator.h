@@ -14,6 +14,9 @@
 // NcclCommunicator (GPU ranks; bootstrapped through MPI) and
 // LocalCommunicator (one process, no launcher: every collective is the
 // identity).
+//
+// Timing: set_log attaches a CommLog (comm/comm_log.h) that records each
+// collective's message size and latency where it runs; off by default.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +26,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "comm/comm_log.h"
 #include "core/dtype.h"
 
 namespace zero {
@@ -122,7 +126,26 @@ class Communicator {
   // (W-1)/W x size), for the bandwidth and volume reports.
   int64_t bytes_communicated() const { return bytes_; }
 
+  // Records this communicator's collectives into `log` from now on (nullptr:
+  // stop; the default), labelled `group` ("data", "tensor", "pipeline"; ""
+  // for none). Groups split() from it afterwards get the same log, unlabelled,
+  // until set otherwise. Collectives already issued are recorded (or not) as
+  // they were issued. The log must outlive the collectives issued into it.
+  // Call it between collectives, from the thread that issues them.
+  virtual void set_log(CommLog* log, std::string group = {}) {
+    log_ = log;
+    log_group_ = std::move(group);
+  }
+  CommLog* log() const { return log_; }
+  const std::string& log_group() const { return log_group_; }
+
  protected:
+  // The log to record `op` into, or nullptr (no log, or it does not record
+  // `op`): an implementation times an op only when this is set.
+  CommLog* log_for(CommOp op) const { return log_ != nullptr && log_->records(op) ? log_ : nullptr; }
+  // What split() gives a new group: the parent's log, no label.
+  void inherit_log(const Communicator& parent) { set_log(parent.log_); }
+
   // Each implementation counts what it is asked to move, by the formulas above.
   void count_all_reduce(int64_t count, DType dtype) {
     bytes_ += 2 * (world_size() - 1) * count * static_cast<int64_t>(dtype_size(dtype)) / world_size();
@@ -145,6 +168,8 @@ class Communicator {
 
  private:
   int64_t bytes_ = 0;
+  CommLog* log_ = nullptr;
+  std::string log_group_;
 };
 
 // MPI when launched by mpirun (or srun), else the single-process communicator.

@@ -4,6 +4,8 @@
 // no memory); sizes, counts and the bytes a real run would send are what the
 // engine asks for, so a plan sees rank r's own padding, last shard and
 // receive buffers. Reductions of host doubles leave this rank's value.
+// A CommLog attached to it records nothing: no collective runs, so there is
+// no latency to report (bytes_communicated() has the volumes).
 #pragma once
 
 #include <memory>

@@ -1,7 +1,12 @@
 // The single-process communicator (no launcher): a world of one rank, where
-// every collective leaves its buffers as they are. And what every
+// every collective leaves its buffers as they are. With a CommLog attached it
+// records each collective with its measured (tiny) time, as DeepSpeed does on
+// one GPU, so a single-rank run's summary still lists what the engine issued,
+// how often and how large: busbw is 0 there (no other rank: the factor
+// (n-1)/n is 0), and algbw is a memory rate, not a network one. And what every
 // communicator shares: completed handles, the peer check of send/receive, and
 // the factory that picks MPI when the process was launched by mpirun.
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 
@@ -28,17 +33,30 @@ class LocalCommunicator final : public Communicator {
   int rank() const override { return 0; }
   int world_size() const override { return 1; }
   std::string_view name() const override { return "local"; }
-  CommHandle all_reduce_async(void*, int64_t, DType, ReduceOp) override { return done(); }
+  CommHandle all_reduce_async(void*, int64_t count, DType dtype, ReduceOp) override {
+    return run(CommOp::kAllReduce, bytes_of(count, dtype), [] {});
+  }
   CommHandle reduce_scatter_async(const void* send, void* recv, std::vector<int64_t> counts, DType dtype) override {
     ZE_CHECK_EQ(counts.size(), 1u);
-    if (send != recv && counts[0] > 0) std::memmove(recv, send, static_cast<size_t>(counts[0]) * dtype_size(dtype));
-    return done();
+    return run(CommOp::kReduceScatter, bytes_of(counts[0], dtype), [&] {
+      if (send != recv && counts[0] > 0) std::memmove(recv, send, static_cast<size_t>(counts[0]) * dtype_size(dtype));
+    });
   }
-  CommHandle all_gather_async(void*, int64_t, int64_t, DType) override { return done(); }
-  CommHandle broadcast_async(void*, int64_t, DType, int) override { return done(); }
-  CommHandle barrier_async() override { return done(); }
-  absl::Status all_reduce_doubles(double*, int64_t, ReduceOp) override { return absl::OkStatus(); }
-  absl::StatusOr<std::unique_ptr<Communicator>> split(int, int) override { return make_local_communicator(); }
+  CommHandle all_gather_async(void*, int64_t block, int64_t, DType dtype) override {
+    return run(CommOp::kAllGather, bytes_of(block, dtype), [] {});
+  }
+  CommHandle broadcast_async(void*, int64_t count, DType dtype, int) override {
+    return run(CommOp::kBroadcast, bytes_of(count, dtype), [] {});
+  }
+  CommHandle barrier_async() override { return run(CommOp::kBarrier, 0, [] {}); }
+  absl::Status all_reduce_doubles(double*, int64_t count, ReduceOp) override {
+    return run(CommOp::kAllReduceScalars, count * static_cast<int64_t>(sizeof(double)), [] {})->wait();
+  }
+  absl::StatusOr<std::unique_ptr<Communicator>> split(int, int) override {
+    std::unique_ptr<Communicator> c = make_local_communicator();
+    c->set_log(log());
+    return c;
+  }
   CommHandle send_async(const void*, int64_t, DType, int peer) override {
     return completed_work(check_peer("send to", peer));
   }
@@ -51,6 +69,21 @@ class LocalCommunicator final : public Communicator {
 
  private:
   static CommHandle done() { return completed_work(); }
+  static int64_t bytes_of(int64_t count, DType t) { return count * static_cast<int64_t>(dtype_size(t)); }
+  // Runs fn, timed and recorded when a log records `op`.
+  template <typename F>
+  CommHandle run(CommOp op, int64_t message_bytes, F fn) {
+    CommLog* log = log_for(op);
+    if (log == nullptr) {
+      fn();
+      return done();
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    log->record(op, message_bytes, 1, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                log_group());
+    return done();
+  }
 };
 
 }  // namespace

@@ -7,6 +7,8 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -87,6 +89,23 @@ struct MpiCommHandle {
 
 MpiCommunicator::MpiCommunicator() : comm_(std::make_unique<MpiCommHandle>()) {}
 
+template <typename F>
+std::function<absl::Status()> MpiCommunicator::timed(CommOp op, int64_t message_bytes, F fn) const {
+  CommLog* log = log_for(op);
+  if (log == nullptr) return fn;
+  return [log, op, message_bytes, world = world_, group = log_group(), fn = std::move(fn)]() -> absl::Status {
+    const auto t0 = std::chrono::steady_clock::now();
+    absl::Status s = fn();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (s.ok()) log->record(op, message_bytes, world, seconds, group);
+    return s;
+  };
+}
+
+namespace {
+int64_t bytes_of(int64_t count, DType t) { return count * static_cast<int64_t>(dtype_size(t)); }
+}  // namespace
+
 bool launched_by_mpi() {
   return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMIX_RANK") != nullptr ||
          std::getenv("PMI_RANK") != nullptr;
@@ -156,11 +175,12 @@ MpiCommunicator::~MpiCommunicator() {
 
 CommHandle MpiCommunicator::all_reduce_async(void* buf, int64_t count, DType dtype, ReduceOp op) {
   count_all_reduce(count, dtype);
-  return thread_->enqueue(describe("all_reduce", count, dtype), [=, comm = comm_->comm] {
+  return thread_->enqueue(describe("all_reduce", count, dtype),
+                          timed(CommOp::kAllReduce, bytes_of(count, dtype), [=, comm = comm_->comm] {
     return mpi_status(MPI_Allreduce(MPI_IN_PLACE, buf, checked_count(count), mpi_type(dtype), mpi_op(dtype, op),
                                     comm),
                       "MPI_Allreduce");
-  });
+  }));
 }
 
 CommHandle MpiCommunicator::reduce_scatter_async(const void* send, void* recv, std::vector<int64_t> recv_counts,
@@ -170,19 +190,21 @@ CommHandle MpiCommunicator::reduce_scatter_async(const void* send, void* recv, s
   int64_t total = 0;
   for (int64_t c : recv_counts) total += c;
   return thread_->enqueue(describe("reduce_scatter", total, dtype),
-                          [=, comm = comm_->comm, counts = std::move(recv_counts)] {
+                          timed(CommOp::kReduceScatter, bytes_of(total, dtype),
+                                [=, comm = comm_->comm, counts = std::move(recv_counts)] {
     std::vector<int> c(counts.size());
     for (size_t i = 0; i < counts.size(); ++i) c[i] = checked_count(counts[i]);
     return mpi_status(MPI_Reduce_scatter(send, recv, c.data(), mpi_type(dtype), mpi_op(dtype, ReduceOp::kSum),
                                          comm),
                       "MPI_Reduce_scatter");
-  });
+  }));
 }
 
 CommHandle MpiCommunicator::all_gather_async(void* buf, int64_t block, int64_t stride, DType dtype) {
   ZE_CHECK_GE(stride, block);
   count_all_gather(block, dtype);
-  return thread_->enqueue(describe("all_gather", block * world_, dtype), [=, comm = comm_->comm] {
+  return thread_->enqueue(describe("all_gather", block * world_, dtype),
+                          timed(CommOp::kAllGather, bytes_of(block * world_, dtype), [=, comm = comm_->comm] {
     // One block of `block` elements whose extent is `stride` elements, so
     // rank r's block lands at buf + r * stride (no staging copy).
     MPI_Datatype contiguous, strided;
@@ -194,28 +216,32 @@ CommHandle MpiCommunicator::all_gather_async(void* buf, int64_t block, int64_t s
     MPI_Type_free(&strided);
     MPI_Type_free(&contiguous);
     return mpi_status(rc, "MPI_Allgather");
-  });
+  }));
 }
 
 CommHandle MpiCommunicator::broadcast_async(void* buf, int64_t count, DType dtype, int root) {
   count_broadcast(count, dtype, root);
-  return thread_->enqueue(describe("broadcast", count, dtype), [=, comm = comm_->comm] {
+  return thread_->enqueue(describe("broadcast", count, dtype),
+                          timed(CommOp::kBroadcast, bytes_of(count, dtype), [=, comm = comm_->comm] {
     return mpi_status(MPI_Bcast(buf, checked_count(count), mpi_type(dtype), root, comm), "MPI_Bcast");
-  });
+  }));
 }
 
 CommHandle MpiCommunicator::barrier_async() {
-  return thread_->enqueue("barrier", [comm = comm_->comm] { return mpi_status(MPI_Barrier(comm), "MPI_Barrier"); });
+  return thread_->enqueue("barrier", timed(CommOp::kBarrier, 0, [comm = comm_->comm] {
+    return mpi_status(MPI_Barrier(comm), "MPI_Barrier");
+  }));
 }
 
 absl::Status MpiCommunicator::all_reduce_doubles(double* values, int64_t count, ReduceOp op) {
   return thread_
       ->enqueue(cat(op == ReduceOp::kSum ? "all_reduce (sum)" : "all_reduce (max)", " of ", count, " scalar(s)"),
-                [=, comm = comm_->comm] {
-                  return mpi_status(MPI_Allreduce(MPI_IN_PLACE, values, checked_count(count), MPI_DOUBLE,
-                                                  op == ReduceOp::kSum ? MPI_SUM : MPI_MAX, comm),
-                                    "MPI_Allreduce");
-                })
+                timed(CommOp::kAllReduceScalars, count * static_cast<int64_t>(sizeof(double)),
+                      [=, comm = comm_->comm] {
+                        return mpi_status(MPI_Allreduce(MPI_IN_PLACE, values, checked_count(count), MPI_DOUBLE,
+                                                        op == ReduceOp::kSum ? MPI_SUM : MPI_MAX, comm),
+                                          "MPI_Allreduce");
+                      }))
       ->wait();
 }
 
@@ -237,23 +263,26 @@ absl::StatusOr<std::unique_ptr<Communicator>> MpiCommunicator::split(int color, 
                                      return absl::OkStatus();
                                    })
                          ->wait());
+  c->inherit_log(*this);
   return std::unique_ptr<Communicator>(std::move(c));
 }
 
 CommHandle MpiCommunicator::send_async(const void* buf, int64_t count, DType dtype, int peer) {
   if (absl::Status s = check_peer("send to", peer); !s.ok()) return completed_work(s);
   count_send(count, dtype);
-  return thread_->enqueue(cat(describe("send", count, dtype), " to rank ", peer), [=, comm = comm_->comm] {
+  return thread_->enqueue(cat(describe("send", count, dtype), " to rank ", peer),
+                          timed(CommOp::kSend, bytes_of(count, dtype), [=, comm = comm_->comm] {
     return mpi_status(MPI_Send(buf, checked_count(count), mpi_type(dtype), peer, 0, comm), "MPI_Send");
-  });
+  }));
 }
 
 CommHandle MpiCommunicator::recv_async(void* buf, int64_t count, DType dtype, int peer) {
   if (absl::Status s = check_peer("receive from", peer); !s.ok()) return completed_work(s);
-  return thread_->enqueue(cat(describe("receive", count, dtype), " from rank ", peer), [=, comm = comm_->comm] {
+  return thread_->enqueue(cat(describe("receive", count, dtype), " from rank ", peer),
+                          timed(CommOp::kRecv, bytes_of(count, dtype), [=, comm = comm_->comm] {
     return mpi_status(MPI_Recv(buf, checked_count(count), mpi_type(dtype), peer, 0, comm, MPI_STATUS_IGNORE),
                       "MPI_Recv");
-  });
+  }));
 }
 
 CommHandle MpiCommunicator::send_recv_async(const void* send, int64_t send_count, void* recv, int64_t recv_count,
@@ -262,11 +291,11 @@ CommHandle MpiCommunicator::send_recv_async(const void* send, int64_t send_count
   count_send(send_count, dtype);
   return thread_->enqueue(
       cat(describe("send", send_count, dtype), " to and ", describe("receive", recv_count, dtype), " from rank ", peer),
-      [=, comm = comm_->comm] {
+      timed(CommOp::kSendRecv, bytes_of(std::max(send_count, recv_count), dtype), [=, comm = comm_->comm] {
         return mpi_status(MPI_Sendrecv(send, checked_count(send_count), mpi_type(dtype), peer, 0, recv,
                                        checked_count(recv_count), mpi_type(dtype), peer, 0, comm, MPI_STATUS_IGNORE),
                           "MPI_Sendrecv");
-      });
+      }));
 }
 
 }  // namespace zero

@@ -10,9 +10,11 @@
 //  * SIGTERM/SIGINT (what mpirun sends the survivors when a rank dies) print
 //    which collective this rank was in before exiting.
 // bf16/fp16 sums use user-defined MPI reductions (fp32 arithmetic, rounded
-// to nearest even per element).
+// to nearest even per element). With a CommLog attached, each collective is
+// timed on the communication thread around its MPI call (queueing excluded).
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "absl/status/statusor.h"
@@ -50,6 +52,10 @@ class MpiCommunicator final : public Communicator {
 
  private:
   MpiCommunicator();
+  // fn, timed around its run on the communication thread and recorded in
+  // the log when it succeeds, if a log records `op`; else fn as it is.
+  template <typename F>
+  std::function<absl::Status()> timed(CommOp op, int64_t message_bytes, F fn) const;
 
   std::shared_ptr<CommThread> thread_;   // shared with the groups split from it
   std::unique_ptr<MpiCommHandle> comm_;  // MPI_COMM_WORLD, or a group's (freed with it)

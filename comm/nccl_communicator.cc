@@ -1,6 +1,8 @@
 // NCCL collectives; see nccl_communicator.h.
 #include "comm/nccl_communicator.h"
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <thread>
 
@@ -36,17 +38,45 @@ ncclDataType_t nccl_type(DType t) {
 
 char* at(void* p, int64_t elems, DType t) { return static_cast<char*>(p) + elems * static_cast<int64_t>(dtype_size(t)); }
 
+int64_t bytes_of(int64_t count, DType t) { return count * static_cast<int64_t>(dtype_size(t)); }
+
+// What a logged collective records once it is complete.
+struct EventTiming {
+  cudaEvent_t start;  // timing-enabled, recorded on the comm stream just before the launch
+  CommLog* log;
+  CommOp op;
+  int64_t message_bytes;
+  int world_size;
+  std::string group;
+};
+
 class EventWork final : public CommWork {
  public:
-  EventWork(cudaEvent_t e, ncclComm_t comm, std::string what, double timeout_s)
-      : event_(e), comm_(comm), what_(std::move(what)), timeout_s_(timeout_s) {}
-  ~EventWork() override { cudaEventDestroy(event_); }
-  bool done() const override { return cudaEventQuery(event_) == cudaSuccess; }
+  // `event` is recorded after the launch; with `timing` it is timing-enabled.
+  EventWork(cudaEvent_t e, ncclComm_t comm, std::string what, double timeout_s,
+            std::unique_ptr<EventTiming> timing = nullptr)
+      : event_(e), comm_(comm), what_(std::move(what)), timeout_s_(timeout_s), timing_(std::move(timing)) {}
+  ~EventWork() override {
+    if (timing_ != nullptr) {
+      // A handle dropped without a wait still counts, when its work is done.
+      if (cudaEventQuery(event_) == cudaSuccess) record_once();
+      cudaEventDestroy(timing_->start);
+    }
+    cudaEventDestroy(event_);
+  }
+  bool done() const override {
+    if (cudaEventQuery(event_) != cudaSuccess) return false;
+    record_once();
+    return true;
+  }
   absl::Status wait() override {
     const auto t0 = std::chrono::steady_clock::now();
     for (;;) {
       const cudaError_t q = cudaEventQuery(event_);
-      if (q == cudaSuccess) return absl::OkStatus();
+      if (q == cudaSuccess) {
+        record_once();
+        return absl::OkStatus();
+      }
       if (q != cudaErrorNotReady) return cuda_status(q, what_.c_str());
       ncclResult_t async = ncclSuccess;
       ncclCommGetAsyncError(comm_, &async);
@@ -64,10 +94,22 @@ class EventWork final : public CommWork {
   }
 
  private:
+  // Records the start-to-finish time on the comm stream, the first time
+  // the work is seen complete (waits and done() may race: once only).
+  void record_once() const {
+    if (timing_ == nullptr || recorded_.exchange(true)) return;
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, timing_->start, event_) != cudaSuccess) return;
+    timing_->log->record(timing_->op, timing_->message_bytes, timing_->world_size, static_cast<double>(ms) / 1e3,
+                         timing_->group);
+  }
+
   cudaEvent_t event_;
   ncclComm_t comm_;
   std::string what_;
   double timeout_s_;
+  std::unique_ptr<EventTiming> timing_;
+  mutable std::atomic<bool> recorded_{false};
 };
 
 }  // namespace
@@ -97,22 +139,30 @@ NcclCommunicator::~NcclCommunicator() {
 }
 
 template <typename Launch>
-CommHandle NcclCommunicator::run(const char* what, Launch launch) {
+CommHandle NcclCommunicator::run(const char* what, CommOp op, int64_t message_bytes, Launch launch) {
   ZE_CUDA_CHECK_OK(cudaSetDevice(device_));
   cudaEvent_t ready, finished;
   ZE_CUDA_CHECK_OK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
   ZE_CUDA_CHECK_OK(cudaEventRecord(ready, compute_));
   ZE_CUDA_CHECK_OK(cudaStreamWaitEvent(stream_, ready, 0));
   ZE_CUDA_CHECK_OK(cudaEventDestroy(ready));
+  std::unique_ptr<EventTiming> timing;
+  if (CommLog* log = log_for(op)) {
+    // After the wait on the compute stream: the time starts when the comm
+    // stream reaches the collective, not when it was queued.
+    timing.reset(new EventTiming{nullptr, log, op, message_bytes, world_size(), log_group()});
+    ZE_CUDA_CHECK_OK(cudaEventCreateWithFlags(&timing->start, cudaEventDefault));
+    ZE_CUDA_CHECK_OK(cudaEventRecord(timing->start, stream_));
+  }
   launch();
-  ZE_CUDA_CHECK_OK(cudaEventCreateWithFlags(&finished, cudaEventDisableTiming));
+  ZE_CUDA_CHECK_OK(cudaEventCreateWithFlags(&finished, timing != nullptr ? cudaEventDefault : cudaEventDisableTiming));
   ZE_CUDA_CHECK_OK(cudaEventRecord(finished, stream_));
-  return std::make_shared<EventWork>(finished, comm_, what, timeout_s_);
+  return std::make_shared<EventWork>(finished, comm_, what, timeout_s_, std::move(timing));
 }
 
 CommHandle NcclCommunicator::all_reduce_async(void* buf, int64_t count, DType dtype, ReduceOp op) {
   count_all_reduce(count, dtype);
-  return run("ncclAllReduce", [&] {
+  return run("ncclAllReduce", CommOp::kAllReduce, bytes_of(count, dtype), [&] {
     ZE_NCCL_CHECK(ncclAllReduce(buf, buf, static_cast<size_t>(count), nccl_type(dtype),
                                 op == ReduceOp::kSum ? ncclSum : ncclMax, comm_, stream_));
   });
@@ -122,7 +172,9 @@ CommHandle NcclCommunicator::reduce_scatter_async(const void* send, void* recv, 
                                                   DType dtype) {
   count_reduce_scatter(counts, dtype);
   const bool even = std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c == counts[0]; });
-  return run("reduce_scatter", [&] {
+  int64_t total = 0;
+  for (int64_t c : counts) total += c;
+  return run("reduce_scatter", CommOp::kReduceScatter, bytes_of(total, dtype), [&] {
     if (even) {
       ZE_NCCL_CHECK(ncclReduceScatter(send, recv, static_cast<size_t>(counts[0]), nccl_type(dtype), ncclSum, comm_,
                                       stream_));
@@ -144,7 +196,7 @@ CommHandle NcclCommunicator::reduce_scatter_async(const void* send, void* recv, 
 
 CommHandle NcclCommunicator::all_gather_async(void* buf, int64_t block, int64_t stride, DType dtype) {
   count_all_gather(block, dtype);
-  return run("all_gather", [&] {
+  return run("all_gather", CommOp::kAllGather, bytes_of(block * world_size(), dtype), [&] {
     if (stride == block) {
       ZE_NCCL_CHECK(ncclAllGather(at(buf, rank() * block, dtype), buf, static_cast<size_t>(block), nccl_type(dtype),
                                   comm_, stream_));
@@ -162,7 +214,7 @@ CommHandle NcclCommunicator::all_gather_async(void* buf, int64_t block, int64_t 
 
 CommHandle NcclCommunicator::broadcast_async(void* buf, int64_t count, DType dtype, int root) {
   count_broadcast(count, dtype, root);
-  return run("ncclBroadcast", [&] {
+  return run("ncclBroadcast", CommOp::kBroadcast, bytes_of(count, dtype), [&] {
     ZE_NCCL_CHECK(ncclBroadcast(buf, buf, static_cast<size_t>(count), nccl_type(dtype), root, comm_, stream_));
   });
 }
@@ -181,20 +233,21 @@ absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::split(int color,
   ZE_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device_), "cudaSetDevice"));
   ZE_RETURN_IF_ERROR(cuda_status(cudaStreamCreateWithFlags(&c->stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
   ZE_RETURN_IF_ERROR(nccl_status(ncclCommSplit(comm_, color, key, &c->comm_, nullptr), "ncclCommSplit"));
+  c->inherit_log(*this);
   return std::unique_ptr<Communicator>(std::move(c));
 }
 
 CommHandle NcclCommunicator::send_async(const void* buf, int64_t count, DType dtype, int peer) {
   if (absl::Status s = check_peer("send to", peer); !s.ok()) return completed_work(s);
   count_send(count, dtype);
-  return run("ncclSend", [&] {
+  return run("ncclSend", CommOp::kSend, bytes_of(count, dtype), [&] {
     ZE_NCCL_CHECK(ncclSend(buf, static_cast<size_t>(count), nccl_type(dtype), peer, comm_, stream_));
   });
 }
 
 CommHandle NcclCommunicator::recv_async(void* buf, int64_t count, DType dtype, int peer) {
   if (absl::Status s = check_peer("receive from", peer); !s.ok()) return completed_work(s);
-  return run("ncclRecv", [&] {
+  return run("ncclRecv", CommOp::kRecv, bytes_of(count, dtype), [&] {
     ZE_NCCL_CHECK(ncclRecv(buf, static_cast<size_t>(count), nccl_type(dtype), peer, comm_, stream_));
   });
 }
@@ -203,7 +256,7 @@ CommHandle NcclCommunicator::send_recv_async(const void* send, int64_t send_coun
                                              DType dtype, int peer) {
   if (absl::Status s = check_peer("exchange with", peer); !s.ok()) return completed_work(s);
   count_send(send_count, dtype);
-  return run("ncclSend/ncclRecv", [&] {
+  return run("ncclSend/ncclRecv", CommOp::kSendRecv, bytes_of(std::max(send_count, recv_count), dtype), [&] {
     ZE_NCCL_CHECK(ncclGroupStart());
     ZE_NCCL_CHECK(ncclSend(send, static_cast<size_t>(send_count), nccl_type(dtype), peer, comm_, stream_));
     ZE_NCCL_CHECK(ncclRecv(recv, static_cast<size_t>(recv_count), nccl_type(dtype), peer, comm_, stream_));

@@ -10,6 +10,12 @@
 // communicator, when the collective has not finished within the timeout or
 // NCCL reports an asynchronous error (a peer died).
 //
+// With a CommLog attached, each collective is also bracketed by timing
+// events on the comm stream (the start one after the wait on the compute
+// stream, so queueing is not counted) and recorded once, with
+// cudaEventElapsedTime, when its CommWork is first seen complete (wait(),
+// done(), or its destruction), on that caller's thread.
+//
 // Uneven reduce-scatter parts are a grouped ncclReduce per owner; strided
 // all-gather is a grouped ncclBroadcast per block. Host scalars (norms,
 // losses, flags) go through the MPI communicator.
@@ -43,6 +49,11 @@ class NcclCommunicator final : public Communicator {
   CommHandle all_gather_async(void* buf, int64_t block, int64_t stride, DType dtype) override;
   CommHandle broadcast_async(void* buf, int64_t count, DType dtype, int root) override;
   CommHandle barrier_async() override;
+  // Also the bootstrap's, which runs the barrier and the host scalars.
+  void set_log(CommLog* log, std::string group = {}) override {
+    bootstrap_->set_log(log, group);
+    Communicator::set_log(log, std::move(group));
+  }
   absl::Status all_reduce_doubles(double* values, int64_t count, ReduceOp op) override {
     return bootstrap_->all_reduce_doubles(values, count, op);
   }
@@ -58,9 +69,10 @@ class NcclCommunicator final : public Communicator {
  private:
   NcclCommunicator() = default;
   // Orders the comm stream after the compute stream, runs `launch`, and
-  // returns the completion event as a CommHandle.
+  // returns the completion event as a CommHandle (timed when a log records
+  // `op`, whose message is `message_bytes`).
   template <typename Launch>
-  CommHandle run(const char* what, Launch launch);
+  CommHandle run(const char* what, CommOp op, int64_t message_bytes, Launch launch);
 
   std::unique_ptr<Communicator> bootstrap_;
   ncclComm_t comm_ = nullptr;

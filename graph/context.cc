@@ -129,6 +129,8 @@ Tensor Context::forward(Module& m, const Tensor& x) {
       start_copy_out(s);
     }
   }
+  const ProfilePhase phase = recomputing_ ? ProfilePhase::kRecompute : ProfilePhase::kForward;
+  if (profiler_) profiler_->enter(m, phase);
   if (hooks_) note(hooks_->pre_forward(m));
   Frame* frame = nullptr;
   if (grad_enabled_ && no_save_depth_ == 0) {
@@ -158,6 +160,7 @@ Tensor Context::forward(Module& m, const Tensor& x) {
       }
     }
   }
+  if (profiler_) profiler_->exit(m, phase);
   return y;
 }
 
@@ -185,6 +188,7 @@ Tensor Context::backward(Module& m, const Tensor& dy) {
   auto it = frames_.find(&m);
   ZE_CHECK(it != frames_.end() && !it->second.empty())
       << "backward of " << m.name() << " without a matching forward";
+  if (profiler_) profiler_->enter(m, ProfilePhase::kBackward);
   if (hooks_) note(hooks_->pre_backward(m));
   current_.push_back(&it->second.back());
   Tensor dx = m.backward(*this, dy);
@@ -205,6 +209,7 @@ Tensor Context::backward(Module& m, const Tensor& dy) {
     s.recomputed = false;
     if (!forward_segments_.empty() && forward_segments_.back() == seg_first->second) forward_segments_.pop_back();
   }
+  if (profiler_) profiler_->exit(m, ProfilePhase::kBackward);
   return dx;
 }
 

@@ -51,6 +51,7 @@
 
 #include "absl/status/statusor.h"
 #include "graph/module.h"
+#include "graph/module_profiler.h"
 #include "kernels/backend.h"
 
 namespace zero {
@@ -87,6 +88,9 @@ class Context {
   DType param_dtype() const { return param_dtype_; }
 
   void set_hooks(ModuleHooks* hooks) { hooks_ = hooks; }
+  // Reports every module call to `profiler` (graph/module_profiler.h);
+  // nullptr (the default) turns it off. Set between passes only.
+  void set_profiler(ModuleProfiler* profiler) { profiler_ = profiler; }
   // With grad disabled (evaluation), modules save nothing and no frames exist.
   void set_grad_enabled(bool enabled) { grad_enabled_ = enabled; }
   bool grad_enabled() const { return grad_enabled_; }
@@ -191,6 +195,7 @@ class Context {
   Backend& backend_;
   DType param_dtype_;
   ModuleHooks* hooks_ = nullptr;
+  ModuleProfiler* profiler_ = nullptr;
   absl::Status status_;  // the first hook error of the pass
   bool grad_enabled_ = true;
   uint64_t dropout_seed_ = 0;

@@ -53,8 +53,18 @@ class Ops {
   // C[b] = alpha * op(A[b]) @ op(B[b]) (+ bias) (+ C). 2-D, or 3-D with a shared
   // leading batch dimension on A, B and C. A and B: fp32/bf16/fp16; C: fp32 or
   // the compute dtype; bias: [N] any float dtype, or an undefined Tensor.
-  virtual void matmul(const Tensor& a, const Tensor& b, const Tensor& c, const MatmulSpec& spec,
-                      const Tensor& bias = Tensor()) = 0;
+  // Counts its 2·M·N·K (per batch entry) in gemm_flops(), then runs the
+  // backend's run_matmul.
+  void matmul(const Tensor& a, const Tensor& b, const Tensor& c, const MatmulSpec& spec,
+              const Tensor& bias = Tensor()) {
+    gemm_flops_ += 2 * c.numel() * (spec.trans_a ? a.dim(-2) : a.dim(-1));
+    run_matmul(a, b, c, spec, bias);
+  }
+  // The GEMM floating-point operations issued through matmul() since this
+  // Ops was made (multiply and add each count one): what the FLOPs profiler
+  // attributes to modules and the progress line's achieved FLOP/s measures.
+  // Issued, not completed: on an asynchronous backend, synchronise first.
+  int64_t gemm_flops() const { return gemm_flops_; }
 
   // Layer norm over the last dimension of x [N, C]:
   //   y = (x - mean) / sqrt(var + eps) * gamma + beta
@@ -199,6 +209,14 @@ class Ops {
   virtual double sum_squares(const Tensor& x) = 0;
   // Number of inf/NaN elements of x (any float dtype). Waits.
   virtual int64_t count_nonfinite(const Tensor& x) = 0;
+
+ protected:
+  // The backend's GEMM (matmul's contract).
+  virtual void run_matmul(const Tensor& a, const Tensor& b, const Tensor& c, const MatmulSpec& spec,
+                          const Tensor& bias) = 0;
+
+ private:
+  int64_t gemm_flops_ = 0;
 };
 
 }  // namespace zero

@@ -65,8 +65,8 @@ CpuOps::CpuOps(Backend& backend)
       layernorm_(workspace_),
       gelu_(workspace_) {}
 
-void CpuOps::matmul(const Tensor& a, const Tensor& b, const Tensor& c, const MatmulSpec& spec,
-                    const Tensor& bias) {
+void CpuOps::run_matmul(const Tensor& a, const Tensor& b, const Tensor& c, const MatmulSpec& spec,
+                        const Tensor& bias) {
   matmul_.run(a, b, c, spec, bias);
 }
 

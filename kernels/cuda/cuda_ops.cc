@@ -85,8 +85,8 @@ void* CudaOps::host_result() {
   return host_result_->data();
 }
 
-void CudaOps::matmul(const Tensor& a, const Tensor& b, const Tensor& c, const MatmulSpec& spec,
-                     const Tensor& bias) {
+void CudaOps::run_matmul(const Tensor& a, const Tensor& b, const Tensor& c, const MatmulSpec& spec,
+                         const Tensor& bias) {
   enter();
   check_device(a), check_device(b), check_device(c);
   gemm_.run(a, b, c, spec, bias, workspace_);

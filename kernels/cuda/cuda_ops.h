@@ -42,8 +42,8 @@ class CudaOps final : public Ops {
   CudaOps(const CudaOps&) = delete;
   CudaOps& operator=(const CudaOps&) = delete;
 
-  void matmul(const Tensor& a, const Tensor& b, const Tensor& c, const MatmulSpec& spec,
-              const Tensor& bias) override;
+  void run_matmul(const Tensor& a, const Tensor& b, const Tensor& c, const MatmulSpec& spec,
+                  const Tensor& bias) override;
   void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
                          const Tensor& y, const Tensor& mean, const Tensor& var) override;
   void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma,

@@ -18,8 +18,8 @@ class DryRunOps final : public Ops {
   explicit DryRunOps(Backend& backend)
       : workspace_(backend), matmul_(workspace_, true), layernorm_(workspace_, true), gelu_(workspace_, true) {}
 
-  void matmul(const Tensor& a, const Tensor& b, const Tensor& c, const MatmulSpec& spec,
-              const Tensor& bias) override {
+  void run_matmul(const Tensor& a, const Tensor& b, const Tensor& c, const MatmulSpec& spec,
+                  const Tensor& bias) override {
     matmul_.run(a, b, c, spec, bias);
   }
   void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, const Tensor& y,

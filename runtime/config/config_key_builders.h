@@ -124,6 +124,16 @@ ConfigKey text_choice(std::string path, Ref ref, std::vector<std::string> names,
   return choice(std::move(path), ref, std::move(values), std::move(meaning));
 }
 
+// A list of strings, each one of `names` (a std::vector<std::string> field).
+template <typename Ref>
+ConfigKey choice_list(std::string path, Ref ref, std::vector<std::string> names, std::string meaning) {
+  ConfigKey k = base(std::move(path), KeyKind::kChoiceList, std::move(meaning));
+  k.choices = std::move(names);
+  k.get = [ref](RunConfig& c) { return Json(ref(c)); };
+  k.set = [ref](RunConfig& c, const Json& v) { ref(c) = v.get<std::vector<std::string>>(); };
+  return k;
+}
+
 // Accepted at any value of its type, with no effect here (the meaning says why).
 inline ConfigKey accepted(std::string path, KeyKind kind, Json def, std::string meaning) {
   ConfigKey k = base(std::move(path), kind, std::move(meaning));

@@ -202,6 +202,28 @@ std::string ConfigReader::get_choice(std::string_view key, const std::string& de
   return def;
 }
 
+std::vector<std::string> ConfigReader::get_choice_list(std::string_view key, const std::vector<std::string>& def,
+                                                      const std::vector<std::string>& choices) {
+  const Json* v = lookup(key);
+  if (v == nullptr) return def;
+  if (!v->is_array() || !std::all_of(v->begin(), v->end(), [](const Json& e) { return e.is_string(); })) {
+    error(key, cat("expected a list of strings, got ", describe(*v)));
+    return def;
+  }
+  std::vector<std::string> out;
+  for (const Json& e : *v) {
+    const std::string s = e.get<std::string>();
+    if (std::find(choices.begin(), choices.end(), s) == choices.end()) {
+      std::string list;
+      for (const std::string& c : choices) list += cat(list.empty() ? "" : ", ", "\"", c, "\"");
+      error(key, cat("\"", s, "\" is not one of ", list));
+      return def;
+    }
+    out.push_back(s);
+  }
+  return out;
+}
+
 std::vector<double> ConfigReader::get_float_list(std::string_view key, const std::vector<double>& def,
                                                  size_t expected_size, const NumberRange& range) {
   std::vector<double> out = def;

@@ -95,6 +95,9 @@ class ConfigReader {
   std::string get_choice(std::string_view key, const std::string& def,
                          std::initializer_list<std::string_view> choices);
   std::string get_choice(std::string_view key, const std::string& def, const std::vector<std::string>& choices);
+  // A list of strings, each from a fixed set (any length; duplicates kept).
+  std::vector<std::string> get_choice_list(std::string_view key, const std::vector<std::string>& def,
+                                           const std::vector<std::string>& choices);
   std::vector<double> get_float_list(std::string_view key, const std::vector<double>& def,
                                      size_t expected_size, const NumberRange& range = {});
   // The raw value (null when absent), marking the key as known.

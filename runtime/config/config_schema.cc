@@ -58,6 +58,8 @@ std::string kind_name(const ConfigKey& k) {
       return "string";
     case KeyKind::kChoice:
       return "choice";
+    case KeyKind::kChoiceList:
+      return "list of choices";
     case KeyKind::kNumberList:
       return cat(k.list_size, " numbers");
     case KeyKind::kRefused:
@@ -82,7 +84,8 @@ std::string accepts(const ConfigKey& k) {
     case KeyKind::kNumber:
     case KeyKind::kNumberList:
       return k.range.describe();
-    case KeyKind::kChoice: {
+    case KeyKind::kChoice:
+    case KeyKind::kChoiceList: {
       std::string out;
       for (const std::string& c : k.choices) out += cat(out.empty() ? "" : ", ", "`\"", c, "\"`");
       return out;
@@ -110,7 +113,7 @@ std::string default_cell(const ConfigKey& k) {
   }
   if (v.is_array()) {
     std::string out;
-    for (const Json& e : v) out += cat(out.empty() ? "" : ", ", absl::StrFormat("%g", e.get<double>()));
+    for (const Json& e : v) out += cat(out.empty() ? "" : ", ", e.is_string() ? e.dump() : absl::StrFormat("%g", e.get<double>()));
     return "[" + out + "]";
   }
   return v.dump();
@@ -161,6 +164,9 @@ void read_declared_keys(ConfigReader& r, RunConfig& c, std::string_view section)
         break;
       case KeyKind::kChoice:
         v = r.get_choice(name, def.is_null() ? std::string() : def.get<std::string>(), k.choices);
+        break;
+      case KeyKind::kChoiceList:
+        v = r.get_choice_list(name, def.get<std::vector<std::string>>(), k.choices);
         break;
       case KeyKind::kNumberList:
         v = r.get_float_list(name, def.get<std::vector<double>>(), k.list_size, k.range);

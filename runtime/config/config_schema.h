@@ -29,7 +29,7 @@
 
 namespace zero {
 
-enum class KeyKind { kBool, kInt, kNumber, kString, kChoice, kNumberList, kRefused };
+enum class KeyKind { kBool, kInt, kNumber, kString, kChoice, kChoiceList, kNumberList, kRefused };
 
 struct ConfigKey {
   std::string path;   // "zero_optimization.reduce_bucket_size"
@@ -38,7 +38,7 @@ struct ConfigKey {
   int64_t min_int = INT64_MIN, max_int = INT64_MAX;  // kInt
   NumberRange range;                                 // kNumber, and each element of kNumberList
   size_t list_size = 0;                              // kNumberList
-  std::vector<std::string> choices;                  // kChoice
+  std::vector<std::string> choices;                  // kChoice, and each element of kChoiceList
   Json allowed;                                      // kRefused: the one value accepted
   std::string meaning;                               // one line; for kRefused, why it is refused
   std::string shown_default;                         // the README's default when not get()'s value

@@ -180,8 +180,6 @@ void parse_unsupported_feature_sections(ConfigReader& root) {
   static const Switch kSwitched[] = {
       {"wandb", "no Weights & Biases client: it needs its network service; use csv_monitor, tensorboard or --metrics"},
       {"comet", "no Comet client: it needs its network service; use csv_monitor, tensorboard or --metrics"},
-      {"flops_profiler", "no FLOPs profiler; the benchmarks report FLOP rates"},
-      {"comms_logger", "no communication logger yet"},
       {"autotuning", "no autotuner"},
       {"elasticity", "no elastic training"},
       {"progressive_layer_drop", "no progressive layer drop"},

@@ -6,6 +6,7 @@
 #include <optional>
 #include <set>
 
+#include "comm/comm_log.h"
 #include "core/status.h"
 #include "core/strings.h"
 #include "runtime/config/config_key_builders.h"
@@ -127,12 +128,6 @@ void check_evaluation(ConfigReader& root, RunConfig& c) {
     root.diagnostics().warnings.push_back(
         cat("data.val_path is set but run.eval_every is 0: no evaluation (set run.eval_every N to evaluate every N "
             "steps and at the end)"));
-  }
-  if (c.run.eval_every > 0 && c.pipeline_size() > 1) {
-    root.error("run.eval_every",
-               cat(c.run.eval_every, " with pipeline.stages ", c.pipeline_size(),
-                   ": evaluation needs a forward-only pass, which the pipeline engine does not have yet; set "
-                   "run.eval_every to 0 (or evaluate a consolidated checkpoint without pipeline stages)"));
   }
 }
 
@@ -259,10 +254,14 @@ absl::StatusOr<RunConfig> parse_run_config(const Json& config, const ConfigOptio
   read_declared_keys(data, out);
   data.finish();
   // DeepSpeed's monitors (pydantic models there: unknown keys fail).
-  for (const char* monitor : {"csv_monitor", "tensorboard"}) {
+  for (const char* monitor : {"csv_monitor", "tensorboard", "flops_profiler", "comms_logger"}) {
     ConfigReader m = root.section(monitor);
     read_declared_keys(m, out);
     m.finish();
+  }
+  if (out.comms_logger.enabled && !out.comms_logger.prof_all && out.comms_logger.prof_ops.empty()) {
+    root.warn("comms_logger.prof_ops",
+              "is empty and comms_logger.prof_all is false: no collective is recorded (list ops, or set prof_all)");
   }
   // DeepSpeed's AutoTP section (a pydantic model there: unknown keys fail): before the batch, whose
   // triple counts data-parallel ranks only.
@@ -410,7 +409,8 @@ std::vector<ConfigKey> run_config_keys() {
                       "validation batches per evaluation (fixed: the same batches every time), each "
                       "train_micro_batch_size_per_gpu x data-parallel ranks sequences"));
   k.push_back(number("run.peak_tflops", ZE_FIELD(run.peak_tflops), kNonNegative,
-                     "one rank's peak TFLOP/s, for MFU on the progress line (0: unknown; --peak-tflops)"));
+                     "one rank's peak TFLOP/s, for MFU on the progress line (0: the rate measured at start on the model's "
+                     "largest GEMM; --peak-tflops)"));
   // ---- DeepSpeed's monitors.
   for (const char* m : {"csv_monitor", "tensorboard"}) {
     const bool csv = std::string_view(m) == "csv_monitor";
@@ -423,6 +423,37 @@ std::vector<ConfigKey> run_config_keys() {
     k.push_back(text(cat(m, ".job_name"), [section](RunConfig& c) -> auto& { return section(c).job_name; },
                      "the run's directory under output_path"));
   }
+
+  // ---- DeepSpeed's flops_profiler (runtime/tools/flops_profile_report.h).
+  k.push_back(boolean("flops_profiler.enabled", ZE_FIELD(flops_profiler.enabled),
+                      "print one step's per-module GEMM FLOPs and forward/backward/recompute latency (measured)"));
+  k.push_back(integer("flops_profiler.profile_step", ZE_FIELD(flops_profiler.profile_step), 0, kMax,
+                      "the step profiled: the one run when DeepSpeed's global_steps equals it (1: the second step)"));
+  k.push_back(integer("flops_profiler.module_depth", ZE_FIELD(flops_profiler.module_depth), -1, 1000,
+                      "deepest module level shown (-1: all)"));
+  k.push_back(integer("flops_profiler.top_modules", ZE_FIELD(flops_profiler.top_modules), 1, 1000,
+                      "modules listed per depth for params, FLOPs and latency"));
+  k.push_back(boolean("flops_profiler.detailed", ZE_FIELD(flops_profiler.detailed),
+                      "also print the module tree with every module's figures"));
+  ConfigKey profile_file = text("flops_profiler.output_file", ZE_FIELD(flops_profiler.output_file),
+                                "write the profile to this file (null: the console; stage s > 0 of a pipeline: "
+                                "FILE.stage<s>)");
+  profile_file.optional = true;
+  k.push_back(profile_file.shown("null"));
+  k.push_back(accepted("flops_profiler.recompute_fwd_factor", KeyKind::kNumber, 0.0,
+                       "accepted; no effect: the recompute is measured as its own phase, not estimated"));
+
+  // ---- DeepSpeed's comms_logger (comm/comm_log.h).
+  k.push_back(boolean("comms_logger.enabled", ZE_FIELD(comms_logger.enabled),
+                      "record every collective's size and latency; rank 0 prints the summary at the end"));
+  k.push_back(boolean("comms_logger.verbose", ZE_FIELD(comms_logger.verbose),
+                      "also print each collective as it completes (rank 0's)"));
+  k.push_back(boolean("comms_logger.prof_all", ZE_FIELD(comms_logger.prof_all),
+                      "record every op (false: only prof_ops)"));
+  k.push_back(choice_list("comms_logger.prof_ops", ZE_FIELD(comms_logger.prof_ops), comm_op_names(),
+                          "the ops recorded when prof_all is false"));
+  k.push_back(accepted("comms_logger.debug", KeyKind::kBool, false,
+                       "accepted; no effect (the summary names each op's group: data, tensor, pipeline)"));
 
   // ---- DeepSpeed's top level.
   k.push_back(integer("train_batch_size", ZE_FIELD(train_batch_size), 1, kMax,

@@ -48,7 +48,8 @@ struct RunSection {
   // data.val_path. 0: never.
   int64_t eval_every = 0;
   int64_t eval_steps = 10;
-  // One device's (rank's) peak in TFLOP/s, for MFU on the progress line (0: unknown).
+  // One device's (rank's) peak in TFLOP/s, for MFU on the progress line (0:
+  // the rate this rank measures at start on the model's largest GEMM).
   double peak_tflops = 0.0;
 };
 
@@ -58,6 +59,28 @@ struct MonitorSection {
   bool enabled = false;
   std::string output_path;
   std::string job_name = "DeepSpeedJobName";
+};
+
+// DeepSpeed's "flops_profiler" section (profiling/config.py): one step's
+// per-module FLOPs and latency (runtime/tools/flops_profile_report.h), from
+// the first rank of each pipeline stage.
+struct FlopsProfilerSection {
+  bool enabled = false;
+  int64_t profile_step = 1;   // profile the step run when global_steps == this (0-based, as DeepSpeed)
+  int64_t module_depth = -1;  // -1: every level
+  int64_t top_modules = 1;
+  bool detailed = true;
+  std::string output_file;    // "": the console
+};
+
+// DeepSpeed's "comms_logger" section (comm/config.py): every collective's
+// op, size and latency (comm/comm_log.h); rank 0 prints the summary at the
+// end of the run, and with verbose each op as it completes.
+struct CommsLoggerSection {
+  bool enabled = false;
+  bool verbose = false;
+  bool prof_all = true;                // every op; false: the ops in prof_ops only
+  std::vector<std::string> prof_ops;  // comm_op_names()
 };
 
 // What the keys that no single engine field holds say, before
@@ -85,6 +108,8 @@ struct RunConfig {
   EngineConfig engine;
   ConfigSwitches switches;
   MonitorSection csv_monitor, tensorboard;
+  FlopsProfilerSection flops_profiler;
+  CommsLoggerSection comms_logger;
   int world_size = 1;            // processes (ranks)
   int64_t autotp_size = 0;       // tensor_parallel.autotp_size: 0 or 1, no tensor parallelism
   bool sequence_parallel = false;  // tensor_parallel.sequence_parallel (Megatron-SP; with T > 1)

@@ -400,7 +400,7 @@ absl::StatusOr<StepResult> Engine::finish_micro_step() {
 }
 
 absl::StatusOr<float> Engine::evaluate(const Batch& batch) {
-  if (pipelined()) return refuse_with_pipeline("evaluate()", mesh_->shape().pipeline);
+  if (pipelined()) return evaluate_pipeline(batch);
   ctx_.clear();
   ctx_.set_grad_enabled(false);
   Tensor logits = ctx_.forward(*model_, to_compute(batch.inputs));
@@ -409,12 +409,20 @@ absl::StatusOr<float> Engine::evaluate(const Batch& batch) {
     ctx_.clear();
     return annotate(s, "evaluation forward");
   }
+  return evaluation_loss(logits, batch.targets);
+}
+
+absl::StatusOr<float> Engine::evaluation_loss(const Tensor& logits, const Tensor& targets) {
   const int64_t vocab = logits.dim(-1), rows = logits.numel() / vocab;
+  if (targets.numel() != rows) {
+    return absl::InvalidArgumentError(cat("evaluation: ", targets.numel(), " targets ", shape_string(targets.shape()),
+                                          " for ", rows, " rows of logits ", shape_string(logits.shape())));
+  }
   Tensor losses = ctx_.activation({rows});
-  ZE_RETURN_IF_ERROR(annotate(cross_entropy(logits.view({rows, vocab}), batch.targets, 0.0f, losses), "evaluation"));
+  ZE_RETURN_IF_ERROR(annotate(cross_entropy(logits.view({rows, vocab}), targets, 0.0f, losses), "evaluation"));
   std::vector<float> host(rows);
   backend_.copy(host.data(), losses.data(), rows * sizeof(float));
-  const int64_t valid = count_valid_targets(batch.targets);
+  const int64_t valid = count_valid_targets(targets);
   double sum = 0.0;
   for (float l : host) sum += l;
   return valid == 0 ? 0.0f : static_cast<float>(sum / valid);

@@ -88,8 +88,8 @@ class Engine {
   // group and counts the replicated ones once, and an overflow anywhere
   // skips the step everywhere. With a pipeline of P > 1 stages the model
   // must be built as this rank's stage (Gpt(config, tensor, sp,
-  // PipelineStage{mesh.coordinates().pipeline, P})) and trained through
-  // train_batch(); ZeRO stage 3 is refused (its gathers replay one recorded
+  // PipelineStage{mesh.coordinates().pipeline, P})), trained through
+  // train_batch() and evaluated through evaluate(); ZeRO stage 3 is refused (its gathers replay one recorded
   // module order per forward and per backward, which a schedule
   // interleaving micro-batches does not have).
   static absl::StatusOr<std::unique_ptr<Engine>> create(std::unique_ptr<Module> model, const EngineConfig& config,
@@ -125,7 +125,16 @@ class Engine {
   // and kBackward only).
   const std::vector<PipeInstruction>& executed_order() const { return executed_; }
 
-  // Loss of a batch without touching gradients or saving activations.
+  // The mean per-token loss of a batch, forward only: gradients disabled
+  // (so dropout is off), nothing saved, and no gradient, optimizer state,
+  // micro-step count or dropout key changes. With a pipeline every rank of
+  // the pipeline group calls it with the same batch (as train_batch draws
+  // each micro-batch on every stage): the first stage embeds its inputs,
+  // each stage hands its activation to the next, the last computes the loss
+  // from its targets, and every stage returns that loss. A stage that fails
+  // still passes an activation on and joins the final agreement, so every
+  // stage fails (its own error, or one naming the failed stages) instead of
+  // waiting. Errors: the forward's or a collective's own, annotated.
   absl::StatusOr<float> evaluate(const Batch& batch);
 
   Module& model() { return *model_; }
@@ -155,6 +164,12 @@ class Engine {
     for (Context* c : contexts()) c->set_checkpoint_segments(segments);
   }
   size_t num_checkpoint_segments() const { return ctx_.num_checkpoint_segments(); }
+  // Reports every module call of the passes that follow to `profiler`
+  // (graph/module_profiler.h; the flops_profiler); nullptr turns it off.
+  // Between steps only.
+  void set_module_profiler(ModuleProfiler* profiler) {
+    for (Context* c : contexts()) c->set_profiler(profiler);
+  }
   // activation_checkpointing.cpu_checkpointing on a device (or forced): where
   // the segment inputs' host copies live (the compute backend, or a host
   // backend of their own standing in for pinned memory); nullptr when off.
@@ -188,6 +203,10 @@ class Engine {
   absl::StatusOr<StepResult> finish_micro_step();
   // train_batch with P > 1 (runtime/engine/pipeline_engine.cc).
   absl::StatusOr<StepResult> run_pipeline(const MicroBatchSource& next);
+  // evaluate with P > 1 (runtime/engine/pipeline_engine.cc).
+  absl::StatusOr<float> evaluate_pipeline(const Batch& batch);
+  // The mean loss over the valid targets of logits [..., V] (no gradient).
+  absl::StatusOr<float> evaluation_loss(const Tensor& logits, const Tensor& targets);
   // Sets a context up as the engine's (hooks, checkpoint segments, offload, partition).
   absl::Status configure(Context& ctx);
   // ctx_ and the pipeline's others.

@@ -1,4 +1,4 @@
-// The engine's pipeline schedule: Engine::train_batch with P > 1 stages (see
+// The engine with P > 1 pipeline stages: Engine::train_batch's schedule and Engine::evaluate (see
 // engine.h and runtime/engine/pipeline_schedule.h).
 //
 // Each micro-batch in flight has a Context of its own (its saved
@@ -12,11 +12,20 @@
 // dry run holds what a run holds). The compute thread waits for a receive
 // only right before the forward or backward that needs it; that wait is
 // part of the stage's bubble (StepResult::pipeline_wait_s).
+//
+// Engine::evaluate with P > 1 is one forward down the stages, nothing saved,
+// in ctx_: receive, forward, send; then an all-reduce over the pipeline
+// group gives every stage the last stage's loss and says which stages
+// failed. A stage whose receive or forward failed still runs and sends
+// (zeros), so no neighbour, in the pipeline or the tensor group, waits for
+// a message that never comes.
 #include <chrono>
 #include <deque>
 #include <limits>
+#include <string>
 #include <utility>
 
+#include "absl/strings/str_join.h"
 #include "core/status.h"
 #include "core/strings.h"
 #include "runtime/engine/engine.h"
@@ -235,6 +244,66 @@ absl::StatusOr<StepResult> Engine::run_pipeline(const MicroBatchSource& next) {
   timing_.pipeline_s += seconds_between(t_start, std::chrono::steady_clock::now());
   micro_step_ += m_count - 1;
   return finish_micro_step();
+}
+
+absl::StatusOr<float> Engine::evaluate_pipeline(const Batch& batch) {
+  const int stages = mesh_->shape().pipeline, stage = mesh_->coordinates().pipeline;
+  const bool first = stage == 0, last = stage == stages - 1;
+  Communicator& pipe = mesh_->pipeline();
+  const std::string where = cat("evaluation on pipeline stage ", stage, " of ", stages);
+  const Shape activation_shape = model_->stage_output_shape(batch.inputs.shape());
+  absl::Status status;  // this stage's first failure
+  ctx_.clear();
+  Tensor input;
+  if (first) {
+    input = to_compute(batch.inputs);
+  } else {
+    input = backend_.empty(activation_shape, DType::kF32, MemCategory::kActivations);
+    status = annotate(pipe.recv_async(input.data(), input.numel(), DType::kF32, stage - 1)->wait(),
+                      cat(where, ": receiving the activation from stage ", stage - 1));
+    if (!status.ok()) backend_.ops().fill(input, 0.0f);
+  }
+  // The forward and the loss run even after a failure (on zeros, or on a
+  // failed pass's undefined values), so that the collectives inside them
+  // (tensor-parallel all-reduces, the vocabulary-parallel loss) still match
+  // the other tensor ranks'; the result is then not used.
+  ctx_.set_grad_enabled(false);
+  Tensor out = ctx_.forward(*model_, input);
+  ctx_.set_grad_enabled(true);
+  status.Update(annotate(ctx_.take_status(), cat(where, ": forward")));
+  input = Tensor();
+  float loss = 0.0f;
+  if (!last) {
+    if (!status.ok() || !out.defined() || out.shape() != activation_shape) {
+      out = backend_.empty(activation_shape, DType::kF32, MemCategory::kActivations);
+      backend_.ops().fill(out, 0.0f);
+    }
+    absl::Status sent = pipe.send_async(out.data(), out.numel(), DType::kF32, stage + 1)->wait();
+    status.Update(annotate(sent, cat(where, ": sending the activation to stage ", stage + 1)));
+  } else if (out.defined()) {
+    absl::StatusOr<float> l = evaluation_loss(out, batch.targets);
+    if (l.ok()) loss = *l;
+    status.Update(annotate(l.status(), where));
+  }
+  out = Tensor();
+  ctx_.clear();
+  // The last stage's loss to every stage (the others add zeros), and a flag
+  // per stage that failed, in one all-reduce.
+  std::vector<double> agreed(1 + static_cast<size_t>(stages), 0.0);
+  if (last) agreed[0] = loss;
+  if (!status.ok()) agreed[1 + stage] = 1.0;
+  absl::Status reduced = pipe.all_reduce_doubles(agreed.data(), static_cast<int64_t>(agreed.size()), ReduceOp::kSum);
+  if (!status.ok()) return status;
+  ZE_RETURN_IF_ERROR(annotate(reduced, cat(where, ": agreeing on the loss over the pipeline group")));
+  std::vector<int> failed;
+  for (int s = 0; s < stages; ++s) {
+    if (agreed[1 + s] != 0.0) failed.push_back(s);
+  }
+  if (!failed.empty()) {
+    return absl::AbortedError(cat(where, ": pipeline stage(s) ", absl::StrJoin(failed, ", "),
+                                  " failed (their ranks report why); no loss"));
+  }
+  return static_cast<float>(agreed[0]);
 }
 
 }  // namespace zero

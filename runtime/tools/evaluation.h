@@ -10,7 +10,10 @@
 // (data_loader.h), never by the training step: the same batches at every
 // evaluation and on any layout with the same R. Data-parallel rank r
 // evaluates rows [r b, (r + 1) b) of each; the loss sums are all-reduced over
-// the data-parallel group (a tensor group's ranks share their rows).
+// the data-parallel group. The ranks of a tensor group and of a pipeline
+// group share their rows: they evaluate the same batch together, and each
+// gets the whole loss of it (with pipeline stages the last stage's, passed
+// to every stage), so every data group sums each row once.
 #pragma once
 
 #include <memory>
@@ -28,7 +31,8 @@ class Evaluator {
   // Fails when its token ids do not fit model.vocab_size.
   static absl::StatusOr<std::unique_ptr<Evaluator>> create(const RunConfig& config);
 
-  // Every rank calls it (a collective over engine.mesh()'s data group).
+  // Every rank calls it (a collective over engine.mesh()'s data group, and
+  // inside Engine::evaluate over its tensor and pipeline groups).
   // Returns the mean per-token loss over all K batches (all rows have
   // seq_len targets, so this is also the mean of the per-batch means).
   absl::StatusOr<double> evaluate(Engine& engine);

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 
+#include "core/status.h"
 #include "core/strings.h"
 
 namespace zero {
@@ -39,6 +40,21 @@ absl::Status check_writable_dir(std::string_view key, const std::string& dir, bo
     return absl::InvalidArgumentError(cat(key, ": ", dir, " does not exist and cannot be created (",
                                           parent.empty() ? std::string("no existing parent") : parent.string(),
                                           " is not a writable directory)"));
+  }
+  return absl::OkStatus();
+}
+
+// A file that exists and can be written, or can be created.
+absl::Status check_writable_file(std::string_view key, const std::string& path) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (fs::exists(st) && (fs::is_directory(st) || !writable(path))) {
+    return absl::InvalidArgumentError(cat(key, ": ", path, fs::is_directory(st) ? " is a directory" : " is not writable"));
+  }
+  const fs::path dir = fs::absolute(path, ec).parent_path();
+  if (!fs::exists(st) && (!fs::is_directory(dir, ec) || !writable(dir))) {
+    return absl::InvalidArgumentError(cat(key, ": cannot create ", path, " (", dir.string(),
+                                          fs::is_directory(dir, ec) ? " is not writable" : " does not exist", ")"));
   }
   return absl::OkStatus();
 }
@@ -79,17 +95,10 @@ absl::Status check_run_paths(const RunConfig& config, int rank) {
   if (!run.metrics.empty()) {
     std::string path = run.metrics;
     if (const size_t at = path.find("{rank}"); at != std::string::npos) path.replace(at, 6, cat(rank));
-    const fs::file_status st = fs::status(path, ec);
-    if (fs::exists(st) && (fs::is_directory(st) || !writable(path))) {
-      return absl::InvalidArgumentError(cat("run.metrics (--metrics): ", path,
-                                            fs::is_directory(st) ? " is a directory" : " is not writable"));
-    }
-    const fs::path dir = fs::absolute(path, ec).parent_path();
-    if (!fs::exists(st) && (!fs::is_directory(dir, ec) || !writable(dir))) {
-      return absl::InvalidArgumentError(cat("run.metrics (--metrics): cannot create ", path, " (",
-                                            dir.string(), fs::is_directory(dir, ec) ? " is not writable" : " does not exist",
-                                            ")"));
-    }
+    ZE_RETURN_IF_ERROR(check_writable_file("run.metrics (--metrics)", path));
+  }
+  if (config.flops_profiler.enabled && !config.flops_profiler.output_file.empty()) {
+    ZE_RETURN_IF_ERROR(check_writable_file("flops_profiler.output_file", config.flops_profiler.output_file));
   }
   if (!run.save_dir.empty()) {
     if (absl::Status s = check_writable_dir("run.save_dir (--save-dir)", run.save_dir, /*may_create=*/true); !s.ok()) {

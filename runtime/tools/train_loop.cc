@@ -7,10 +7,12 @@
 
 #include <chrono>
 #include <cmath>
+#include <iostream>
 #include <optional>
 #include <sstream>
 
 #include "absl/strings/str_format.h"
+#include "comm/comm_log.h"
 #include "core/signals.h"
 #include "core/status.h"
 #include "core/strings.h"
@@ -23,6 +25,8 @@
 #include "runtime/data/data_loader.h"
 #include "runtime/engine/engine.h"
 #include "runtime/tools/evaluation.h"
+#include "runtime/tools/flops_profile_report.h"
+#include "runtime/tools/gemm_rate.h"
 #include "runtime/tools/monitors.h"
 #include "runtime/tools/progress.h"
 
@@ -66,11 +70,52 @@ absl::StatusOr<int> run_training(const RunConfig& c, Backend& backend, Communica
   if (c.run.eval_every > 0) {
     ZE_ASSIGN_OR_RETURN(evaluator, Evaluator::create(c));
   }
+  // MFU's denominator: the peak given, else this rank's measured rate on the
+  // model's largest GEMM (its tokens x d_model x MLP width on this rank).
+  double peak_tflops = c.run.peak_tflops;
+  std::string peak_what = absl::StrFormat("%g TFLOP/s per rank (run.peak_tflops)", peak_tflops);
+  if (peak_tflops <= 0) {
+    const GemmRate rate = measure_gemm_rate(backend, c.engine.param_dtype,
+                                            c.engine.micro_batch_size * c.model.gpt.seq_len, c.model.gpt.d_model,
+                                            c.model.gpt.ffn_width() / c.tensor_size());
+    peak_tflops = rate.tflops;
+    peak_what = cat("the GEMM rate this rank measured at start, ", rate.describe(),
+                    " (--peak-tflops X gives the device's peak instead)");
+    MemoryTracker::global().reset_peaks();  // its buffers are gone; the run's peaks start here
+  }
+  // DeepSpeed's comms_logger: the world and the groups split from it record
+  // into one log, which outlives them (the groups go with the mesh, declared
+  // below; the world is detached when this function returns).
+  std::unique_ptr<CommLog> comm_log;
+  struct DetachLog {
+    Communicator* world = nullptr;
+    ~DetachLog() {
+      if (world != nullptr) world->set_log(nullptr);
+    }
+  } detach_log;
+  if (c.comms_logger.enabled && (c.comms_logger.prof_all || !c.comms_logger.prof_ops.empty())) {
+    CommLog::VerboseSink verbose;
+    if (c.comms_logger.verbose && comm.rank() == 0) {
+      verbose = [&rank0_out](const std::string& line) { rank0_out << line + "\n"; };
+    }
+    // The config has checked the names.
+    ZE_ASSIGN_OR_RETURN(comm_log, CommLog::create(c.comms_logger.prof_all ? std::vector<std::string>{}
+                                                                          : c.comms_logger.prof_ops,
+                                                  std::move(verbose)));
+    comm.set_log(comm_log.get(), "world");
+    detach_log.world = &comm;
+  }
   // The mesh (comm/device_mesh.h): tensor groups of T adjacent ranks, ZeRO
   // over the data groups; the model splits over this rank's tensor group.
   // With pipeline stages (outermost), this rank builds its own stage.
   ZE_ASSIGN_OR_RETURN(std::unique_ptr<DeviceMesh> mesh,
                       DeviceMesh::create(comm, c.tensor_size(), c.pipeline_size()));
+  if (comm_log) {
+    mesh->data().set_log(comm_log.get(), "data");
+    if (c.tensor_size() > 1) mesh->tensor().set_log(comm_log.get(), "tensor");
+    if (c.pipeline_size() > 1) mesh->pipeline().set_log(comm_log.get(), "pipeline");
+    if (mesh->embedding() != nullptr) mesh->embedding()->set_log(comm_log.get(), "embedding");
+  }
   ZE_ASSIGN_OR_RETURN(const PipelineStage stage,
                       gpt_pipeline_stage(c.model.gpt, mesh->coordinates().pipeline, c.pipeline_size(),
                                          c.engine.pipeline.partition_method));
@@ -238,14 +283,12 @@ absl::StatusOr<int> run_training(const RunConfig& c, Backend& backend, Communica
 
   ProgressReporter progress(out, c.run.steps, c.steps_per_print, backend.compute_tier(), rss_baseline);
   progress.set_breakdowns(c.wall_clock_breakdown || c.engine.activation_checkpointing.profile, c.memory_breakdown);
-  progress.set_throughput_model({c.world_size, g.flops_per_token(g.seq_len), c.run.peak_tflops});
+  progress.set_throughput_model({c.world_size, g.flops_per_token(g.seq_len), peak_tflops});
   out << absl::StrFormat("throughput: tok/s and samples/s averaged over the last %d steps; TFLOP/s: model FLOPs "
-                         "(%.3g per token, forward + backward), %s%s\n",
+                         "(%.3g per token, forward + backward), %s; MFU against %s\n",
                          kRateWindowSteps, g.flops_per_token(g.seq_len),
                          c.world_size == 1 ? std::string("one rank") : cat("the ", c.world_size, " ranks together"),
-                         c.run.peak_tflops > 0
-                             ? absl::StrFormat(", MFU against %g TFLOP/s per rank", c.run.peak_tflops)
-                             : std::string("; no MFU (--peak-tflops X gives one rank's peak)"));
+                         peak_what);
   ZE_ASSIGN_OR_RETURN(std::unique_ptr<Monitors> monitors, Monitors::open(c, comm.rank()));
   if (monitors->enabled()) out << "monitors: " << monitors->describe() << "\n";
   // Rank 0 writes the metrics; with "{rank}" in the path every rank writes its
@@ -289,6 +332,14 @@ absl::StatusOr<int> run_training(const RunConfig& c, Backend& backend, Communica
     }
     return static_cast<int>(sig);
   };
+  const bool profile_here = c.flops_profiler.enabled && engine->mesh().coordinates().data == 0 &&
+                            engine->mesh().coordinates().tensor == 0;
+  if (c.flops_profiler.enabled &&
+      (c.flops_profiler.profile_step < first_step || c.flops_profiler.profile_step >= c.run.steps)) {
+    out << absl::StrFormat("warning: flops_profiler.profile_step %d is outside this run's steps (global_steps %d to "
+                           "%d): nothing will be profiled\n",
+                           c.flops_profiler.profile_step, first_step, c.run.steps - 1);
+  }
   for (int64_t step = first_step; step < c.run.steps; ++step) {
     ZE_ASSIGN_OR_RETURN(const int sig, stop_signal());
     if (sig != 0) {
@@ -301,6 +352,13 @@ absl::StatusOr<int> run_training(const RunConfig& c, Backend& backend, Communica
       out.flush();
       return sig;
     }
+    // DeepSpeed's flops_profiler: the step run at global_steps == profile_step,
+    // measured on the first rank of each pipeline stage.
+    std::optional<ModuleProfiler> profiler;
+    if (profile_here && step == c.flops_profiler.profile_step) {
+      profiler.emplace(backend);
+      engine->set_module_profiler(&*profiler);
+    }
     const auto t0 = std::chrono::steady_clock::now();
     // This data-parallel rank's slice of the global batch (see data_loader.h),
     // one micro-batch at a time as the schedule asks.
@@ -310,6 +368,26 @@ absl::StatusOr<int> run_training(const RunConfig& c, Backend& backend, Communica
                                c.engine.gradient_accumulation_steps);
     }));
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (profiler) {
+      engine->set_module_profiler(nullptr);
+      FlopsProfileStep ps;
+      ps.profile_step = step;
+      ps.run_steps = c.run.steps;
+      ps.mesh = engine->mesh().shape();
+      ps.stage = engine->mesh().coordinates().pipeline;
+      ps.micro_batch = c.engine.micro_batch_size;
+      ps.accumulation = c.engine.gradient_accumulation_steps;
+      ps.seq_len = g.seq_len;
+      ps.model_parameters = g.num_parameters();
+      ps.rank_parameters = engine->num_parameters();
+      ps.forward_s = r.forward_s, ps.backward_s = r.backward_s, ps.step_s = r.step_s, ps.iter_s = seconds;
+      ps.backend = backend.description();
+      const FlopsProfileOptions po{c.flops_profiler.module_depth, c.flops_profiler.top_modules,
+                                   c.flops_profiler.detailed};
+      ZE_RETURN_IF_ERROR(write_flops_profile(flops_profile_report(engine->model(), *profiler, ps, po),
+                                             c.flops_profiler.output_file, ps.stage,
+                                             comm.rank() == 0 ? rank0_out : std::cout));
+    }
     StepTotals totals;
     totals.samples = r.global_step * c.train_batch_size;
     totals.tokens = totals.samples * g.seq_len;
@@ -352,6 +430,11 @@ absl::StatusOr<int> run_training(const RunConfig& c, Backend& backend, Communica
   }
   if (!c.run.save_dir.empty() && last_saved != engine->global_step()) ZE_RETURN_IF_ERROR(save());
   progress.summary();
+  if (comm_log) {
+    out << "comms_logger: rank 0's collectives over the run (latency from each op's start to its end on this rank, "
+           "queueing excluded; busbw = algbw x nccl-tests' bus factor)\n"
+        << comm_log->summary();
+  }
   if (device_baseline) {
     const std::optional<int64_t> in_use = backend.device_memory_in_use();
     const int64_t tracked = MemoryTracker::global().snapshot().reserved[static_cast<int>(Tier::kDevice)].current;

@@ -18,9 +18,11 @@
 #include <cstdlib>
 #include <iostream>
 #include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
+#include "comm/comm_thread.h"
 #include "comm/communicator.h"
 #include "core/signals.h"
 #include "core/strings.h"
@@ -79,6 +81,33 @@ struct Args {
   bool print_config = false, allow_unknown = false;
 };
 
+// This rank and the world's size, for the timeout handler (a plain function).
+int g_rank = 0, g_world = 1;
+
+// A wait gave up on a collective that is still running on the communication
+// thread (a frozen or dead peer: comm/comm_thread.h). That MPI call cannot be
+// cancelled, and it reads and writes the engine's buffers until it returns,
+// which it does as soon as the peer resumes. Returning the error would
+// destroy the Engine (freeing those buffers) on the way out of run_training,
+// before fail_job could leave: a use-after-free when the data arrives, then a
+// hang joining the thread or in MPI_Finalize. So the rank reports the timeout
+// and ends here, from inside the wait, with nothing unwound or freed and MPI
+// not finalised, as MPI_Abort-style runtimes do: exit 1 like any failure, and
+// mpirun then ends the job (the peer, frozen or resumed, is terminated).
+// The message is the wait's own (the collective and the timeout); the
+// caller's context that the error would have picked up on its way out is
+// the price of not unwinding.
+[[noreturn]] void end_on_comm_timeout(const absl::Status& s) {
+  static std::mutex once;  // a second waiter waits here for the first's exit
+  once.lock();
+  std::cout.flush();
+  std::fflush(stdout);
+  std::fprintf(stderr, "zero-train%s: %s\n", g_world > 1 ? zero::cat(" (rank ", g_rank, ")").c_str() : "",
+               std::string(s.message()).c_str());
+  std::fflush(stderr);
+  std::_Exit(1);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -128,6 +157,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   const int rank = (*comm)->rank(), world = (*comm)->world_size();
+  g_rank = rank, g_world = world;
+  zero::CommThread::set_timeout_handler(end_on_comm_timeout);
   // SIGINT/SIGTERM: stop at the next step boundary, swap files removed at once
   // (core/signals.h).
   zero::install_signal_handlers(rank);

@@ -2,14 +2,17 @@
 // (a frozen peer) fails its wait after the timeout, naming it; the work
 // queued behind it then fails at once, naming the stuck operation, instead
 // of one more timeout each; once the stuck operation finishes, everything
-// behind it runs and completes normally.
+// behind it runs and completes normally. A timeout handler, where one is
+// installed, is called by each wait that gives up, while the operation runs.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "comm/comm_thread.h"
 
@@ -63,6 +66,52 @@ TEST(CommThreadTest, AfterOneTimeoutTheWorkBehindTheStuckOperationFailsAtOnce) {
   EXPECT_TRUE(further->wait().ok());
   // No longer stuck: new work waits normally.
   EXPECT_TRUE(thread.enqueue("barrier", [] { return absl::OkStatus(); })->wait().ok());
+}
+
+// A program that ends on a timeout (zero-train) installs a handler: each
+// wait that gives up on an operation still in flight calls it, with the
+// wait's error, before returning, while the operation is still running (so
+// the program can end the process before anything it uses is freed).
+std::vector<std::string> g_handled;
+std::atomic<bool> g_still_running{false};
+
+TEST(CommThreadTest, AWaitThatGivesUpCallsTheTimeoutHandlerWhileTheOperationRuns) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false;
+  CommThread thread(/*rank=*/1, /*timeout_s=*/0.2);
+  CommThread::set_timeout_handler([](const absl::Status& s) {
+    g_handled.push_back(std::string(s.message()));
+    EXPECT_TRUE(g_still_running.load()) << "the handler ran after the operation finished";
+  });
+  g_still_running = true;
+  CommHandle stuck = thread.enqueue("all_gather of 8 B", [&] {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return release; });
+    g_still_running = false;
+    return absl::OkStatus();
+  });
+  CommHandle behind = thread.enqueue("reduce_scatter of 16 B", [] { return absl::OkStatus(); });
+  const absl::Status first = stuck->wait();  // the handler returns here: the error comes back as before
+  EXPECT_EQ(first.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(behind->wait().code(), absl::StatusCode::kDeadlineExceeded);
+  ASSERT_EQ(g_handled.size(), 2u);
+  EXPECT_EQ(g_handled[0], std::string(first.message()));
+  EXPECT_NE(g_handled[0].find("rank 1: all_gather of 8 B did not finish within 0.2 s"), std::string::npos);
+  EXPECT_NE(g_handled[1].find("reduce_scatter of 16 B cannot run: the communication thread is still in all_gather"),
+            std::string::npos);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    release = true;
+  }
+  cv.notify_all();
+  const auto t0 = std::chrono::steady_clock::now();
+  while (!behind->done() && seconds_since(t0) < 10) std::this_thread::yield();
+  // Waits that succeed never call it.
+  EXPECT_TRUE(stuck->wait().ok());
+  EXPECT_TRUE(thread.enqueue("barrier", [] { return absl::OkStatus(); })->wait().ok());
+  EXPECT_EQ(g_handled.size(), 2u);
+  CommThread::set_timeout_handler(nullptr);
 }
 
 }  // namespace

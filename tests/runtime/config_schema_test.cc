@@ -141,6 +141,8 @@ Json other_value(const ConfigKey& k, const Json& def) {
         if (!(def.is_string() && def.get<std::string>() == c)) return c;
       }
       return Json();
+    case KeyKind::kChoiceList:
+      return Json::array({k.choices.back()});
     case KeyKind::kNumberList:
       return Json::array({0.5, 0.75});
     case KeyKind::kRefused:
@@ -184,7 +186,7 @@ TEST(ConfigSchemaTest, EveryDeclaredKeyReachesItsField) {
     Json got = k.get(*c);
     if (got.is_number_float() && v.is_number()) {
       EXPECT_NEAR(got.get<double>(), v.get<double>(), 1e-6) << k.path;
-    } else if (got.is_array()) {
+    } else if (got.is_array() && !got.empty() && got[0].is_number()) {
       EXPECT_NEAR(got[0].get<double>(), v[0].get<double>(), 1e-6) << k.path;
       EXPECT_NEAR(got[1].get<double>(), v[1].get<double>(), 1e-6) << k.path;
     } else {
@@ -204,6 +206,7 @@ TEST(ConfigSchemaTest, EveryBoundAndChoiceIsEnforcedNamingTheKey) {
     else if (k.kind == KeyKind::kInt && k.max_int < INT64_MAX) bad = k.max_int + 1;
     else if (k.kind == KeyKind::kNumber && std::isfinite(k.range.lo)) bad = k.range.lo_open ? k.range.lo : k.range.lo - 1;
     else if (k.kind == KeyKind::kChoice) bad = "no-such-choice";
+    else if (k.kind == KeyKind::kChoiceList) bad = Json::array({"no-such-choice"});
     else if (k.kind == KeyKind::kBool) bad = "yes";
     if (bad.is_null()) continue;
     Json j = context_for(k);

@@ -24,6 +24,13 @@
 // tracker's peak) hold at most min(P - s, M) micro-batches, where GPipe's
 // hold M.
 //
+// Evaluation (PipelineEvaluationTest): Engine::evaluate on every rank of each
+// layout, at ZeRO stages 0-2, gives one rank's loss of the same held-out rows
+// within 1e-5 relative, before and after training steps; it leaves no
+// activations behind, and steps around it lose what steps without it lose,
+// bit for bit; a batch the last stage cannot score fails on every stage
+// (none waits), and the next evaluation is as before.
+//
 // Checkpoints (PipelineCheckpointTest): a run on a pipeline layout saves
 // after step 5 (each stage its own parameters, the token table once, from
 // the first stage); the checkpoint resumes on one rank without a pipeline and
@@ -96,14 +103,10 @@ struct Checkpointing {
   std::string resume_dir;  // resumes from its latest checkpoint first
 };
 
-// `comm`: the world, or a communicator of one rank for the reference.
-RunResult train(Communicator& comm, const Layout& l, int steps = kSteps, const Checkpointing& ck = {}) {
-  RunResult out;
-  absl::StatusOr<std::unique_ptr<DeviceMesh>> m = DeviceMesh::create(comm, l.tensor, l.pipeline);
-  EXPECT_TRUE(m.ok()) << m.status();
-  if (!m.ok()) return out;
-  const DeviceMesh& mesh = **m;
-  const int data_size = mesh.shape().data, data_rank = mesh.coordinates().data;
+// This rank's stage of the layout's model on `mesh`, its engine configured
+// as the layout says.
+absl::StatusOr<std::unique_ptr<Engine>> make_engine(const DeviceMesh& mesh, const Layout& l, Backend& backend) {
+  const int data_size = mesh.shape().data;
   EngineConfig ec;
   ec.zero.stage = zero_stage(l.stage);
   ec.zero.reduce_bucket_size = ec.zero.allgather_bucket_size = 500;
@@ -124,16 +127,33 @@ RunResult train(Communicator& comm, const Layout& l, int steps = kSteps, const C
   GptConfig model = l.model ? *l.model : kModel;
   absl::StatusOr<PipelineStage> stage =
       gpt_pipeline_stage(model, mesh.coordinates().pipeline, l.pipeline, PartitionMethod::kUniform);
-  EXPECT_TRUE(stage.ok()) << stage.status();
-  CpuBackend backend;
+  if (!stage.ok()) return stage.status();
   model.dropout = l.dropout;
-  absl::StatusOr<std::unique_ptr<Engine>> e =
-      Engine::create(std::make_unique<Gpt>(model, &mesh.tensor(), false, *stage), ec, backend, mesh);
+  return Engine::create(std::make_unique<Gpt>(model, &mesh.tensor(), false, *stage), ec, backend, mesh);
+}
+
+// One optimizer step of `l` on the global rows of step `step`, this data rank's share.
+absl::StatusOr<StepResult> train_step(Engine& engine, const Layout& l, int step, testing::CountingRows& rows) {
+  const int data_size = engine.mesh().shape().data, data_rank = engine.mesh().coordinates().data;
+  const int64_t mb = engine.config().micro_batch_size;
+  return engine.train_batch([&](int micro) -> absl::StatusOr<Batch> {
+    return rows.make(((int64_t{step} * l.micro_batches + micro) * data_size + data_rank) * mb, mb);
+  });
+}
+
+// `comm`: the world, or a communicator of one rank for the reference.
+RunResult train(Communicator& comm, const Layout& l, int steps = kSteps, const Checkpointing& ck = {}) {
+  RunResult out;
+  absl::StatusOr<std::unique_ptr<DeviceMesh>> m = DeviceMesh::create(comm, l.tensor, l.pipeline);
+  EXPECT_TRUE(m.ok()) << m.status();
+  if (!m.ok()) return out;
+  const DeviceMesh& mesh = **m;
+  CpuBackend backend;
+  absl::StatusOr<std::unique_ptr<Engine>> e = make_engine(mesh, l, backend);
   EXPECT_TRUE(e.ok()) << e.status();
   if (!e.ok()) return out;
   Engine& engine = **e;
   testing::CountingRows rows{kModel.seq_len, kModel.vocab_size, {}, {}};
-  const int64_t mb = ec.micro_batch_size;
   const std::vector<PipeInstruction> scheduled =
       pipeline_compute_order(l.schedule, l.pipeline, mesh.coordinates().pipeline, l.micro_batches);
   if (!ck.resume_dir.empty()) {
@@ -143,9 +163,7 @@ RunResult train(Communicator& comm, const Layout& l, int steps = kSteps, const C
   }
   for (int step = static_cast<int>(engine.global_step()); step < steps; ++step) {
     MemoryTracker::global().reset_peaks();
-    absl::StatusOr<StepResult> r = engine.train_batch([&](int micro) -> absl::StatusOr<Batch> {
-      return rows.make(((int64_t{step} * l.micro_batches + micro) * data_size + data_rank) * mb, mb);
-    });
+    absl::StatusOr<StepResult> r = train_step(engine, l, step, rows);
     EXPECT_TRUE(r.ok()) << r.status();
     if (!r.ok()) return out;
     out.activation_peak = MemoryTracker::global().snapshot().at(Tier::kHost, MemCategory::kActivations).peak;
@@ -288,6 +306,125 @@ TEST(PipelineFp16Test, EveryStageSkipsTheStepsOneRankSkips) {
     EXPECT_EQ(got.skipped, ref.skipped) << l.name();
     EXPECT_EQ(got.loss_scales, ref.loss_scales) << l.name();
     for (size_t s = 0; s < 12; ++s) EXPECT_NEAR(got.losses[s], ref.losses[s], 2e-3 * ref.losses[s]) << l.name() << " step " << s + 1;
+  }
+}
+
+// Evaluation through the stages (Engine::evaluate with P > 1).
+struct EvalResult {
+  std::vector<double> val;            // before step 1, after step 1, after step 2
+  std::vector<double> losses, norms;  // steps 1 and 2
+  bool activations_unchanged = true;  // the tracker's activation bytes, before and after each evaluation
+};
+
+constexpr int64_t kValFirstRow = 1000;  // held-out rows: no step trains on them
+
+// The mean loss over global rows [kValFirstRow, kValFirstRow + kGlobalBatch),
+// each data rank evaluating its share (every target is valid, so the mean
+// over the data group of the shares' means is the whole batch's).
+absl::StatusOr<double> evaluate_rows(Engine& engine, testing::CountingRows& rows) {
+  Communicator& data = engine.mesh().data();
+  const int64_t share = kGlobalBatch / data.world_size();
+  absl::StatusOr<float> mean = engine.evaluate(rows.make(kValFirstRow + data.rank() * share, share));
+  if (!mean.ok()) return mean.status();
+  absl::StatusOr<double> sum = data.all_reduce_sum(*mean);
+  if (!sum.ok()) return sum.status();
+  return *sum / data.world_size();
+}
+
+// Two steps of `l`, evaluating before, between and after them when `evaluate`.
+// With a pipeline, last, a batch whose targets the last stage's logits do not
+// fit: every rank fails (the last stage with that error, the others naming
+// it) and none waits; the evaluation after it is again the last one's.
+EvalResult evaluate_and_train(Communicator& comm, const Layout& l, bool evaluate) {
+  EvalResult out;
+  absl::StatusOr<std::unique_ptr<DeviceMesh>> m = DeviceMesh::create(comm, l.tensor, l.pipeline);
+  EXPECT_TRUE(m.ok()) << m.status();
+  if (!m.ok()) return out;
+  const DeviceMesh& mesh = **m;
+  CpuBackend backend;
+  absl::StatusOr<std::unique_ptr<Engine>> e = make_engine(mesh, l, backend);
+  EXPECT_TRUE(e.ok()) << e.status();
+  if (!e.ok()) return out;
+  Engine& engine = **e;
+  testing::CountingRows rows{kModel.seq_len, kModel.vocab_size, {}, {}};
+  testing::CountingRows val_rows{kModel.seq_len, kModel.vocab_size, {}, {}};
+  auto activation_bytes = [] {
+    return MemoryTracker::global().snapshot().at(Tier::kHost, MemCategory::kActivations).current;
+  };
+  auto eval = [&] {
+    if (!evaluate) return;
+    const int64_t before = activation_bytes();
+    absl::StatusOr<double> v = evaluate_rows(engine, val_rows);
+    EXPECT_TRUE(v.ok()) << l.name() << ": " << v.status();
+    out.val.push_back(v.ok() ? *v : -1.0);
+    out.activations_unchanged = out.activations_unchanged && activation_bytes() == before;
+  };
+  eval();
+  for (int step = 0; step < 2; ++step) {
+    absl::StatusOr<StepResult> r = train_step(engine, l, step, rows);
+    EXPECT_TRUE(r.ok()) << l.name() << ": " << r.status();
+    if (!r.ok()) return out;
+    out.losses.push_back(r->loss);
+    out.norms.push_back(r->grad_norm);
+    eval();
+  }
+  if (evaluate && l.pipeline > 1) {
+    const int stage = mesh.coordinates().pipeline;
+    const bool last = stage == l.pipeline - 1;
+    Batch bad = val_rows.make(kValFirstRow, 2);
+    if (last) bad.targets = Tensor::wrap(val_rows.targets.data(), {1, kModel.seq_len}, DType::kI32);
+    const absl::StatusOr<float> failed = engine.evaluate(bad);
+    EXPECT_FALSE(failed.ok()) << l.name() << " stage " << stage;
+    if (!failed.ok() && last) {
+      EXPECT_EQ(failed.status().code(), absl::StatusCode::kInvalidArgument) << failed.status();
+      EXPECT_NE(failed.status().message().find("8 targets [1, 8] for 16 rows of logits"), std::string::npos)
+          << failed.status();
+    } else if (!failed.ok()) {
+      EXPECT_NE(failed.status().message().find(cat("pipeline stage(s) ", l.pipeline - 1, " failed")),
+                std::string::npos)
+          << failed.status();
+    }
+    const size_t evaluated = out.val.size();
+    eval();
+    if (out.val.size() == evaluated + 1) EXPECT_EQ(out.val.back(), out.val[evaluated - 1]) << l.name();
+    out.val.pop_back();
+  }
+  return out;
+}
+
+// Every rank of a pipeline layout (P x T x D as the world allows, ZeRO 0-2,
+// dropout 0.1 in training) gets one rank's evaluation loss of the same rows
+// within 1e-5 relative, before training and after each of two steps (the
+// updated weights of every stage, the tied head's too); evaluating holds no
+// activations afterwards; and two steps with evaluations around them lose
+// what two steps without lose, with the same gradient norms, bit for bit (no
+// gradient, optimizer state, micro-step or dropout key moved).
+TEST(PipelineEvaluationTest, EveryStageGetsOneRanksLossAndTrainingIsUnchanged) {
+  if (layouts().empty()) GTEST_SKIP() << "no pipeline layout at world " << world().world_size();
+  const std::unique_ptr<Communicator> own = make_local_communicator();
+  const EvalResult ref = evaluate_and_train(*own, Layout{.dropout = 0.1f}, true);
+  ASSERT_EQ(ref.val.size(), 3u);
+  EXPECT_LT(ref.val[2], ref.val[0]) << "held-out rows of the pattern: the loss falls as the model learns";
+  EXPECT_TRUE(ref.activations_unchanged);
+  for (const auto& [p, t] : layouts()) {
+    for (int zero_stage : {0, 1, 2}) {
+      const Layout l{.pipeline = p, .tensor = t, .stage = zero_stage, .dropout = 0.1f};
+      const EvalResult with = evaluate_and_train(world(), l, true);
+      const EvalResult without = evaluate_and_train(world(), l, false);
+      const std::string what = l.name() + " rank " + std::to_string(world().rank());
+      // EXPECT, not ASSERT: a rank that left early would leave the others waiting in the next layout's collectives.
+      EXPECT_EQ(with.val.size(), 3u) << what;
+      for (size_t i = 0; i < 3 && i < with.val.size(); ++i)
+        EXPECT_NEAR(with.val[i], ref.val[i], 1e-5 * ref.val[i]) << what << " eval " << i;
+      EXPECT_TRUE(with.activations_unchanged) << what << ": evaluation left activations behind";
+      EXPECT_EQ(with.losses.size(), 2u) << what;
+      EXPECT_EQ(without.losses.size(), 2u) << what;
+      for (size_t i = 0; i < 2 && i < with.losses.size() && i < without.losses.size(); ++i) {
+        EXPECT_EQ(with.losses[i], without.losses[i]) << what << " step " << i + 1;
+        EXPECT_EQ(with.norms[i], without.norms[i]) << what << " step " << i + 1;
+        EXPECT_NEAR(with.losses[i], ref.losses[i], 1e-5 * ref.losses[i]) << what << " step " << i + 1;
+      }
+    }
   }
 }
 

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <regex>
 
 #include <nlohmann/json.hpp>
 
@@ -213,6 +214,53 @@ TEST(ZeroTrainMpiTest, OverlapCommFollowsTheCoresWhereTheConfigLeavesIt) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("overlap_comm: on as configured, though"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("ZeRO stage 3 (overlap_comm)"), std::string::npos) << r.output;
+}
+
+// The frozen peer resumed after rank 0 gave up on the collective (ZeRO-3,
+// timeout 5 s): rank 0's collective is still running on its communication
+// thread then, writing into the engine's buffers, so rank 0 must end without
+// freeing them (no unwinding: runtime/tools/zero_train.cc,
+// end_on_comm_timeout), with the timeout naming the collective and exit 1;
+// the resumed rank 1 must not hang or crash either (mpirun ends it). The
+// job ends within the bound, with no crash, sanitizer report, signal death
+// or internal error on either rank.
+TEST(ZeroTrainMpiTest, AFrozenPeerResumedAfterTheTimeoutEndsTheJobCleanly) {
+  const std::string metrics = ::testing::TempDir() + "/ZeroTrainMpiTest.resumed.jsonl";
+  const std::string log = ::testing::TempDir() + "/ZeroTrainMpiTest.resumed.log";
+  std::remove(metrics.c_str());
+  std::remove(log.c_str());
+  // Freeze rank 1 once rank 0 has written a step; resume it once rank 0 has
+  // reported the timeout.
+  const std::string freezer = "( for i in $(seq 600); do [ -s " + metrics + " ] && break; sleep 0.1; done; " +
+                              signal_ranks(metrics, "STOP", 1) + "; for i in $(seq 600); do grep -q 'did not finish "
+                              "within' " + log + " 2>/dev/null && break; sleep 0.1; done; " +
+                              signal_ranks(metrics, "CONT", 1) + " ) & ";
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto r = zero::testing::run_command(
+      "( cd " + std::string(ZE_SOURCE_DIR) + " || exit 1; " + freezer + "timeout 60 " + ZE_MPIEXEC +
+      " --allow-run-as-root --oversubscribe -np 2 -x ZE_COMM_TIMEOUT_S=5 " + ZE_TRAIN_BIN +
+      " --config configs/small-gpt.json --set zero_optimization.stage=3 --set train_micro_batch_size_per_gpu=4"
+      " --set gradient_accumulation_steps=1 --set steps_per_print=1 --steps 100000 --metrics " + metrics + " > " +
+      log + " 2>&1; rc=$?; wait; cat " + log + "; " + signal_ranks(metrics, "CONT", -1) + "; " +
+      signal_ranks(metrics, "KILL", -1) + "; exit $rc )");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(r.exit_code, 124) << "the job hung until timeout killed it:\n" << r.output;
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_LT(seconds, 60.0) << r.output;
+  EXPECT_EQ(reported_exit_code(r.output), 1) << r.output;
+  // Rank 0 names the collective it gave up on ("rank 0: all_gather of 1.0
+  // KiB fp32 did not finish within 5 s", or the work queued behind it), as
+  // the wait's own error: it ended inside the wait, before the error went up
+  // the stack (which would have prefixed "backward of micro-step N: " and
+  // destroyed the Engine on the way).
+  EXPECT_TRUE(std::regex_search(
+      r.output, std::regex("zero-train \\(rank 0\\): rank 0: [a-z_]+ of [^\\n]*did not finish within 5 s")))
+      << r.output;
+  EXPECT_NE(r.output.find("a peer rank is not responding"), std::string::npos) << r.output;
+  for (const char* bad : {"internal error", "AddressSanitizer", "Segmentation fault", "exited on signal",
+                          "core dumped"}) {
+    EXPECT_EQ(r.output.find(bad), std::string::npos) << bad << " in:\n" << r.output;
+  }
 }
 
 }  // namespace
