@@ -72,7 +72,7 @@ constexpr KeyFlag kKeyFlags[] = {
     {"--init-from", "FILE", "run.init_from", KeyValue::kString,
      "initialise the weights from a safetensors file or a Hugging Face directory"},
     {"--peak-tflops", "X", "run.peak_tflops", KeyValue::kAsTyped,
-     "one rank's peak TFLOP/s: the progress line shows MFU"},
+     "one rank's peak TFLOP/s for MFU (default: the GEMM rate measured at start)"},
 };
 
 struct Args {
