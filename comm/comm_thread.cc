@@ -48,7 +48,10 @@ class ThreadWork final : public CommWork {
                                                      "thread is still in ", stuck, ", which did not finish within ",
                                                      timeout_s_, " s (a peer rank is not responding)")));
     }
-    if (!cv_.wait_for(lock, std::chrono::duration<double>(timeout_s_), [&] { return done_; })) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const bool finished = cv_.wait_for(lock, std::chrono::duration<double>(timeout_s_), [&] { return done_; });
+    add_comm_wait_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    if (!finished) {
       state_->mark_stuck();
       lock.unlock();
       return gave_up(absl::DeadlineExceededError(

@@ -47,6 +47,13 @@ using CommHandle = std::shared_ptr<CommWork>;
 // A handle whose operation has already completed, OK or with `status`.
 CommHandle completed_work(absl::Status status = absl::OkStatus());
 
+// Seconds the threads of this process have spent blocked in CommWork::wait()
+// (every communicator's, from the start): the communication time a step did
+// not hide behind compute (wall_clock_breakdown's "comm wait"). Each
+// CommWork implementation adds its waits through add_comm_wait_seconds.
+double comm_wait_seconds();
+void add_comm_wait_seconds(double seconds);
+
 class Communicator {
  public:
   virtual ~Communicator() = default;

@@ -5,7 +5,9 @@
 // how often and how large: busbw is 0 there (no other rank: the factor
 // (n-1)/n is 0), and algbw is a memory rate, not a network one. And what every
 // communicator shares: completed handles, the peer check of send/receive, and
-// the factory that picks MPI when the process was launched by mpirun.
+// the factory that picks MPI when the process was launched by mpirun, and
+// the process-wide count of seconds spent waiting for communication.
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -95,6 +97,16 @@ absl::Status Communicator::check_peer(std::string_view what, int peer) const {
 }
 
 CommHandle completed_work(absl::Status status) { return std::make_shared<DoneWork>(std::move(status)); }
+
+namespace {
+std::atomic<int64_t> g_comm_wait_ns{0};
+}  // namespace
+
+double comm_wait_seconds() { return static_cast<double>(g_comm_wait_ns.load(std::memory_order_relaxed)) * 1e-9; }
+
+void add_comm_wait_seconds(double seconds) {
+  g_comm_wait_ns.fetch_add(static_cast<int64_t>(seconds * 1e9), std::memory_order_relaxed);
+}
 
 std::unique_ptr<Communicator> make_local_communicator() { return std::make_unique<LocalCommunicator>(); }
 

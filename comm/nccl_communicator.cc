@@ -75,6 +75,7 @@ class EventWork final : public CommWork {
       const cudaError_t q = cudaEventQuery(event_);
       if (q == cudaSuccess) {
         record_once();
+        add_comm_wait_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
         return absl::OkStatus();
       }
       if (q != cudaErrorNotReady) return cuda_status(q, what_.c_str());

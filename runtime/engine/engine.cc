@@ -203,7 +203,10 @@ Tensor Engine::to_compute(const Tensor& t) {
 absl::StatusOr<float> Engine::forward(const Batch& batch) {
   if (pipelined()) return refuse_with_pipeline("forward()", mesh_->shape().pipeline);
   const auto t0 = std::chrono::steady_clock::now();
-  if (micro_step_ % config_.gradient_accumulation_steps == 0) comm_bytes_at_step_start_ = comm_bytes();
+  if (micro_step_ % config_.gradient_accumulation_steps == 0) {
+    comm_bytes_at_step_start_ = comm_bytes();
+    comm_wait_at_step_start_ = comm_wait_seconds();
+  }
   ctx_.clear();  // a forward without backward (or after an error) leaves nothing behind
   ctx_.set_grad_enabled(true);
   state_->begin_forward();
@@ -395,6 +398,7 @@ absl::StatusOr<StepResult> Engine::finish_micro_step() {
   r.pipeline_wait_s = timing_.pipeline_wait_s;
   r.pipeline_s = timing_.pipeline_s;
   r.comm_bytes = comm_bytes() - comm_bytes_at_step_start_;
+  r.comm_wait_s = comm_wait_seconds() - comm_wait_at_step_start_;
   timing_ = StepResult();
   return r;
 }

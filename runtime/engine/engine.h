@@ -62,6 +62,10 @@ struct StepResult {
   // gradient (its share of the bubble), and the whole schedule's wall time.
   double pipeline_wait_s = 0, pipeline_s = 0;
   int64_t comm_bytes = 0;     // bytes this rank sent into collectives during the step
+  // Of the step's wall time: how long this rank's threads were blocked
+  // waiting for collectives (comm_wait_seconds()): communication not hidden
+  // behind compute.
+  double comm_wait_s = 0;
 };
 
 // Where a run is, beyond the weights: what a checkpoint restores so that
@@ -240,6 +244,7 @@ class Engine {
   int64_t skipped_steps_ = 0;
   double loss_sum_ = 0.0;   // this rank's micro-batch losses of the current step
   int64_t comm_bytes_at_step_start_ = 0;
+  double comm_wait_at_step_start_ = 0;  // comm_wait_seconds() then
   StepResult timing_;       // phase times accumulating over the current step
 };
 

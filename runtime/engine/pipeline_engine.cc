@@ -71,6 +71,7 @@ absl::StatusOr<StepResult> Engine::run_pipeline(const MicroBatchSource& next) {
   const std::vector<Context*> pool = contexts();
   const int64_t base_micro_step = micro_step_;
   comm_bytes_at_step_start_ = comm_bytes();
+  comm_wait_at_step_start_ = comm_wait_seconds();
   executed_.clear();
 
   std::vector<MicroBatch> micro(static_cast<size_t>(m_count));

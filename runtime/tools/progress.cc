@@ -77,7 +77,7 @@ Json step_metrics_json(const StepResult& r, const StepTiming& t, const MemorySna
   j["loss_scale"] = r.loss_scale;
   j["comm_bytes"] = r.comm_bytes;
   j["time"] = {{"forward_s", r.forward_s}, {"backward_s", r.backward_s}, {"recompute_s", r.recompute_s},
-               {"step_s", r.step_s}};
+               {"step_s", r.step_s}, {"comm_wait_s", r.comm_wait_s}};
   if (r.pipeline_s > 0) {
     j["time"]["pipeline_s"] = r.pipeline_s;
     j["time"]["pipeline_wait_s"] = r.pipeline_wait_s;
@@ -156,8 +156,10 @@ void ProgressReporter::on_step(const StepResult& r, const StepTiming& t, const S
     return;
   }
   if (wall_clock_) {
-    out_ << absl::StrFormat("  time (ms) | forward: %.1f | backward: %.1f (recompute %.1f) | step: %.1f%s\n",
+    out_ << absl::StrFormat("  time (ms) | forward: %.1f | backward: %.1f (recompute %.1f) | step: %.1f | "
+                            "waiting for communication: %.1f%s\n",
                             1e3 * r.forward_s, 1e3 * r.backward_s, 1e3 * r.recompute_s, 1e3 * r.step_s,
+                            1e3 * r.comm_wait_s,
                             r.pipeline_s > 0
                                 ? absl::StrFormat(" | pipeline: %.1f, of it waiting for neighbours %.1f (%.0f%%, rank 0)",
                                                   1e3 * r.pipeline_s, 1e3 * r.pipeline_wait_s,

@@ -406,6 +406,7 @@ absl::StatusOr<int> run_training(const RunConfig& c, Backend& backend, Communica
         events.push_back({"Train/Samples/elapsed_time_ms_forward", 1e3 * r.forward_s, totals.samples});
         events.push_back({"Train/Samples/elapsed_time_ms_backward", 1e3 * r.backward_s, totals.samples});
         events.push_back({"Train/Samples/elapsed_time_ms_step", 1e3 * r.step_s, totals.samples});
+        events.push_back({"Train/Samples/elapsed_time_ms_comm_wait", 1e3 * r.comm_wait_s, totals.samples});
       }
       ZE_RETURN_IF_ERROR(monitors->write_events(events));
     }

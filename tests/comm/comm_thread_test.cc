@@ -4,6 +4,7 @@
 // of one more timeout each; once the stuck operation finishes, everything
 // behind it runs and completes normally. A timeout handler, where one is
 // installed, is called by each wait that gives up, while the operation runs.
+// Waits add the time they blocked to the process's communication wait.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -21,6 +22,25 @@ namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// comm_wait_seconds(): a wait on an operation that takes 50 ms adds the time
+// the caller was blocked; a wait on finished work adds nothing.
+TEST(CommThreadTest, WaitsAddTheTimeBlockedToTheProcessCommWait) {
+  CommThread thread(/*rank=*/0, /*timeout_s=*/10);
+  const double before = comm_wait_seconds();
+  CommHandle slow = thread.enqueue("all_reduce of 4 B (slow)", [] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    return absl::OkStatus();
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(slow->wait().ok());
+  const double blocked = seconds_since(t0);
+  const double added = comm_wait_seconds() - before;
+  EXPECT_GE(added, 0.03);
+  EXPECT_LE(added, blocked + 1e-6);
+  ASSERT_TRUE(slow->wait().ok());  // done: no blocking, nothing added
+  EXPECT_EQ(comm_wait_seconds() - before, added);
 }
 
 TEST(CommThreadTest, AfterOneTimeoutTheWorkBehindTheStuckOperationFailsAtOnce) {

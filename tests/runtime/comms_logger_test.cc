@@ -3,9 +3,12 @@
 // issue (stage 0 all-reduces gradients; 1 and 2 reduce-scatter them and
 // all-gather parameters; 3 all-gathers parameters in forward and backward
 // too), and the bytes the logged ops move by nccl-tests' bus factors are
-// exactly the step's comm_bytes (what --metrics reports).
+// exactly the step's comm_bytes (what --metrics reports); the step's time
+// blocked on collectives (wall_clock_breakdown's communication wait) is part
+// of its wall time.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <map>
 
 #include "comm/comm_log.h"
@@ -64,7 +67,13 @@ TEST(CommsLoggerTest, EachStagesCollectivesAndBytesAreTheStepsCommBytes) {
       tg[i] = static_cast<int32_t>((i * 3 + 1) % 96);
     }
     const Batch batch{Tensor::wrap(in.data(), {2, 16}, DType::kI32), Tensor::wrap(tg.data(), {2, 16}, DType::kI32)};
+    const auto t0 = std::chrono::steady_clock::now();
     const StepResult r = engine->train_batch([&](int) -> absl::StatusOr<Batch> { return batch; }).value();
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    // The time blocked on collectives is part of the step's (it may be 0:
+    // collectives can finish before the compute thread asks).
+    EXPECT_GE(r.comm_wait_s, 0.0);
+    EXPECT_LE(r.comm_wait_s, wall);
     engine.reset();
     world().set_log(nullptr);
 

@@ -2,7 +2,8 @@
 // rates are averaged over the last kRateWindowSteps steps, TFLOP/s is model
 // FLOPs over all ranks, MFU appears with a peak, an eval line follows the
 // step that evaluated, and the JSON has time, samples, tokens, world size,
-// FLOP/s and floats at float precision.
+// FLOP/s and floats at float precision; wall_clock_breakdown adds the
+// phases and the communication wait.
 #include "runtime/tools/progress.h"
 
 #include <gtest/gtest.h>
@@ -74,6 +75,22 @@ TEST(ProgressTest, MetricsJsonHasTotalsAndFloatPrecision) {
   EXPECT_DOUBLE_EQ(j["samples_per_s"].get<double>(), 128.0);
   EXPECT_GT(j["wall_time"].get<double>(), 1.6e9);
   EXPECT_TRUE(j["time"].contains("step_s"));  // the phases stay where they were
+  EXPECT_TRUE(j["time"].contains("comm_wait_s"));
+}
+
+// wall_clock_breakdown: the phases and the time spent waiting for
+// collectives, in milliseconds.
+TEST(ProgressTest, WallClockBreakdownShowsTheCommunicationWait) {
+  std::ostringstream out;
+  ProgressReporter p(out, 1, 1, Tier::kHost, 0);
+  p.set_breakdowns(true, false);
+  StepResult r = step(1);
+  r.forward_s = 0.010, r.backward_s = 0.020, r.step_s = 0.003, r.comm_wait_s = 0.0045;
+  p.on_step(r, {0.05, 100, 1});
+  EXPECT_NE(out.str().find("time (ms) | forward: 10.0 | backward: 20.0 (recompute 0.0) | step: 3.0 | waiting for "
+                           "communication: 4.5"),
+            std::string::npos)
+      << out.str();
 }
 
 }  // namespace
