@@ -47,8 +47,12 @@ if(ZE_ENABLE_CUDA AND CMAKE_CUDA_COMPILER)
     if(ZE_NCCL_LIBRARY AND ZE_NCCL_INCLUDE)
       set(ZE_HAVE_NCCL ON)
       add_library(ze_nccl INTERFACE)
-      target_link_libraries(ze_nccl INTERFACE ${ZE_NCCL_LIBRARY})
-      target_include_directories(ze_nccl INTERFACE ${ZE_NCCL_INCLUDE})
+      # Installed, the library is the one ZeroEngineConfig.cmake finds on
+      # the user's machine and adds to the imported target, not this
+      # machine's absolute path; nccl.h is only needed to build ZeroEngine
+      # (the NCCL communicator's header is not installed).
+      target_link_libraries(ze_nccl INTERFACE $<BUILD_INTERFACE:${ZE_NCCL_LIBRARY}>)
+      target_include_directories(ze_nccl INTERFACE $<BUILD_INTERFACE:${ZE_NCCL_INCLUDE}>)
     endif()
   endif()
 endif()

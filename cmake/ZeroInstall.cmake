@@ -244,6 +244,7 @@ function(ze_pc_fields root skip out_libs out_requires out_flags out_cflags)
     endforeach()
     foreach(item IN LISTS items)
       string(REGEX REPLACE "^\\$<LINK_ONLY:(.*)>$" "\\1" item "${item}")
+      string(REGEX REPLACE "^\\$<BUILD_INTERFACE:(.*)>$" "\\1" item "${item}")
       if(item MATCHES "^ze_" OR item MATCHES "^::@")
         # Our own targets are in `order`; ::@ marks which directory linked.
       elseif(item MATCHES "^absl::(.+)$")

@@ -11,7 +11,10 @@
 #   3. the same against the build tree (-DZeroEngine_DIR=BUILD);
 #   4. examples/train_gpt.cc compiled and linked with
 #      `pkg-config --cflags --libs zeroengine`, run; every installed header
-#      compiles with the .pc's flags.
+#      compiles with the .pc's flags;
+#   5. with CUDA: tests/install/cuda_consumer (ZeroEngine::cuda: the CUDA
+#      backend and the NCCL communicator) built against the prefix and run
+#      (it creates the backend: the device, or the backend's error without one).
 set -euo pipefail
 
 build=$1 src=$2 cmake=$3 generator=$4 make_program=$5 cc=$6 cxx=$7
@@ -118,4 +121,28 @@ for h in "${headers[@]}"; do echo "#include \"$h\""; done > "$tmp/all_headers.cc
 "$cxx" -std=c++20 -fsyntax-only "${hdr_cflags[@]}" "$tmp/all_headers.cc" \
   || fail "the installed headers do not compile with pkg-config --cflags $module"
 
-echo "PASS: install, find_package (prefix and build tree), pkg-config"
+if grep -q "set(ZeroEngine_HAS_CUDA ON)" "$prefix/lib/cmake/ZeroEngine/ZeroEngineConfig.cmake"; then
+  step "ZeroEngine::cuda from the install prefix: a program linking the CUDA backend and NCCL"
+  grep -q "/usr/local/cuda/lib/libnccl" "$prefix/lib/cmake/ZeroEngine/ZeroEngineTargets.cmake" \
+    && fail "the installed targets name this machine's NCCL path instead of finding it"
+  cu=$tmp/cuda-consumer
+  "$cmake" -S "$src/tests/install/cuda_consumer" -B "$cu" -G "$generator" -DCMAKE_MAKE_PROGRAM="$make_program" \
+      -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_BUILD_TYPE=Release \
+      -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF -DCMAKE_PREFIX_PATH="$prefix" > "$cu.configure.log" 2>&1 \
+    || { cat "$cu.configure.log"; fail "configuring the CUDA consumer"; }
+  "$cmake" --build "$cu" -j 2 > "$cu.build.log" 2>&1 || { cat "$cu.build.log"; fail "building the CUDA consumer"; }
+  out=$("$cu/cuda_consumer" 2>&1) || { echo "$out"; fail "the CUDA consumer exited non-zero"; }
+  echo "   $out"
+  grep -Eq "^(cuda backend|no cuda backend): " <<< "$out" || fail "the CUDA consumer printed: $out"
+  step "the same program through pkg-config zeroengine-cuda"
+  read -r -a cu_cflags <<< "$(pkg-config --cflags zeroengine-cuda)"
+  read -r -a cu_libs <<< "$(pkg-config --libs zeroengine-cuda)"
+  nccl_def=()
+  grep -q "set(ZeroEngine_HAS_NCCL ON)" "$prefix/lib/cmake/ZeroEngine/ZeroEngineConfig.cmake" && nccl_def=(-DCONSUMER_HAS_NCCL=1)
+  "$cxx" -std=c++20 -O1 "${nccl_def[@]}" "${cu_cflags[@]}" "$src/tests/install/cuda_consumer/main.cc" \
+      -o "$tmp/cuda_consumer_pc" "${cu_libs[@]}" || fail "the CUDA consumer does not link with pkg-config zeroengine-cuda"
+  out=$("$tmp/cuda_consumer_pc" 2>&1) || { echo "$out"; fail "the pkg-config CUDA consumer exited non-zero"; }
+  grep -Eq "^(cuda backend|no cuda backend): " <<< "$out" || fail "the pkg-config CUDA consumer printed: $out"
+fi
+
+echo "PASS: install, find_package (prefix and build tree), pkg-config, ZeroEngine::cuda"
