@@ -2,7 +2,8 @@
 // the same run, on the same file: write and read at block size 1 MiB and
 // queue depth 32 and 8, reported in GB/s and as a ratio to fio's.
 //
-//   build/bench/io_bench [--dir=DIR] [--size_mib=4096] [--rounds=7] [benchmark flags]
+//   build/bench/io_bench [--dir=DIR] [--size_mib=4096] [--rounds=7] [--huge_pages=1]
+//                        [--fio_mem=SPEC] [benchmark flags]
 //
 // DIR defaults to the build tree. One file of size_mib (4 GiB; less when the
 // filesystem has less than that plus 1 GiB free) is laid out once, then every
@@ -20,6 +21,25 @@
 // the same io_uring features the engine uses (--fixedbufs: registered
 // buffers; --registerfiles: registered files), its defaults otherwise; its
 // bandwidth is its own figure (bw_bytes).
+//
+// Buffer memory decides the read figures here, for both programs. The disk is
+// virtio-blk without indirect descriptors (256-entry ring, seg_max 254): a
+// request takes one ring descriptor per physically contiguous run of its
+// buffer, so a 1 MiB request into 4 KiB pages scattered in RAM takes ~256 of
+// them and the device holds ONE such request at a time, whatever the queue
+// depth; reads then run at ~0.9-1.0 GB/s (writes less so: the host absorbs
+// them faster). fio's buffers are malloc'd per run in 4 KiB pages whose
+// contiguity is chance (pagemap: 255 runs per MiB -> 0.98 GB/s, 8 -> 1.85
+// GB/s), which is why fio's read figure swings 1-2 GB/s between runs.
+// IoEngine collapses its registered buffers into 2 MiB pages
+// (IoEngineOptions::huge_page_buffers; the mode line says "... in 2 MiB
+// pages"), so its requests are a few descriptors each. To compare like with
+// like: --huge_pages=0 gives IoEngine 4 KiB pages too (chance contiguity, as
+// fio's), and --fio_mem=SPEC hands fio's --mem option through:
+// --fio_mem=shmhuge with a few 2 MiB pages reserved (sysctl vm.nr_hugepages=40
+// while it runs) gives fio 2 MiB pages as IoEngine has. (A private mapping of
+// a tmpfs mounted huge=always does not: fio's mmap: maps it privately, in
+// 4 KiB pages; and mmapshared: buffers fail io_uring's registration.)
 #include <benchmark/benchmark.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -50,6 +70,8 @@ struct BenchConfig {
   std::string dir = ZE_BUILD_DIR;
   int64_t size_bytes = int64_t{4} << 30;
   int rounds = 7;
+  bool huge_pages = true;  // IoEngineOptions::huge_page_buffers
+  std::string fio_mem;     // fio's --mem; empty: fio's default (malloc)
   std::string path;   // the file
   bool have_fio = false;
 };
@@ -71,6 +93,7 @@ double run_ours(bool write, int qd, benchmark::State* state, std::string* mode_o
   IoEngineOptions options;
   options.block_size = kBlockBytes;
   options.queue_depth = qd;
+  options.huge_page_buffers = g_config.huge_pages;
   auto engine = IoEngine::create(options);
   if (!engine.ok()) {
     if (state) state->SkipWithError(engine.status().ToString().c_str());
@@ -108,6 +131,7 @@ double run_fio(bool write, int qd, std::string* error) {
                           " --iodepth=" + std::to_string(qd) +
                           " --ioengine=io_uring --fixedbufs --registerfiles --direct=1 --size=" +
                           std::to_string(g_config.size_bytes) +
+                          (g_config.fio_mem.empty() ? "" : " --mem='" + g_config.fio_mem + "'") +
                           " --output-format=json 2>&1";
   FILE* pipe = ::popen(cmd.c_str(), "r");
   if (pipe == nullptr) {
@@ -182,6 +206,10 @@ bool parse_flags(int* argc, char** argv) {
       g_config.size_bytes = std::atoll(a.c_str() + 11) << 20;
     } else if (a.rfind("--rounds=", 0) == 0) {
       g_config.rounds = std::max(1, std::atoi(a.c_str() + 9));
+    } else if (a.rfind("--huge_pages=", 0) == 0) {
+      g_config.huge_pages = std::atoi(a.c_str() + 13) != 0;
+    } else if (a.rfind("--fio_mem=", 0) == 0) {
+      g_config.fio_mem = a.substr(10);
     } else {
       argv[out++] = argv[i];
     }
@@ -219,6 +247,9 @@ bool fit_to_free_space() {
 void print_summary() {
   std::printf("\nMedians over %d repetitions, %s file, block 1 MiB, O_DIRECT, in %s\n", g_config.rounds,
               format_bytes(g_config.size_bytes).c_str(), g_config.dir.c_str());
+  std::printf("buffers: IoEngine %s, fio %s (see the file comment: buffer contiguity decides reads here)\n",
+              g_config.huge_pages ? "2 MiB pages where the kernel gives them" : "4 KiB pages",
+              g_config.fio_mem.empty() ? "malloc, 4 KiB pages" : g_config.fio_mem.c_str());
   std::printf("%-6s %4s %16s %10s %20s %16s\n", "op", "qd", "zeroengine GB/s", "fio GB/s", "median paired ratio",
               "ratio of medians");
   for (bool write : {true, false}) {

@@ -47,10 +47,10 @@ if(ZE_ENABLE_CUDA AND CMAKE_CUDA_COMPILER)
     if(ZE_NCCL_LIBRARY AND ZE_NCCL_INCLUDE)
       set(ZE_HAVE_NCCL ON)
       add_library(ze_nccl INTERFACE)
-      # Installed, the library is the one ZeroEngineConfig.cmake finds on
-      # the user's machine and adds to the imported target, not this
-      # machine's absolute path; nccl.h is only needed to build ZeroEngine
-      # (the NCCL communicator's header is not installed).
+      # Installed, the library and nccl.h's directory are the ones
+      # ZeroEngineConfig.cmake finds on the user's machine and adds to the
+      # imported target, not this machine's paths (zeroengine-cuda.pc,
+      # which cannot search, carries this machine's -I/-L like CUDA's).
       target_link_libraries(ze_nccl INTERFACE $<BUILD_INTERFACE:${ZE_NCCL_LIBRARY}>)
       target_include_directories(ze_nccl INTERFACE $<BUILD_INTERFACE:${ZE_NCCL_INCLUDE}>)
     endif()

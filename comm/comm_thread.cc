@@ -22,15 +22,6 @@ void set_current(const std::string& what) {
   g_current_index.store(next);
 }
 
-std::atomic<CommThread::TimeoutHandler> g_timeout_handler{nullptr};
-
-// A wait's error for an operation that is still in flight: the handler, if
-// one is installed, ends the process here (before the caller unwinds).
-absl::Status gave_up(absl::Status error) {
-  if (const CommThread::TimeoutHandler handler = g_timeout_handler.load()) handler(error);
-  return error;
-}
-
 class ThreadWork final : public CommWork {
  public:
   ThreadWork(std::string what, int rank, double timeout_s, std::shared_ptr<CommThreadState> state)
@@ -44,7 +35,7 @@ class ThreadWork final : public CommWork {
     // hold every rank for timeout x operations before the job ends).
     if (std::string stuck = state_->stuck(); !stuck.empty()) {
       lock.unlock();
-      return gave_up(absl::DeadlineExceededError(cat("rank ", rank_, ": ", what_, " cannot run: the communication "
+      return comm_gave_up(absl::DeadlineExceededError(cat("rank ", rank_, ": ", what_, " cannot run: the communication "
                                                      "thread is still in ", stuck, ", which did not finish within ",
                                                      timeout_s_, " s (a peer rank is not responding)")));
     }
@@ -54,7 +45,7 @@ class ThreadWork final : public CommWork {
     if (!finished) {
       state_->mark_stuck();
       lock.unlock();
-      return gave_up(absl::DeadlineExceededError(
+      return comm_gave_up(absl::DeadlineExceededError(
           cat("rank ", rank_, ": ", what_, " did not finish within ", timeout_s_,
               " s: a peer rank is not responding (it died, hangs, or never reached this collective)")));
     }
@@ -91,7 +82,6 @@ const char* CommThread::current_operation() {
   return i < 0 ? "" : g_current[i];
 }
 
-void CommThread::set_timeout_handler(TimeoutHandler handler) { g_timeout_handler.store(handler); }
 
 CommThread::CommThread(int rank, double timeout_s) : rank_(rank), timeout_s_(timeout_s), thread_([this] { loop(); }) {}
 

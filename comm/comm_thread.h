@@ -51,23 +51,6 @@ class CommThread {
   // termination message; async-signal-safe to read).
   static const char* current_operation();
 
-  // What a wait does when it gives up on an operation still running here.
-  // A timed-out collective cannot be cancelled: the thread stays inside the
-  // MPI call, which goes on reading and writing the caller's buffers and
-  // completes (writing them) as soon as the frozen peer resumes. A caller
-  // that returned the error up the stack would unwind and free those
-  // buffers under it (a use-after-free when data arrives), then hang
-  // joining this thread or in MPI_Finalize behind it. A program that ends
-  // on such an error (zero-train) installs `handler`: every wait that fails
-  // because an operation did not finish (the timeout, and the work queued
-  // behind the stuck one) calls it with its error before returning, so it
-  // can report and end the process (flush, _exit) while everything the
-  // operation uses is still alive. If it returns (or none is installed, the
-  // default), wait() returns the error. Process-wide; set it before the
-  // first collective.
-  using TimeoutHandler = void (*)(const absl::Status& error);
-  static void set_timeout_handler(TimeoutHandler handler);
-
  private:
   void loop();
 

@@ -54,6 +54,22 @@ CommHandle completed_work(absl::Status status = absl::OkStatus());
 double comm_wait_seconds();
 void add_comm_wait_seconds(double seconds);
 
+// A timed-out collective cannot be cancelled: the communication thread (or
+// the NCCL stream) stays inside it, reading and writing the caller's buffers
+// until the frozen peer resumes. A caller that returned the error up the
+// stack would unwind and free those buffers under it (a use-after-free when
+// data arrives), then hang joining the thread or in MPI_Finalize behind it.
+// What a program does when a wait gives up on a collective that is still in
+// flight (a timeout, or work queued behind a stuck operation): `handler` is
+// called with the wait's error before the wait returns, so a program can end
+// there (zero-train prints the error and _Exits) instead of unwinding and
+// freeing buffers the collective still writes. Process-wide; nullptr (the
+// default): the wait returns its error. Every CommWork that gives up reports
+// through comm_gave_up, which calls the handler and returns `error`.
+using CommTimeoutHandler = void (*)(const absl::Status& error);
+void set_comm_timeout_handler(CommTimeoutHandler handler);
+absl::Status comm_gave_up(absl::Status error);
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -153,6 +169,8 @@ class Communicator {
   // What split() gives a new group: the parent's log, no label.
   void inherit_log(const Communicator& parent) { set_log(parent.log_); }
 
+  // count elements of `t` in bytes: the message sizes the CommLog records.
+  static int64_t message_bytes(int64_t count, DType t) { return count * static_cast<int64_t>(dtype_size(t)); }
   // Each implementation counts what it is asked to move, by the formulas above.
   void count_all_reduce(int64_t count, DType dtype) {
     bytes_ += 2 * (world_size() - 1) * count * static_cast<int64_t>(dtype_size(dtype)) / world_size();

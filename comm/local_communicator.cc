@@ -36,19 +36,19 @@ class LocalCommunicator final : public Communicator {
   int world_size() const override { return 1; }
   std::string_view name() const override { return "local"; }
   CommHandle all_reduce_async(void*, int64_t count, DType dtype, ReduceOp) override {
-    return run(CommOp::kAllReduce, bytes_of(count, dtype), [] {});
+    return run(CommOp::kAllReduce, message_bytes(count, dtype), [] {});
   }
   CommHandle reduce_scatter_async(const void* send, void* recv, std::vector<int64_t> counts, DType dtype) override {
     ZE_CHECK_EQ(counts.size(), 1u);
-    return run(CommOp::kReduceScatter, bytes_of(counts[0], dtype), [&] {
+    return run(CommOp::kReduceScatter, message_bytes(counts[0], dtype), [&] {
       if (send != recv && counts[0] > 0) std::memmove(recv, send, static_cast<size_t>(counts[0]) * dtype_size(dtype));
     });
   }
   CommHandle all_gather_async(void*, int64_t block, int64_t, DType dtype) override {
-    return run(CommOp::kAllGather, bytes_of(block, dtype), [] {});
+    return run(CommOp::kAllGather, message_bytes(block, dtype), [] {});
   }
   CommHandle broadcast_async(void*, int64_t count, DType dtype, int) override {
-    return run(CommOp::kBroadcast, bytes_of(count, dtype), [] {});
+    return run(CommOp::kBroadcast, message_bytes(count, dtype), [] {});
   }
   CommHandle barrier_async() override { return run(CommOp::kBarrier, 0, [] {}); }
   absl::Status all_reduce_doubles(double*, int64_t count, ReduceOp) override {
@@ -71,7 +71,6 @@ class LocalCommunicator final : public Communicator {
 
  private:
   static CommHandle done() { return completed_work(); }
-  static int64_t bytes_of(int64_t count, DType t) { return count * static_cast<int64_t>(dtype_size(t)); }
   // Runs fn, timed and recorded when a log records `op`.
   template <typename F>
   CommHandle run(CommOp op, int64_t message_bytes, F fn) {
@@ -100,7 +99,15 @@ CommHandle completed_work(absl::Status status) { return std::make_shared<DoneWor
 
 namespace {
 std::atomic<int64_t> g_comm_wait_ns{0};
+std::atomic<CommTimeoutHandler> g_timeout_handler{nullptr};
 }  // namespace
+
+void set_comm_timeout_handler(CommTimeoutHandler handler) { g_timeout_handler.store(handler); }
+
+absl::Status comm_gave_up(absl::Status error) {
+  if (const CommTimeoutHandler handler = g_timeout_handler.load()) handler(error);
+  return error;
+}
 
 double comm_wait_seconds() { return static_cast<double>(g_comm_wait_ns.load(std::memory_order_relaxed)) * 1e-9; }
 

@@ -103,7 +103,6 @@ std::function<absl::Status()> MpiCommunicator::timed(CommOp op, int64_t message_
 }
 
 namespace {
-int64_t bytes_of(int64_t count, DType t) { return count * static_cast<int64_t>(dtype_size(t)); }
 }  // namespace
 
 bool launched_by_mpi() {
@@ -176,7 +175,7 @@ MpiCommunicator::~MpiCommunicator() {
 CommHandle MpiCommunicator::all_reduce_async(void* buf, int64_t count, DType dtype, ReduceOp op) {
   count_all_reduce(count, dtype);
   return thread_->enqueue(describe("all_reduce", count, dtype),
-                          timed(CommOp::kAllReduce, bytes_of(count, dtype), [=, comm = comm_->comm] {
+                          timed(CommOp::kAllReduce, message_bytes(count, dtype), [=, comm = comm_->comm] {
     return mpi_status(MPI_Allreduce(MPI_IN_PLACE, buf, checked_count(count), mpi_type(dtype), mpi_op(dtype, op),
                                     comm),
                       "MPI_Allreduce");
@@ -190,7 +189,7 @@ CommHandle MpiCommunicator::reduce_scatter_async(const void* send, void* recv, s
   int64_t total = 0;
   for (int64_t c : recv_counts) total += c;
   return thread_->enqueue(describe("reduce_scatter", total, dtype),
-                          timed(CommOp::kReduceScatter, bytes_of(total, dtype),
+                          timed(CommOp::kReduceScatter, message_bytes(total, dtype),
                                 [=, comm = comm_->comm, counts = std::move(recv_counts)] {
     std::vector<int> c(counts.size());
     for (size_t i = 0; i < counts.size(); ++i) c[i] = checked_count(counts[i]);
@@ -204,7 +203,7 @@ CommHandle MpiCommunicator::all_gather_async(void* buf, int64_t block, int64_t s
   ZE_CHECK_GE(stride, block);
   count_all_gather(block, dtype);
   return thread_->enqueue(describe("all_gather", block * world_, dtype),
-                          timed(CommOp::kAllGather, bytes_of(block * world_, dtype), [=, comm = comm_->comm] {
+                          timed(CommOp::kAllGather, message_bytes(block * world_, dtype), [=, comm = comm_->comm] {
     // One block of `block` elements whose extent is `stride` elements, so
     // rank r's block lands at buf + r * stride (no staging copy).
     MPI_Datatype contiguous, strided;
@@ -222,7 +221,7 @@ CommHandle MpiCommunicator::all_gather_async(void* buf, int64_t block, int64_t s
 CommHandle MpiCommunicator::broadcast_async(void* buf, int64_t count, DType dtype, int root) {
   count_broadcast(count, dtype, root);
   return thread_->enqueue(describe("broadcast", count, dtype),
-                          timed(CommOp::kBroadcast, bytes_of(count, dtype), [=, comm = comm_->comm] {
+                          timed(CommOp::kBroadcast, message_bytes(count, dtype), [=, comm = comm_->comm] {
     return mpi_status(MPI_Bcast(buf, checked_count(count), mpi_type(dtype), root, comm), "MPI_Bcast");
   }));
 }
@@ -271,7 +270,7 @@ CommHandle MpiCommunicator::send_async(const void* buf, int64_t count, DType dty
   if (absl::Status s = check_peer("send to", peer); !s.ok()) return completed_work(s);
   count_send(count, dtype);
   return thread_->enqueue(cat(describe("send", count, dtype), " to rank ", peer),
-                          timed(CommOp::kSend, bytes_of(count, dtype), [=, comm = comm_->comm] {
+                          timed(CommOp::kSend, message_bytes(count, dtype), [=, comm = comm_->comm] {
     return mpi_status(MPI_Send(buf, checked_count(count), mpi_type(dtype), peer, 0, comm), "MPI_Send");
   }));
 }
@@ -279,7 +278,7 @@ CommHandle MpiCommunicator::send_async(const void* buf, int64_t count, DType dty
 CommHandle MpiCommunicator::recv_async(void* buf, int64_t count, DType dtype, int peer) {
   if (absl::Status s = check_peer("receive from", peer); !s.ok()) return completed_work(s);
   return thread_->enqueue(cat(describe("receive", count, dtype), " from rank ", peer),
-                          timed(CommOp::kRecv, bytes_of(count, dtype), [=, comm = comm_->comm] {
+                          timed(CommOp::kRecv, message_bytes(count, dtype), [=, comm = comm_->comm] {
     return mpi_status(MPI_Recv(buf, checked_count(count), mpi_type(dtype), peer, 0, comm, MPI_STATUS_IGNORE),
                       "MPI_Recv");
   }));
@@ -291,7 +290,7 @@ CommHandle MpiCommunicator::send_recv_async(const void* send, int64_t send_count
   count_send(send_count, dtype);
   return thread_->enqueue(
       cat(describe("send", send_count, dtype), " to and ", describe("receive", recv_count, dtype), " from rank ", peer),
-      timed(CommOp::kSendRecv, bytes_of(std::max(send_count, recv_count), dtype), [=, comm = comm_->comm] {
+      timed(CommOp::kSendRecv, message_bytes(std::max(send_count, recv_count), dtype), [=, comm = comm_->comm] {
         return mpi_status(MPI_Sendrecv(send, checked_count(send_count), mpi_type(dtype), peer, 0, recv,
                                        checked_count(recv_count), mpi_type(dtype), peer, 0, comm, MPI_STATUS_IGNORE),
                           "MPI_Sendrecv");

@@ -38,7 +38,6 @@ ncclDataType_t nccl_type(DType t) {
 
 char* at(void* p, int64_t elems, DType t) { return static_cast<char*>(p) + elems * static_cast<int64_t>(dtype_size(t)); }
 
-int64_t bytes_of(int64_t count, DType t) { return count * static_cast<int64_t>(dtype_size(t)); }
 
 // What a logged collective records once it is complete.
 struct EventTiming {
@@ -53,9 +52,16 @@ struct EventTiming {
 class EventWork final : public CommWork {
  public:
   // `event` is recorded after the launch; with `timing` it is timing-enabled.
-  EventWork(cudaEvent_t e, ncclComm_t comm, std::string what, double timeout_s,
-            std::unique_ptr<EventTiming> timing = nullptr)
-      : event_(e), comm_(comm), what_(std::move(what)), timeout_s_(timeout_s), timing_(std::move(timing)) {}
+  // `aborted` is the communicator's: set by the first wait that aborts it
+  // (the communicator then does not destroy it again).
+  EventWork(cudaEvent_t e, ncclComm_t comm, std::shared_ptr<std::atomic<bool>> aborted, std::string what,
+            double timeout_s, std::unique_ptr<EventTiming> timing = nullptr)
+      : event_(e),
+        comm_(comm),
+        aborted_(std::move(aborted)),
+        what_(std::move(what)),
+        timeout_s_(timeout_s),
+        timing_(std::move(timing)) {}
   ~EventWork() override {
     if (timing_ != nullptr) {
       // A handle dropped without a wait still counts, when its work is done.
@@ -82,19 +88,22 @@ class EventWork final : public CommWork {
       ncclResult_t async = ncclSuccess;
       ncclCommGetAsyncError(comm_, &async);
       if (async != ncclSuccess) {
-        ncclCommAbort(comm_);
-        return nccl_status(async, what_.c_str());
+        abort_once();
+        return comm_gave_up(nccl_status(async, what_.c_str()));
       }
       if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeout_s_) {
-        ncclCommAbort(comm_);
-        return absl::DeadlineExceededError(cat(what_, " did not finish within ", timeout_s_,
-                                               " s: a peer rank is not responding"));
+        abort_once();
+        return comm_gave_up(absl::DeadlineExceededError(cat(what_, " did not finish within ", timeout_s_,
+                                                            " s: a peer rank is not responding")));
       }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }
 
  private:
+  void abort_once() const {
+    if (!aborted_->exchange(true)) ncclCommAbort(comm_);
+  }
   // Records the start-to-finish time on the comm stream, the first time
   // the work is seen complete (waits and done() may race: once only).
   void record_once() const {
@@ -107,6 +116,7 @@ class EventWork final : public CommWork {
 
   cudaEvent_t event_;
   ncclComm_t comm_;
+  std::shared_ptr<std::atomic<bool>> aborted_;
   std::string what_;
   double timeout_s_;
   std::unique_ptr<EventTiming> timing_;
@@ -135,7 +145,8 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create(std::
 }
 
 NcclCommunicator::~NcclCommunicator() {
-  if (comm_ != nullptr) ncclCommDestroy(comm_);
+  // A wait that gave up has aborted it already (ncclCommAbort frees it).
+  if (comm_ != nullptr && !aborted_->load()) ncclCommDestroy(comm_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
@@ -158,12 +169,12 @@ CommHandle NcclCommunicator::run(const char* what, CommOp op, int64_t message_by
   launch();
   ZE_CUDA_CHECK_OK(cudaEventCreateWithFlags(&finished, timing != nullptr ? cudaEventDefault : cudaEventDisableTiming));
   ZE_CUDA_CHECK_OK(cudaEventRecord(finished, stream_));
-  return std::make_shared<EventWork>(finished, comm_, what, timeout_s_, std::move(timing));
+  return std::make_shared<EventWork>(finished, comm_, aborted_, what, timeout_s_, std::move(timing));
 }
 
 CommHandle NcclCommunicator::all_reduce_async(void* buf, int64_t count, DType dtype, ReduceOp op) {
   count_all_reduce(count, dtype);
-  return run("ncclAllReduce", CommOp::kAllReduce, bytes_of(count, dtype), [&] {
+  return run("ncclAllReduce", CommOp::kAllReduce, message_bytes(count, dtype), [&] {
     ZE_NCCL_CHECK(ncclAllReduce(buf, buf, static_cast<size_t>(count), nccl_type(dtype),
                                 op == ReduceOp::kSum ? ncclSum : ncclMax, comm_, stream_));
   });
@@ -175,7 +186,7 @@ CommHandle NcclCommunicator::reduce_scatter_async(const void* send, void* recv, 
   const bool even = std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c == counts[0]; });
   int64_t total = 0;
   for (int64_t c : counts) total += c;
-  return run("reduce_scatter", CommOp::kReduceScatter, bytes_of(total, dtype), [&] {
+  return run("reduce_scatter", CommOp::kReduceScatter, message_bytes(total, dtype), [&] {
     if (even) {
       ZE_NCCL_CHECK(ncclReduceScatter(send, recv, static_cast<size_t>(counts[0]), nccl_type(dtype), ncclSum, comm_,
                                       stream_));
@@ -197,7 +208,7 @@ CommHandle NcclCommunicator::reduce_scatter_async(const void* send, void* recv, 
 
 CommHandle NcclCommunicator::all_gather_async(void* buf, int64_t block, int64_t stride, DType dtype) {
   count_all_gather(block, dtype);
-  return run("all_gather", CommOp::kAllGather, bytes_of(block * world_size(), dtype), [&] {
+  return run("all_gather", CommOp::kAllGather, message_bytes(block * world_size(), dtype), [&] {
     if (stride == block) {
       ZE_NCCL_CHECK(ncclAllGather(at(buf, rank() * block, dtype), buf, static_cast<size_t>(block), nccl_type(dtype),
                                   comm_, stream_));
@@ -215,7 +226,7 @@ CommHandle NcclCommunicator::all_gather_async(void* buf, int64_t block, int64_t 
 
 CommHandle NcclCommunicator::broadcast_async(void* buf, int64_t count, DType dtype, int root) {
   count_broadcast(count, dtype, root);
-  return run("ncclBroadcast", CommOp::kBroadcast, bytes_of(count, dtype), [&] {
+  return run("ncclBroadcast", CommOp::kBroadcast, message_bytes(count, dtype), [&] {
     ZE_NCCL_CHECK(ncclBroadcast(buf, buf, static_cast<size_t>(count), nccl_type(dtype), root, comm_, stream_));
   });
 }
@@ -241,14 +252,14 @@ absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicator::split(int color,
 CommHandle NcclCommunicator::send_async(const void* buf, int64_t count, DType dtype, int peer) {
   if (absl::Status s = check_peer("send to", peer); !s.ok()) return completed_work(s);
   count_send(count, dtype);
-  return run("ncclSend", CommOp::kSend, bytes_of(count, dtype), [&] {
+  return run("ncclSend", CommOp::kSend, message_bytes(count, dtype), [&] {
     ZE_NCCL_CHECK(ncclSend(buf, static_cast<size_t>(count), nccl_type(dtype), peer, comm_, stream_));
   });
 }
 
 CommHandle NcclCommunicator::recv_async(void* buf, int64_t count, DType dtype, int peer) {
   if (absl::Status s = check_peer("receive from", peer); !s.ok()) return completed_work(s);
-  return run("ncclRecv", CommOp::kRecv, bytes_of(count, dtype), [&] {
+  return run("ncclRecv", CommOp::kRecv, message_bytes(count, dtype), [&] {
     ZE_NCCL_CHECK(ncclRecv(buf, static_cast<size_t>(count), nccl_type(dtype), peer, comm_, stream_));
   });
 }
@@ -257,7 +268,7 @@ CommHandle NcclCommunicator::send_recv_async(const void* send, int64_t send_coun
                                              DType dtype, int peer) {
   if (absl::Status s = check_peer("exchange with", peer); !s.ok()) return completed_work(s);
   count_send(send_count, dtype);
-  return run("ncclSend/ncclRecv", CommOp::kSendRecv, bytes_of(std::max(send_count, recv_count), dtype), [&] {
+  return run("ncclSend/ncclRecv", CommOp::kSendRecv, message_bytes(std::max(send_count, recv_count), dtype), [&] {
     ZE_NCCL_CHECK(ncclGroupStart());
     ZE_NCCL_CHECK(ncclSend(send, static_cast<size_t>(send_count), nccl_type(dtype), peer, comm_, stream_));
     ZE_NCCL_CHECK(ncclRecv(recv, static_cast<size_t>(recv_count), nccl_type(dtype), peer, comm_, stream_));

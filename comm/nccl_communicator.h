@@ -24,6 +24,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <atomic>
 #include <memory>
 
 #include "comm/communicator.h"
@@ -76,6 +77,8 @@ class NcclCommunicator final : public Communicator {
 
   std::unique_ptr<Communicator> bootstrap_;
   ncclComm_t comm_ = nullptr;
+  // Set by the first wait that aborts comm_ (a timeout or NCCL's async error).
+  std::shared_ptr<std::atomic<bool>> aborted_ = std::make_shared<std::atomic<bool>>(false);
   cudaStream_t stream_ = nullptr;
   cudaStream_t compute_ = nullptr;
   int device_ = 0;

@@ -28,7 +28,7 @@ std::atomic<bool> g_installed{false};
 std::atomic<const char* (*)()> g_probe{nullptr};
 sem_t g_watchdog;
 
-void unlink_registered() {
+void unlink_registered_files() {
   for (int i = 0; i < kSlots; ++i)
     if (g_used[i].load(std::memory_order_acquire)) ::unlink(g_paths[i]);
 }
@@ -68,7 +68,7 @@ const char* operation() {
 }
 
 [[noreturn]] void exit_now(int sig, const char* why) {
-  unlink_registered();
+  unlink_registered_files();
   Line()
       .add("ZeroEngine rank ").add(static_cast<long>(g_rank.load())).add(": terminated by signal ")
       .add(static_cast<long>(sig)).add(why).add(" during ").add(operation())
@@ -79,7 +79,7 @@ const char* operation() {
 
 void on_signal(int sig) {
   const int saved_errno = errno;
-  unlink_registered();
+  unlink_registered_files();
   int expected = 0;
   if (!g_graceful.load() || !g_stop.compare_exchange_strong(expected, sig)) exit_now(sig, "");
   Line()
@@ -147,5 +147,7 @@ void unregister_cleanup_file(const std::string& path) {
 }
 
 void set_operation_probe(const char* (*probe)()) { g_probe = probe; }
+
+void remove_cleanup_files() { unlink_registered_files(); }
 
 }  // namespace zero

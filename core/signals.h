@@ -36,6 +36,9 @@ int stop_requested();
 // Files to unlink when a signal ends the run (at most 32 at once).
 void register_cleanup_file(const std::string& path);
 void unregister_cleanup_file(const std::string& path);
+// Unlinks the registered files now (async-signal-safe): for a path that ends
+// the process without unwinding (a signal, a collective given up on).
+void remove_cleanup_files();
 
 // What this process is doing, for the messages: "" or e.g. "all_reduce of
 // 1.0 MiB fp32 (collective #22)". Set by the communicator.

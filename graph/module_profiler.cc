@@ -36,7 +36,7 @@ void ModuleProfiler::exit(const Module& m, ProfilePhase phase) {
   const Open o = open_.back();
   open_.pop_back();
   double seconds = t - o.start_s;
-  int64_t flops = backend_.ops().gemm_flops() - o.start_flops;
+  int64_t flops = static_cast<int64_t>(backend_.ops().gemm_flops() - o.start_flops);
   ModuleProfile& p = totals_[&m];
   constexpr int kRec = static_cast<int>(ProfilePhase::kRecompute);
   if (phase == ProfilePhase::kRecompute) {

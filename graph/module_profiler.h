@@ -62,7 +62,7 @@ class ModuleProfiler {
     const Module* module;
     ProfilePhase phase;
     double start_s;
-    int64_t start_flops;
+    uint64_t start_flops;  // Ops::gemm_flops() at entry
     // Recompute calls run inside this one (recorded as this module's recompute).
     double recompute_s;
     int64_t recompute_flops;

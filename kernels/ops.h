@@ -57,14 +57,15 @@ class Ops {
   // backend's run_matmul.
   void matmul(const Tensor& a, const Tensor& b, const Tensor& c, const MatmulSpec& spec,
               const Tensor& bias = Tensor()) {
-    gemm_flops_ += 2 * c.numel() * (spec.trans_a ? a.dim(-2) : a.dim(-1));
+    gemm_flops_ += static_cast<uint64_t>(2 * c.numel() * (spec.trans_a ? a.dim(-2) : a.dim(-1)));
     run_matmul(a, b, c, spec, bias);
   }
   // The GEMM floating-point operations issued through matmul() since this
-  // Ops was made (multiply and add each count one): what the FLOPs profiler
-  // attributes to modules and the progress line's achieved FLOP/s measures.
-  // Issued, not completed: on an asynchronous backend, synchronise first.
-  int64_t gemm_flops() const { return gemm_flops_; }
+  // Ops was made (multiply and add each count one), modulo 2^64 (a GPU
+  // passes 2^63 in hours): take differences, as the FLOPs profiler does when
+  // it attributes them to modules. Issued, not completed: on an asynchronous
+  // backend, synchronise first.
+  uint64_t gemm_flops() const { return gemm_flops_; }
 
   // Layer norm over the last dimension of x [N, C]:
   //   y = (x - mean) / sqrt(var + eps) * gamma + beta
@@ -216,7 +217,7 @@ class Ops {
                           const Tensor& bias) = 0;
 
  private:
-  int64_t gemm_flops_ = 0;
+  uint64_t gemm_flops_ = 0;
 };
 
 }  // namespace zero

@@ -410,7 +410,7 @@ std::vector<ConfigKey> run_config_keys() {
                       "train_micro_batch_size_per_gpu x data-parallel ranks sequences"));
   k.push_back(number("run.peak_tflops", ZE_FIELD(run.peak_tflops), kNonNegative,
                      "one rank's peak TFLOP/s, for MFU on the progress line (0: the rate measured at start on the model's "
-                     "largest GEMM; --peak-tflops)"));
+                     "MLP GEMM; --peak-tflops)"));
   // ---- DeepSpeed's monitors.
   for (const char* m : {"csv_monitor", "tensorboard"}) {
     const bool csv = std::string_view(m) == "csv_monitor";
@@ -447,7 +447,7 @@ std::vector<ConfigKey> run_config_keys() {
   k.push_back(boolean("comms_logger.enabled", ZE_FIELD(comms_logger.enabled),
                       "record every collective's size and latency; rank 0 prints the summary at the end"));
   k.push_back(boolean("comms_logger.verbose", ZE_FIELD(comms_logger.verbose),
-                      "also print each collective as it completes (rank 0's)"));
+                      "also print each collective (rank 0's; listed after each step)"));
   k.push_back(boolean("comms_logger.prof_all", ZE_FIELD(comms_logger.prof_all),
                       "record every op (false: only prof_ops)"));
   k.push_back(choice_list("comms_logger.prof_ops", ZE_FIELD(comms_logger.prof_ops), comm_op_names(),

@@ -49,7 +49,7 @@ struct RunSection {
   int64_t eval_every = 0;
   int64_t eval_steps = 10;
   // One device's (rank's) peak in TFLOP/s, for MFU on the progress line (0:
-  // the rate this rank measures at start on the model's largest GEMM).
+  // the rate this rank measures at start on the model's MLP GEMM).
   double peak_tflops = 0.0;
 };
 

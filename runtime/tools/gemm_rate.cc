@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <random>
+#include <vector>
 
 #include "absl/strings/str_format.h"
 #include "core/check.h"
@@ -19,8 +21,21 @@ GemmRate measure_gemm_rate(Backend& backend, DType dtype, int64_t m, int64_t k, 
   GemmRate r;
   r.m = std::clamp<int64_t>(m, 1, kCap), r.k = std::clamp<int64_t>(k, 1, kCap), r.n = std::clamp<int64_t>(n, 1, kCap);
   r.dtype = dtype;
-  Tensor a = backend.zeros({r.m, r.k}, dtype, MemCategory::kWorkspace);
-  Tensor b = backend.zeros({r.k, r.n}, dtype, MemCategory::kWorkspace);
+  // Operands of random values, not zeros (a GPU clocks higher on zeros).
+  auto random_operand = [&](int64_t rows, int64_t cols) {
+    std::vector<float> host(static_cast<size_t>(rows * cols));
+    std::mt19937 gen(static_cast<uint32_t>(rows * 31 + cols));
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (float& x : host) x = u(gen);
+    Tensor f32 = backend.empty({rows, cols}, DType::kF32, MemCategory::kWorkspace);
+    backend.copy(f32.data(), host.data(), host.size() * sizeof(float));
+    if (dtype == DType::kF32) return f32;
+    Tensor t = backend.empty({rows, cols}, dtype, MemCategory::kWorkspace);
+    backend.ops().cast(f32, t);
+    return t;
+  };
+  Tensor a = random_operand(r.m, r.k);
+  Tensor b = random_operand(r.k, r.n);
   Tensor c = backend.empty({r.m, r.n}, DType::kF32, MemCategory::kWorkspace);
   MatmulSpec spec;
   spec.compute = dtype;

@@ -1,8 +1,9 @@
-// The rate this rank's backend runs the model's largest GEMM at, measured at
-// start: the denominator of the progress line's MFU when no peak is given
-// (run.peak_tflops 0). A ratio to what the machine's GEMM library achieves on
-// the shape that dominates the step, rather than to a datasheet peak the
-// library never reaches; it says how much of the step is not GEMM time.
+// The rate this rank's backend runs the model's MLP GEMM at (micro-batch
+// tokens x d_model x MLP width on this rank: the shape that dominates a
+// block), measured at start: the denominator of the progress line's MFU when
+// no peak is given (run.peak_tflops 0). A ratio to what the machine's GEMM
+// library achieves on that shape rather than to a datasheet peak the library
+// never reaches: it says how much of the step is not GEMM time.
 #pragma once
 
 #include <cstdint>
@@ -21,7 +22,7 @@ struct GemmRate {
   std::string describe() const;  // "0.243 TFLOP/s (4096 x 768 x 3072 fp32)"
 };
 
-// Times C[m, n] = A[m, k] B[k, n] with A and B in `dtype` (the GEMM compute
+// Times C[m, n] = A[m, k] B[k, n] with A and B (random values) in `dtype` (the GEMM compute
 // dtype, as the model's matmuls run it) on the backend's compute stream:
 // one warm-up, then repeats until 0.2 s have passed (2 to 10 of them); the
 // rate is the fastest repeat's.

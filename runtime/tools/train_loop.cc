@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <iostream>
+#include <mutex>
 #include <optional>
 #include <sstream>
 
@@ -71,7 +72,7 @@ absl::StatusOr<int> run_training(const RunConfig& c, Backend& backend, Communica
     ZE_ASSIGN_OR_RETURN(evaluator, Evaluator::create(c));
   }
   // MFU's denominator: the peak given, else this rank's measured rate on the
-  // model's largest GEMM (its tokens x d_model x MLP width on this rank).
+  // model's MLP GEMM (its tokens x d_model x MLP width on this rank).
   double peak_tflops = c.run.peak_tflops;
   std::string peak_what = absl::StrFormat("%g TFLOP/s per rank (run.peak_tflops)", peak_tflops);
   if (peak_tflops <= 0) {
@@ -86,6 +87,20 @@ absl::StatusOr<int> run_training(const RunConfig& c, Backend& backend, Communica
   // DeepSpeed's comms_logger: the world and the groups split from it record
   // into one log, which outlives them (the groups go with the mesh, declared
   // below; the world is detached when this function returns).
+  // verbose: lines the communication threads hand over, printed by this
+  // thread between steps (never written to `out` from another thread).
+  struct VerboseLines {
+    std::mutex mu;
+    std::string text;
+  } verbose_lines;
+  auto print_verbose = [&] {
+    std::string text;
+    {
+      std::lock_guard<std::mutex> lock(verbose_lines.mu);
+      text.swap(verbose_lines.text);
+    }
+    out << text;
+  };
   std::unique_ptr<CommLog> comm_log;
   struct DetachLog {
     Communicator* world = nullptr;
@@ -96,7 +111,11 @@ absl::StatusOr<int> run_training(const RunConfig& c, Backend& backend, Communica
   if (c.comms_logger.enabled && (c.comms_logger.prof_all || !c.comms_logger.prof_ops.empty())) {
     CommLog::VerboseSink verbose;
     if (c.comms_logger.verbose && comm.rank() == 0) {
-      verbose = [&rank0_out](const std::string& line) { rank0_out << line + "\n"; };
+      verbose = [&verbose_lines](const std::string& line) {
+        std::lock_guard<std::mutex> lock(verbose_lines.mu);
+        verbose_lines.text += line;
+        verbose_lines.text += '\n';
+      };
     }
     // The config has checked the names.
     ZE_ASSIGN_OR_RETURN(comm_log, CommLog::create(c.comms_logger.prof_all ? std::vector<std::string>{}
@@ -355,9 +374,18 @@ absl::StatusOr<int> run_training(const RunConfig& c, Backend& backend, Communica
     // DeepSpeed's flops_profiler: the step run at global_steps == profile_step,
     // measured on the first rank of each pipeline stage.
     std::optional<ModuleProfiler> profiler;
+    // Detached on every way out of this step (an error too), before the
+    // profiler goes.
+    struct DetachProfiler {
+      Engine* engine = nullptr;
+      ~DetachProfiler() {
+        if (engine != nullptr) engine->set_module_profiler(nullptr);
+      }
+    } detach_profiler;
     if (profile_here && step == c.flops_profiler.profile_step) {
       profiler.emplace(backend);
       engine->set_module_profiler(&*profiler);
+      detach_profiler.engine = engine.get();
     }
     const auto t0 = std::chrono::steady_clock::now();
     // This data-parallel rank's slice of the global batch (see data_loader.h),
@@ -370,6 +398,7 @@ absl::StatusOr<int> run_training(const RunConfig& c, Backend& backend, Communica
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (profiler) {
       engine->set_module_profiler(nullptr);
+      detach_profiler.engine = nullptr;
       FlopsProfileStep ps;
       ps.profile_step = step;
       ps.run_steps = c.run.steps;
@@ -395,6 +424,7 @@ absl::StatusOr<int> run_training(const RunConfig& c, Backend& backend, Communica
     if (evaluator && (r.global_step % c.run.eval_every == 0 || r.global_step == c.run.steps)) {
       ZE_ASSIGN_OR_RETURN(totals.val_loss, evaluator->evaluate(*engine));
     }
+    print_verbose();  // this step's collectives, before its progress line
     progress.on_step(r, {seconds, tokens_per_step, static_cast<double>(c.train_batch_size)}, totals);
     if (monitors->enabled()) {
       // DeepSpeed's events, at its x axis: samples consumed.
@@ -432,6 +462,7 @@ absl::StatusOr<int> run_training(const RunConfig& c, Backend& backend, Communica
   if (!c.run.save_dir.empty() && last_saved != engine->global_step()) ZE_RETURN_IF_ERROR(save());
   progress.summary();
   if (comm_log) {
+    print_verbose();
     out << "comms_logger: rank 0's collectives over the run (latency from each op's start to its end on this rank, "
            "queueing excluded; busbw = algbw x nccl-tests' bus factor)\n"
         << comm_log->summary();

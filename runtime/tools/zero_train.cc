@@ -100,6 +100,7 @@ int g_rank = 0, g_world = 1;
 [[noreturn]] void end_on_comm_timeout(const absl::Status& s) {
   static std::mutex once;  // a second waiter waits here for the first's exit
   once.lock();
+  zero::remove_cleanup_files();  // the NVMe swap files: no destructor runs after _Exit
   std::cout.flush();
   std::fflush(stdout);
   std::fprintf(stderr, "zero-train%s: %s\n", g_world > 1 ? zero::cat(" (rank ", g_rank, ")").c_str() : "",
@@ -158,7 +159,7 @@ int main(int argc, char** argv) {
   }
   const int rank = (*comm)->rank(), world = (*comm)->world_size();
   g_rank = rank, g_world = world;
-  zero::CommThread::set_timeout_handler(end_on_comm_timeout);
+  zero::set_comm_timeout_handler(end_on_comm_timeout);
   // SIGINT/SIGTERM: stop at the next step boundary, swap files removed at once
   // (core/signals.h).
   zero::install_signal_handlers(rank);

@@ -100,7 +100,7 @@ TEST(CommThreadTest, AWaitThatGivesUpCallsTheTimeoutHandlerWhileTheOperationRuns
   std::condition_variable cv;
   bool release = false;
   CommThread thread(/*rank=*/1, /*timeout_s=*/0.2);
-  CommThread::set_timeout_handler([](const absl::Status& s) {
+  set_comm_timeout_handler([](const absl::Status& s) {
     g_handled.push_back(std::string(s.message()));
     EXPECT_TRUE(g_still_running.load()) << "the handler ran after the operation finished";
   });
@@ -131,7 +131,7 @@ TEST(CommThreadTest, AWaitThatGivesUpCallsTheTimeoutHandlerWhileTheOperationRuns
   EXPECT_TRUE(stuck->wait().ok());
   EXPECT_TRUE(thread.enqueue("barrier", [] { return absl::OkStatus(); })->wait().ok());
   EXPECT_EQ(g_handled.size(), 2u);
-  CommThread::set_timeout_handler(nullptr);
+  set_comm_timeout_handler(nullptr);
 }
 
 }  // namespace

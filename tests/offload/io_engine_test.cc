@@ -352,6 +352,46 @@ TEST_F(IoEngineTest, ModeDescribesRegistration) {
   EXPECT_EQ((*engine)->register_buffers({}).buffers_registered, false);
 }
 
+// huge_page_buffers collapses the 2 MiB-aligned part of registered buffers
+// into 2 MiB pages before registering them: contents survive, mode() says how
+// much, I/O through them is byte-exact, and the option turns it off.
+TEST_F(IoEngineTest, HugePageBuffersKeepContentsAndRoundTrip) {
+  constexpr size_t kBytes = 6 << 20;  // holds at least 4 MiB of 2 MiB-aligned pages wherever it lands
+  for (const bool huge : {true, false}) {
+    SCOPED_TRACE(huge ? "huge_page_buffers" : "4 KiB pages");
+    IoEngineOptions options;
+    options.huge_page_buffers = huge;
+    auto engine = IoEngine::create(options);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    auto pool = AlignedBufferPool::create(backend_, 2, kBytes);
+    ASSERT_TRUE(pool.ok());
+    uint8_t* data = (*pool)->buffer(0).data;
+    std::vector<uint8_t> expected(kBytes);
+    fill_pattern(expected.data(), kBytes, huge ? 11 : 12);
+    std::memcpy(data, expected.data(), kBytes);
+    const IoEngineMode& mode = (*engine)->register_buffers((*pool)->spans());
+    if (!mode.buffers_registered) GTEST_SKIP() << "registration refused here: " << mode.describe();
+    ASSERT_EQ(std::memcmp(data, expected.data(), kBytes), 0) << "collapsing changed the buffer's contents";
+    EXPECT_EQ(mode.huge_page_bytes % (2 << 20), 0u);
+    EXPECT_LE(mode.huge_page_bytes, mode.registered_buffer_bytes);
+    if (!huge) EXPECT_EQ(mode.huge_page_bytes, 0u);
+    if (mode.huge_page_bytes > 0) {
+      EXPECT_NE(mode.describe().find(" in 2 MiB pages"), std::string::npos) << mode.describe();
+    } else {
+      EXPECT_EQ(mode.describe().find(" in 2 MiB pages"), std::string::npos) << mode.describe();
+    }
+    auto file = (*engine)->open(dir_.file(huge ? "huge.swp" : "small.swp"), IoFileMode::kReadWrite);
+    ASSERT_TRUE(file.ok()) << file.status();
+    ASSERT_TRUE((*engine)->write(*file, data, kBytes, 0).ok());
+    uint8_t* back = (*pool)->buffer(1).data;
+    std::memset(back, 0, kBytes);
+    ASSERT_TRUE((*engine)->read(*file, back, kBytes, 0).ok());
+    EXPECT_EQ(std::memcmp(back, expected.data(), kBytes), 0);
+    EXPECT_EQ((*engine)->stats().fixed_buffer_requests, (*engine)->stats().requests);
+    ASSERT_TRUE((*engine)->close(*file).ok());
+  }
+}
+
 TEST_F(IoEngineTest, MisalignedOrWrongModeRequestsFailTheTransferWithoutIo) {
   auto engine = IoEngine::create(IoEngineOptions{});
   ASSERT_TRUE(engine.ok());

@@ -210,11 +210,14 @@ TEST(FlopsProfilerCliTest, PrintsTheProfileOfProfileStepOnce) {
   EXPECT_NE(r.output.find("fwd FLOPs per rank"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("(2.00 x fwd)"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("h.1.mlp.c_fc"), std::string::npos) << r.output;
-  // Printed between steps 1 and 2 of the progress lines (global_steps 1 is the second step).
-  const size_t profile = r.output.find("Profile summary"), step2 = r.output.find("step 2/3"),
-               step3 = r.output.find("step 3/3");
+  // global_steps 1 is the second step: its profile comes after step 1's
+  // progress line and before step 2's (printed after the step, like it).
+  const size_t profile = r.output.find("Profile summary"), step1 = r.output.find("step 1/3"),
+               step2 = r.output.find("step 2/3");
+  ASSERT_NE(step1, std::string::npos) << r.output;
   ASSERT_NE(step2, std::string::npos) << r.output;
-  EXPECT_LT(profile, step3) << r.output;
+  EXPECT_LT(step1, profile) << r.output;
+  EXPECT_LT(profile, step2) << r.output;
 }
 
 TEST(FlopsProfilerCliTest, WritesOutputFilePerPipelineStage) {
