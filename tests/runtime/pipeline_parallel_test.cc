@@ -141,18 +141,30 @@ absl::StatusOr<StepResult> train_step(Engine& engine, const Layout& l, int step,
   });
 }
 
+// The mesh of layout `l` over `comm` and the engine on it (both null, with a
+// test failure, when either cannot be made). `backend` must outlive them.
+struct Built {
+  std::unique_ptr<DeviceMesh> mesh;
+  std::unique_ptr<Engine> engine;
+};
+Built build(Communicator& comm, const Layout& l, CpuBackend& backend) {
+  absl::StatusOr<std::unique_ptr<DeviceMesh>> m = DeviceMesh::create(comm, l.tensor, l.pipeline);
+  EXPECT_TRUE(m.ok()) << m.status();
+  if (!m.ok()) return {};
+  absl::StatusOr<std::unique_ptr<Engine>> e = make_engine(**m, l, backend);
+  EXPECT_TRUE(e.ok()) << e.status();
+  if (!e.ok()) return {};
+  return {*std::move(m), *std::move(e)};
+}
+
 // `comm`: the world, or a communicator of one rank for the reference.
 RunResult train(Communicator& comm, const Layout& l, int steps = kSteps, const Checkpointing& ck = {}) {
   RunResult out;
-  absl::StatusOr<std::unique_ptr<DeviceMesh>> m = DeviceMesh::create(comm, l.tensor, l.pipeline);
-  EXPECT_TRUE(m.ok()) << m.status();
-  if (!m.ok()) return out;
-  const DeviceMesh& mesh = **m;
   CpuBackend backend;
-  absl::StatusOr<std::unique_ptr<Engine>> e = make_engine(mesh, l, backend);
-  EXPECT_TRUE(e.ok()) << e.status();
-  if (!e.ok()) return out;
-  Engine& engine = **e;
+  const Built built = build(comm, l, backend);
+  if (built.engine == nullptr) return out;
+  const DeviceMesh& mesh = *built.mesh;
+  Engine& engine = *built.engine;
   testing::CountingRows rows{kModel.seq_len, kModel.vocab_size, {}, {}};
   const std::vector<PipeInstruction> scheduled =
       pipeline_compute_order(l.schedule, l.pipeline, mesh.coordinates().pipeline, l.micro_batches);
@@ -337,15 +349,11 @@ absl::StatusOr<double> evaluate_rows(Engine& engine, testing::CountingRows& rows
 // it) and none waits; the evaluation after it is again the last one's.
 EvalResult evaluate_and_train(Communicator& comm, const Layout& l, bool evaluate) {
   EvalResult out;
-  absl::StatusOr<std::unique_ptr<DeviceMesh>> m = DeviceMesh::create(comm, l.tensor, l.pipeline);
-  EXPECT_TRUE(m.ok()) << m.status();
-  if (!m.ok()) return out;
-  const DeviceMesh& mesh = **m;
   CpuBackend backend;
-  absl::StatusOr<std::unique_ptr<Engine>> e = make_engine(mesh, l, backend);
-  EXPECT_TRUE(e.ok()) << e.status();
-  if (!e.ok()) return out;
-  Engine& engine = **e;
+  const Built built = build(comm, l, backend);
+  if (built.engine == nullptr) return out;
+  const DeviceMesh& mesh = *built.mesh;
+  Engine& engine = *built.engine;
   testing::CountingRows rows{kModel.seq_len, kModel.vocab_size, {}, {}};
   testing::CountingRows val_rows{kModel.seq_len, kModel.vocab_size, {}, {}};
   auto activation_bytes = [] {
