@@ -1,28 +1,14 @@
 // Page-aligned, tracked swap buffers; see aligned_buffer_pool.h.
 #include "offload/aligned_buffer_pool.h"
 
-#include <sys/mman.h>
-
 #include <cstdint>
 #include <cstring>
 
 #include "core/check.h"
 #include "core/status.h"
+#include "offload/huge_pages.h"
 
 namespace zero {
-
-namespace {
-
-// MADV_HUGEPAGE over the 2 MiB-aligned part of the range (best effort: the
-// pages stay 4 KiB where THP is off).
-void ask_for_huge_pages(uint8_t* data, size_t bytes) {
-  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
-  const uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + kHuge - 1) & ~(kHuge - 1);
-  const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + bytes) & ~(kHuge - 1);
-  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
-}
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<AlignedBufferPool>> AlignedBufferPool::create(Backend& backend,
                                                                              size_t count,
@@ -46,7 +32,7 @@ absl::StatusOr<std::unique_ptr<AlignedBufferPool>> AlignedBufferPool::create(Bac
     // memory; asking for 2 MiB pages first makes the IoEngine's collapse into
     // them (io_engine.cc) a no-op instead of a copy of every buffer.
     if (!backend.dry_run()) {
-      ask_for_huge_pages(static_cast<uint8_t*>((*s)->data()), rounded);
+      advise_huge_pages(static_cast<uint8_t*>((*s)->data()), rounded);
       std::memset((*s)->data(), 0, rounded);
     }
     storages.push_back(*std::move(s));

@@ -10,7 +10,6 @@
 #include <fcntl.h>
 #include <liburing.h>
 #include <sched.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -22,6 +21,7 @@
 #include "core/check.h"
 #include "core/memory_tracker.h"
 #include "core/status.h"
+#include "offload/huge_pages.h"
 
 namespace zero {
 
@@ -33,32 +33,6 @@ constexpr int kMaxNoProgressAttempts = 8;
 constexpr int64_t kMaxBlockSize = int64_t{1} << 30;  // an SQE length is 32-bit; registered buffers are <= 1 GiB
 constexpr int64_t kMaxQueueDepth = 4096;
 constexpr int kDryRunFirstFd = 1 << 30;  // above any descriptor a process can hold
-
-#ifndef MADV_COLLAPSE
-#define MADV_COLLAPSE 25  // Linux 6.1; older kernels answer EINVAL
-#endif
-constexpr uintptr_t kHugePageBytes = uintptr_t{2} << 20;
-
-// Collapses the 2 MiB-aligned part of [data, data + bytes) into 2 MiB pages,
-// one 2 MiB page at a time, keeping the contents; returns the bytes that now
-// are in 2 MiB pages. MADV_HUGEPAGE first, so the pages stay huge if the
-// range is ever faulted again. Every failure (no THP support, THP "never",
-// fragmented memory) is silent: the pages stay as they were.
-size_t collapse_to_huge_pages(uint8_t* data, size_t bytes) {
-  const auto begin = (reinterpret_cast<uintptr_t>(data) + kHugePageBytes - 1) & ~(kHugePageBytes - 1);
-  const auto end = (reinterpret_cast<uintptr_t>(data) + bytes) & ~(kHugePageBytes - 1);
-  if (end <= begin) return 0;
-  if (::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE) != 0) return 0;
-  size_t collapsed = 0;
-  for (uintptr_t p = begin; p < end; p += kHugePageBytes) {
-    if (::madvise(reinterpret_cast<void*>(p), kHugePageBytes, MADV_COLLAPSE) == 0) {
-      collapsed += kHugePageBytes;
-    } else if (errno == EINVAL || errno == EPERM) {
-      break;  // not supported here: the other pages will not fare better
-    }
-  }
-  return collapsed;
-}
 
 absl::Status system_status(int ret_or_minus_errno, IoCall call, std::string_view path,
                            std::string_view detail = {}) {
