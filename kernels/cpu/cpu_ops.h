@@ -19,8 +19,6 @@ class CpuOps final : public Ops {
  public:
   explicit CpuOps(Backend& backend);
 
-  void run_matmul(const Tensor& a, const Tensor& b, const Tensor& c, const MatmulSpec& spec,
-                  const Tensor& bias) override;
   void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
                          const Tensor& y, const Tensor& mean, const Tensor& var) override;
   void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
@@ -73,6 +71,10 @@ class CpuOps final : public Ops {
   int64_t count_nonfinite(const Tensor& x) override;
 
   const SimdKernels& simd() const { return simd_; }
+
+ protected:
+  void run_matmul(const Tensor& a, const Tensor& b, const Tensor& c, const MatmulSpec& spec,
+                  const Tensor& bias) override;
 
  private:
   const SimdKernels& simd_;

@@ -42,8 +42,6 @@ class CudaOps final : public Ops {
   CudaOps(const CudaOps&) = delete;
   CudaOps& operator=(const CudaOps&) = delete;
 
-  void run_matmul(const Tensor& a, const Tensor& b, const Tensor& c, const MatmulSpec& spec,
-                  const Tensor& bias) override;
   void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
                          const Tensor& y, const Tensor& mean, const Tensor& var) override;
   void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
@@ -96,6 +94,10 @@ class CudaOps final : public Ops {
   int64_t count_nonfinite(const Tensor& x) override;
 
   cudaStream_t stream() const { return stream_; }
+
+ protected:
+  void run_matmul(const Tensor& a, const Tensor& b, const Tensor& c, const MatmulSpec& spec,
+                  const Tensor& bias) override;
 
  private:
   CudaOps(Backend& backend, int device, cudaStream_t stream, cublasHandle_t cublas);

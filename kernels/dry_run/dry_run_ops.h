@@ -18,10 +18,6 @@ class DryRunOps final : public Ops {
   explicit DryRunOps(Backend& backend)
       : workspace_(backend), matmul_(workspace_, true), layernorm_(workspace_, true), gelu_(workspace_, true) {}
 
-  void run_matmul(const Tensor& a, const Tensor& b, const Tensor& c, const MatmulSpec& spec,
-                  const Tensor& bias) override {
-    matmul_.run(a, b, c, spec, bias);
-  }
   void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, const Tensor& y,
                          const Tensor& mean, const Tensor& var) override {
     layernorm_.forward(x, gamma, beta, eps, y, mean, var);
@@ -69,6 +65,12 @@ class DryRunOps final : public Ops {
   void lion(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const LionHyper&) override {}
   double sum_squares(const Tensor&) override { return 0.0; }
   int64_t count_nonfinite(const Tensor&) override { return 0; }
+
+ protected:
+  void run_matmul(const Tensor& a, const Tensor& b, const Tensor& c, const MatmulSpec& spec,
+                  const Tensor& bias) override {
+    matmul_.run(a, b, c, spec, bias);
+  }
 
  private:
   WorkspaceArena workspace_;

@@ -12,6 +12,7 @@
 #include <optional>
 #include <sstream>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_format.h"
 #include "comm/comm_log.h"
 #include "core/signals.h"
@@ -102,12 +103,9 @@ absl::StatusOr<int> run_training(const RunConfig& c, Backend& backend, Communica
     out << text;
   };
   std::unique_ptr<CommLog> comm_log;
-  struct DetachLog {
-    Communicator* world = nullptr;
-    ~DetachLog() {
-      if (world != nullptr) world->set_log(nullptr);
-    }
-  } detach_log;
+  const absl::Cleanup detach_log = [&] {
+    if (comm_log) comm.set_log(nullptr);
+  };
   if (c.comms_logger.enabled && (c.comms_logger.prof_all || !c.comms_logger.prof_ops.empty())) {
     CommLog::VerboseSink verbose;
     if (c.comms_logger.verbose && comm.rank() == 0) {
@@ -122,7 +120,6 @@ absl::StatusOr<int> run_training(const RunConfig& c, Backend& backend, Communica
                                                                           : c.comms_logger.prof_ops,
                                                   std::move(verbose)));
     comm.set_log(comm_log.get(), "world");
-    detach_log.world = &comm;
   }
   // The mesh (comm/device_mesh.h): tensor groups of T adjacent ranks, ZeRO
   // over the data groups; the model splits over this rank's tensor group.
@@ -376,16 +373,12 @@ absl::StatusOr<int> run_training(const RunConfig& c, Backend& backend, Communica
     std::optional<ModuleProfiler> profiler;
     // Detached on every way out of this step (an error too), before the
     // profiler goes.
-    struct DetachProfiler {
-      Engine* engine = nullptr;
-      ~DetachProfiler() {
-        if (engine != nullptr) engine->set_module_profiler(nullptr);
-      }
-    } detach_profiler;
+    const absl::Cleanup detach_profiler = [&] {
+      if (profiler) engine->set_module_profiler(nullptr);
+    };
     if (profile_here && step == c.flops_profiler.profile_step) {
       profiler.emplace(backend);
       engine->set_module_profiler(&*profiler);
-      detach_profiler.engine = engine.get();
     }
     const auto t0 = std::chrono::steady_clock::now();
     // This data-parallel rank's slice of the global batch (see data_loader.h),
@@ -397,8 +390,6 @@ absl::StatusOr<int> run_training(const RunConfig& c, Backend& backend, Communica
     }));
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (profiler) {
-      engine->set_module_profiler(nullptr);
-      detach_profiler.engine = nullptr;
       FlopsProfileStep ps;
       ps.profile_step = step;
       ps.run_steps = c.run.steps;
