@@ -4,7 +4,12 @@
 //  * BM_Gemm/<shape>/<dtype>: every GEMM of a GPT-2 124M training step at
 //    micro-batch 4, seq 64 (256 tokens): forward y = x W^T, backward dX = dY W
 //    and dW += dY^T X, for the qkv, attention-projection, MLP and LM-head
-//    shapes; fp32 and bf16 (bf16 inputs, fp32 accumulation and output).
+//    shapes; fp32, and bf16 as the engine runs it (bf16 activations, weights
+//    and gradients, fp32 accumulation). BM_Gemm/<shape>/<dtype>/<fwd|dgrad|
+//    wgrad> times each of the three alone. Counters: GFLOP/s, and its ratio to
+//    the arithmetic peak (bench/fma_peak.h) measured just before, in the same
+//    process. bench/peers/gemm_vs_torch.py runs these beside PyTorch's GEMMs
+//    of the same shapes, interleaved, for the per-shape table in the README.
 //  * BM_GptStep/<dtype>: one optimizer step of configs/gpt2-124m.json's model
 //    (forward, backward, AdamW) on synthetic tokens. Counters: achieved
 //    GFLOP/s (6 x parameters x tokens + 12 x layers x d_model x seq x tokens),
@@ -23,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/fma_peak.h"
 #include "graph/gpt.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "runtime/engine/engine.h"
@@ -60,30 +66,43 @@ std::vector<GemmShape> step_shapes(const GptConfig& g) {
 struct LinearGemms {
   Tensor x, w, y, dy, dx, dw;
   LinearGemms(Backend& b, const GemmShape& s, DType wdtype)
-      : x(b.zeros({kTokens, s.in}, DType::kF32, MemCategory::kActivations)),
+      : x(b.zeros({kTokens, s.in}, wdtype, MemCategory::kActivations)),
         w(b.zeros({s.out, s.in}, wdtype, MemCategory::kParameters)),
-        y(b.zeros({kTokens, s.out}, DType::kF32, MemCategory::kActivations)),
-        dy(b.zeros({kTokens, s.out}, DType::kF32, MemCategory::kActivations)),
-        dx(b.zeros({kTokens, s.in}, DType::kF32, MemCategory::kActivations)),
+        y(b.zeros({kTokens, s.out}, wdtype, MemCategory::kActivations)),
+        dy(b.zeros({kTokens, s.out}, wdtype, MemCategory::kActivations)),
+        dx(b.zeros({kTokens, s.in}, wdtype, MemCategory::kActivations)),
         dw(b.zeros({s.out, s.in}, wdtype, MemCategory::kGradients)) {
     b.ops().fill(x, 0.01f);
     b.ops().fill(w, 0.02f);
     b.ops().fill(dy, 0.001f);
   }
-  void run(Ops& ops, DType compute) {
-    ops.matmul(x, w, y, {.trans_b = true, .compute = compute});
-    ops.matmul(dy, w, dx, {.compute = compute});
-    ops.matmul(dy, x, dw, {.trans_a = true, .accumulate = true, .compute = compute});
+  // kind: 0 forward, 1 data gradient, 2 weight gradient; -1 all three.
+  void run(Ops& ops, DType compute, int kind = -1) {
+    if (kind < 0 || kind == 0) ops.matmul(x, w, y, {.trans_b = true, .compute = compute});
+    if (kind < 0 || kind == 1) ops.matmul(dy, w, dx, {.compute = compute});
+    if (kind < 0 || kind == 2) ops.matmul(dy, x, dw, {.trans_a = true, .accumulate = true, .compute = compute});
   }
   static double flops(const GemmShape& s) { return 3 * 2.0 * kTokens * s.in * s.out; }
 };
 
-void BM_Gemm(benchmark::State& state, const GemmShape& shape, DType dtype) {
+void BM_Gemm(benchmark::State& state, const GemmShape& shape, DType dtype, int kind) {
   CpuBackend backend;
   LinearGemms g(backend, shape, dtype);
-  for (auto _ : state) g.run(backend.ops(), dtype);
-  state.counters["GFLOP/s"] = benchmark::Counter(LinearGemms::flops(shape) * state.iterations() / 1e9,
-                                                 benchmark::Counter::kIsRate);
+  const double peak = bench::fma_peak_gflops(dtype);  // just before: the same clock and neighbours
+  g.run(backend.ops(), dtype, kind);                  // primitive creation
+  double seconds = 0;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    g.run(backend.ops(), dtype, kind);
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  const double flops = LinearGemms::flops(shape) / (kind < 0 ? 1 : 3);
+  const double rate = flops * static_cast<double>(state.iterations()) / seconds / 1e9;
+  state.counters["GFLOP/s"] = rate;
+  if (peak > 0) {
+    state.counters["peak_GFLOP/s"] = peak;
+    state.counters["ratio_to_peak"] = rate / peak;
+  }
 }
 
 // All GEMMs of one training step in `dtype`, timed together: the "GEMM rate of the same shapes".
@@ -165,9 +184,15 @@ void BM_Step(benchmark::State& state, const GptConfig& model, int64_t micro, Eng
 void register_all() {
   for (const GemmShape& s : kShapes) {
     for (DType d : {DType::kF32, DType::kBF16}) {
-      benchmark::RegisterBenchmark(("BM_Gemm/" + s.name + "/" + std::string(dtype_name(d))).c_str(),
-                                   [s, d](benchmark::State& st) { BM_Gemm(st, s, d); })
+      const std::string name = "BM_Gemm/" + s.name + "/" + std::string(dtype_name(d));
+      benchmark::RegisterBenchmark(name.c_str(), [s, d](benchmark::State& st) { BM_Gemm(st, s, d, -1); })
           ->Unit(benchmark::kMillisecond);
+      for (int kind = 0; kind < 3; ++kind) {
+        static const char* const kKinds[] = {"fwd", "dgrad", "wgrad"};
+        benchmark::RegisterBenchmark((name + "/" + kKinds[kind]).c_str(),
+                                     [s, d, kind](benchmark::State& st) { BM_Gemm(st, s, d, kind); })
+            ->Unit(benchmark::kMillisecond);
+      }
     }
   }
   for (DType d : {DType::kF32, DType::kBF16}) {

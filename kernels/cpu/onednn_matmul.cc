@@ -1,6 +1,8 @@
 // oneDNN matmul wrapper; see onednn_matmul.h.
 #include "kernels/cpu/onednn_matmul.h"
 
+#include <algorithm>
+
 #include "kernels/cpu/bf16_gemm_policy.h"
 #include "kernels/cpu/onednn_context.h"
 
@@ -10,28 +12,42 @@ namespace {
 
 using dims = dnnl::memory::dims;
 
-// Row-major [batch?, rows, cols] as stored; `transposed` describes the logical
-// [cols, rows] view of it, which is how oneDNN expresses A^T / B^T.
-dnnl::memory::desc matrix_md(int64_t batch, int64_t rows, int64_t cols, bool transposed, DType t) {
+// Row-major [batch?, rows, cols] as stored, each row `ld` elements apart (a
+// column slice of a wider matrix when ld > cols); `transposed` describes the
+// logical [cols, rows] view of it, which is how oneDNN expresses A^T / B^T.
+dnnl::memory::desc matrix_md(int64_t batch, int64_t rows, int64_t cols, bool transposed, DType t,
+                             int64_t ld = 0) {
   const auto dt = to_dnnl(t);
+  if (ld == 0) ld = cols;
   if (!transposed) {
-    if (batch == 0) return dnnl::memory::desc(dims{rows, cols}, dt, dims{cols, 1});
-    return dnnl::memory::desc(dims{batch, rows, cols}, dt, dims{rows * cols, cols, 1});
+    if (batch == 0) return dnnl::memory::desc(dims{rows, cols}, dt, dims{ld, 1});
+    return dnnl::memory::desc(dims{batch, rows, cols}, dt, dims{rows * ld, ld, 1});
   }
-  if (batch == 0) return dnnl::memory::desc(dims{cols, rows}, dt, dims{1, cols});
-  return dnnl::memory::desc(dims{batch, cols, rows}, dt, dims{rows * cols, 1, cols});
+  if (batch == 0) return dnnl::memory::desc(dims{cols, rows}, dt, dims{1, ld});
+  return dnnl::memory::desc(dims{batch, cols, rows}, dt, dims{rows * ld, 1, ld});
+}
+
+// K slices for a GEMM with a long reduction and a small output (see the
+// header): their count, 1 when the GEMM runs whole.
+constexpr int64_t kSliceMinK = 8192, kSliceK = 3072;
+int64_t k_slices(int64_t batch, int64_t m, int64_t n, int64_t k, DType gemm, DType out) {
+  if (batch != 0 || gemm != DType::kF32 || out != DType::kF32) return 1;
+  if (k < kSliceMinK || k <= 4 * std::max(m, n)) return 1;
+  return (k + kSliceK - 1) / kSliceK;
 }
 
 }  // namespace
 
-OneDnnMatmul::Entry& OneDnnMatmul::lookup(const Key& key) {
+OneDnnMatmul::Entry OneDnnMatmul::lookup(const Key& key) {
   auto it = cache_.find(key);
   if (it != cache_.end()) return it->second;
   Entry e;
-  // A logical [M, K]: stored [M, K], or [K, M] when transposed.
+  // A logical [M, K]: stored [M, K], or [K, M] when transposed; B logical
+  // [K, N]: stored [K, N], or [N, K]. A K slice of a stored [., K] keeps its
+  // row length k_stride.
   e.a_md = key.trans_a ? matrix_md(key.batch, key.k, key.m, true, key.gemm)
-                       : matrix_md(key.batch, key.m, key.k, false, key.gemm);
-  e.b_md = key.trans_b ? matrix_md(key.batch, key.n, key.k, true, key.gemm)
+                       : matrix_md(key.batch, key.m, key.k, false, key.gemm, key.k_stride);
+  e.b_md = key.trans_b ? matrix_md(key.batch, key.n, key.k, true, key.gemm, key.k_stride)
                        : matrix_md(key.batch, key.k, key.n, false, key.gemm);
   e.c_md = matrix_md(key.batch, key.m, key.n, false, key.out);
   if (key.has_bias) {
@@ -68,9 +84,21 @@ void OneDnnMatmul::run(const Tensor& a, const Tensor& b, const Tensor& c, const 
   const bool direct_out = c.dtype() == DType::kF32 || c.dtype() == gemm;
   const DType out = direct_out ? c.dtype() : DType::kF32;
 
-  Key key{batch, m, n, k, spec.trans_a, spec.trans_b, spec.accumulate && direct_out,
-          bias.defined(), gemm, out, spec.alpha};
-  Entry& e = lookup(key);
+  // One GEMM, or K slices: the first as asked (bias included), the rest adding
+  // into C. Slices are equal but the last; at most three distinct primitives.
+  const int64_t slices = k_slices(batch, m, n, k, gemm, out);
+  const int64_t slice_k = slices == 1 ? k : (k + slices - 1) / slices;
+  const bool accumulate = spec.accumulate && direct_out;
+  auto slice_key = [&](int64_t s) {
+    const int64_t ks = std::min(slice_k, k - s * slice_k);
+    return Key{batch, m, n, ks, k, spec.trans_a, spec.trans_b, s > 0 || accumulate,
+               bias.defined() && s == 0, gemm, out, spec.alpha};
+  };
+  const Entry e = lookup(slice_key(0));
+  size_t scratch = e.scratch_md.get_size();
+  for (int64_t s = 1; s < slices; s += std::max<int64_t>(1, slices - 2)) {  // slice 1 and the last
+    scratch = std::max(scratch, lookup(slice_key(s)).scratch_md.get_size());
+  }
 
   const SimdKernels& simd = simd_kernels();
   const size_t gemm_size = dtype_size(gemm);
@@ -79,7 +107,7 @@ void OneDnnMatmul::run(const Tensor& a, const Tensor& b, const Tensor& c, const 
       b.dtype() == gemm ? 0 : static_cast<size_t>(b.numel()) * gemm_size,
       bias.defined() && bias.dtype() != DType::kF32 ? static_cast<size_t>(n) * 4 : 0,
       direct_out ? 0 : static_cast<size_t>(c.numel()) * 4,
-      e.scratch_md.get_size(),
+      scratch,
   };
   void* buf[5];
   workspace_.carve(sizes, buf);
@@ -93,14 +121,22 @@ void OneDnnMatmul::run(const Tensor& a, const Tensor& b, const Tensor& c, const 
   if (buf[2] != nullptr) simd.cast(bias.data(), bias.dtype(), bias_ptr = buf[2], DType::kF32, n);
 
   OneDnn& ctx = OneDnn::get();
-  std::unordered_map<int, dnnl::memory> args{
-      {DNNL_ARG_SRC, dnnl::memory(e.a_md, ctx.engine, a_ptr)},
-      {DNNL_ARG_WEIGHTS, dnnl::memory(e.b_md, ctx.engine, b_ptr)},
-      {DNNL_ARG_DST, dnnl::memory(e.c_md, ctx.engine, c_ptr)},
-  };
-  if (buf[4] != nullptr) args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(e.scratch_md, ctx.engine, buf[4]));
-  if (bias_ptr != nullptr) args.emplace(DNNL_ARG_BIAS, dnnl::memory(e.bias_md, ctx.engine, bias_ptr));
-  e.primitive.execute(ctx.stream, args);
+  for (int64_t s = 0; s < slices; ++s) {
+    const Entry es = s == 0 ? e : lookup(slice_key(s));
+    // Slice s starts at column s·slice_k of a stored [., K] operand, at row
+    // s·slice_k of a stored [K, .] one.
+    const int64_t k0 = s * slice_k;
+    char* a_s = static_cast<char*>(a_ptr) + (spec.trans_a ? k0 * m : k0) * gemm_size;
+    char* b_s = static_cast<char*>(b_ptr) + (spec.trans_b ? k0 : k0 * n) * gemm_size;
+    std::unordered_map<int, dnnl::memory> args{
+        {DNNL_ARG_SRC, dnnl::memory(es.a_md, ctx.engine, a_s)},
+        {DNNL_ARG_WEIGHTS, dnnl::memory(es.b_md, ctx.engine, b_s)},
+        {DNNL_ARG_DST, dnnl::memory(es.c_md, ctx.engine, c_ptr)},
+    };
+    if (buf[4] != nullptr) args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(es.scratch_md, ctx.engine, buf[4]));
+    if (s == 0 && bias_ptr != nullptr) args.emplace(DNNL_ARG_BIAS, dnnl::memory(es.bias_md, ctx.engine, bias_ptr));
+    es.primitive.execute(ctx.stream, args);
+  }
   ctx.stream.wait();
 
   if (!direct_out) {

@@ -138,6 +138,41 @@ INSTANTIATE_TEST_SUITE_P(AllLayouts, MatmulLayoutTest,
                                   (std::get<2>(info.param) ? "_batched" : "_2d");
                          });
 
+// A long reduction into a small output runs as K slices each adding into C
+// (onednn_matmul.h: K >= 8192 and K > 4·max(M, N)); K = 9001 gives three
+// slices, the last shorter. Every layout, with alpha, accumulate and bias,
+// must still be the one product. Tolerance: the fp32 dot-product error grows
+// as sqrt(K), ~22x that of K = 19, so 1e-4 of max|C| (typical error here
+// ~1e-6 of max|C|; a misplaced slice is an O(1) error).
+using MatmulLongKTest = KernelTest;
+
+TEST_F(MatmulLongKTest, SlicedReductionIsTheWholeProduct) {
+  constexpr int64_t m = 3, n = 5, k = 9001;
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      SCOPED_TRACE(std::string(ta ? "At" : "A") + (tb ? "Bt" : "B"));
+      const Vec a = random_vec(m * k, -1.0, 1.0, 31), b = random_vec(k * n, -1.0, 1.0, 32);
+      const Vec expected = ref::matmul(a, b, m, n, k, ta, tb);
+      Tensor at = from_vec(a, ta ? Shape{k, m} : Shape{m, k});
+      Tensor bt = from_vec(b, tb ? Shape{n, k} : Shape{k, n});
+      Tensor c = empty({m, n}, DType::kF32);
+      ops().fill(c, 12345.0f);
+      ops().matmul(at, bt, c, {.trans_a = ta, .trans_b = tb});
+      EXPECT_TRUE(near_max_norm(to_vec(c), expected, 1e-4));
+
+      const Vec c0 = random_vec(m * n, -2.0, 2.0, 33);
+      Tensor acc = from_vec(c0, {m, n});
+      ops().matmul(at, bt, acc, {.trans_a = ta, .trans_b = tb, .alpha = 0.5f, .accumulate = true});
+      EXPECT_TRUE(near_max_norm(to_vec(acc), plus(c0, scaled(expected, 0.5)), 1e-4));
+
+      const Vec bias = random_vec(n, -3.0, 3.0, 34);  // added once, not once per slice
+      Tensor acc_bias = from_vec(c0, {m, n});
+      ops().matmul(at, bt, acc_bias, {.trans_a = ta, .trans_b = tb, .accumulate = true}, from_vec(bias, {n}));
+      EXPECT_TRUE(near_max_norm(to_vec(acc_bias), plus(c0, add_bias(expected, bias)), 1e-4));
+    }
+  }
+}
+
 // ------------------------------------------------------ reduced precision
 
 using MatmulPrecisionTest = KernelTest;

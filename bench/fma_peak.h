@@ -1,0 +1,75 @@
+// The machine's arithmetic ceiling for the GEMM benchmarks: independent
+// chains of 512-bit fp32 FMAs (32 FLOP each) or AVX512-BF16 dot products
+// (vdpbf16ps: 16 lanes x 2 bf16 products summed into fp32, 64 FLOP), on every
+// OpenMP thread, with no memory traffic. Twelve accumulators per thread hide
+// the instruction latency on the cores we run on (4 cycles, 2 pipes), so the
+// loop runs at the issue rate: the FLOP rate no GEMM kernel can exceed.
+#pragma once
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include <chrono>
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace zero::bench {
+
+namespace fma_peak_detail {
+
+constexpr int kChains = 12;
+
+__attribute__((target("avx512f"), noinline)) inline float fp32_chains(int64_t iters) {
+  __m512 acc[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = _mm512_set1_ps(0.001f * static_cast<float>(i));
+  const __m512 x = _mm512_set1_ps(0.9999f), y = _mm512_set1_ps(1e-6f);
+  for (int64_t it = 0; it < iters; ++it) {
+#pragma GCC unroll 12
+    for (int i = 0; i < kChains; ++i) acc[i] = _mm512_fmadd_ps(acc[i], x, y);
+  }
+  __m512 s = acc[0];
+  for (int i = 1; i < kChains; ++i) s = _mm512_add_ps(s, acc[i]);
+  return _mm512_reduce_add_ps(s);
+}
+
+__attribute__((target("avx512f,avx512bf16"), noinline)) inline float bf16_chains(int64_t iters) {
+  __m512 acc[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = _mm512_set1_ps(0.001f * static_cast<float>(i));
+  const __m512bh x = (__m512bh)_mm512_set1_epi16(0x3f80);  // 1.0
+  const __m512bh y = (__m512bh)_mm512_set1_epi16(0x3380);  // 2^-24
+  for (int64_t it = 0; it < iters; ++it) {
+#pragma GCC unroll 12
+    for (int i = 0; i < kChains; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], x, y);
+  }
+  __m512 s = acc[0];
+  for (int i = 1; i < kChains; ++i) s = _mm512_add_ps(s, acc[i]);
+  return _mm512_reduce_add_ps(s);
+}
+
+}  // namespace fma_peak_detail
+
+// GFLOP/s of the loop above on all OpenMP threads for about `seconds`; 0 when
+// this CPU lacks the instructions (AVX-512F, and AVX512-BF16 for bf16).
+inline double fma_peak_gflops(DType dtype, double seconds = 0.2) {
+  const bool bf16 = dtype == DType::kBF16;
+  if (!__builtin_cpu_supports("avx512f") || (bf16 && !__builtin_cpu_supports("avx512bf16"))) return 0;
+  const int64_t iters = static_cast<int64_t>(seconds * 3e9 / 2);  // ~2 instructions' worth per cycle at 3 GHz
+  const double flop_per_iter = fma_peak_detail::kChains * (bf16 ? 64.0 : 32.0);
+  volatile float sink = 0;
+  int threads = 1;
+  const auto t0 = std::chrono::steady_clock::now();
+#pragma omp parallel
+  {
+    const float r = bf16 ? fma_peak_detail::bf16_chains(iters / fma_peak_detail::kChains)
+                         : fma_peak_detail::fp32_chains(iters / fma_peak_detail::kChains);
+#pragma omp critical
+    sink = sink + r;
+#pragma omp single
+    threads = omp_get_num_threads();
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return flop_per_iter * static_cast<double>(iters / fma_peak_detail::kChains) * threads / s / 1e9;
+}
+
+}  // namespace zero::bench
