@@ -1,28 +1,34 @@
 // CPU AdamW against the memory-bandwidth ceiling, on 64 Mi fp32 parameters
 // with 2 OpenMP threads (this machine's cores). An Adam step is memory bound:
 // it reads p, g, m, v and writes p, m, v (28 bytes per parameter; 30 with the
-// fused bf16 parameter copy). The reference ceiling is an in-place
-// STREAM-style kernel, b[i] += k * c[i] (every write goes to a line just read,
-// as in Adam), counted as 12 bytes per element.
+// fused bf16 parameter copy).
 //
-// Each iteration runs the ceiling kernel and then the measured kernel
-// back to back, so a noisy host slows both; counters are medians over the
+// The ceiling is "adam_streams": Adam's own traffic (read p, g, m, v; write
+// p, m, v in place) with one multiply-add instead of Adam's arithmetic. A
+// second reference, the in-place STREAM-style kernel b[i] += k * c[i]
+// (12 bytes per element), runs before every measured step; it is not a
+// ceiling for Adam (fewer streams keep fewer misses in flight here, so Adam
+// can move more bytes per second than it), only a gauge of the host's state.
+//
+// Each iteration runs the STREAM kernel and then the measured kernel back to
+// back, so a noisy host slows both; counters are medians over the
 // iterations:
-//  * stream_GBps: the ceiling kernel;
+//  * stream_GBps: the STREAM-style kernel;
 //  * step_ms, Gparams_per_s, GBps: the measured kernel (GBps at 28 or 30
-//    bytes per parameter);
-//  * ratio_to_stream: GBps / stream_GBps (the target is >= 0.9).
+//    bytes per parameter; 16 for the bf16-master variant);
+//  * ratio_to_stream: GBps / stream_GBps.
 // Variants: "simd_fp32" (our kernel table, fp32 grads, no parameter copy),
 // "simd_bf16_copy" (same, plus the fused bf16 parameter write), "scalar_loop"
 // (a plain single-pass loop, not vectorised, same OpenMP split), and
-// "adam_streams": Adam's memory traffic without its arithmetic (p, m, v +=
-// k * g), the limit for Adam's own access pattern; "optimizer_bf16_master":
+// "adam_streams" (the ceiling above); "optimizer_bf16_master":
 // the engine's optimizer (kernels/optimizer.h) over bf16 master
 // weights and bf16 states with bf16 gradients and the bf16 parameter copy
 // (bf16_master_weights_and_grads + bf16_optimizer_states): 16 bytes per
-// parameter, each piece widened to fp32 staging, stepped and narrowed back. On this machine a kernel
-// with more streams keeps more misses in flight, so adam_streams (and our
-// kernel with it) can exceed the 2-stream ceiling: ratio_to_stream above 1.
+// parameter, each piece widened to fp32 staging, stepped and narrowed back.
+//
+// `adam_bench --step_server` serves single steps of simd_fp32 and
+// adam_streams over a pipe, so that bench/peers/adam_vs_deepspeed.py can
+// alternate them one by one with DeepSpeed's CPU Adam in its own process.
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
 #include <omp.h>
@@ -32,6 +38,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <iostream>
+#include <string>
 #include <vector>
 
 #include "core/dtype.h"
@@ -87,11 +95,16 @@ __attribute__((target("avx512f"), noinline)) void adam_streams_range(float* p, c
                                                                       int64_t begin, int64_t end) {
   const __m512 kv = _mm512_set1_ps(k);
   int64_t i = begin;
+  // All four loads of a vector before its three stores (a store issued
+  // between two loads made this loop ~7% slower than Adam's own, which loads
+  // everything first: a ceiling below the kernel it bounds is no ceiling).
   for (; i + 16 <= end; i += 16) {
-    const __m512 gk = _mm512_mul_ps(kv, _mm512_loadu_ps(g + i));
-    _mm512_storeu_ps(p + i, _mm512_add_ps(_mm512_loadu_ps(p + i), gk));
-    _mm512_storeu_ps(m + i, _mm512_add_ps(_mm512_loadu_ps(m + i), gk));
-    _mm512_storeu_ps(v + i, _mm512_add_ps(_mm512_loadu_ps(v + i), gk));
+    const __m512 gi = _mm512_loadu_ps(g + i), pi = _mm512_loadu_ps(p + i);
+    const __m512 mi = _mm512_loadu_ps(m + i), vi = _mm512_loadu_ps(v + i);
+    const __m512 gk = _mm512_mul_ps(kv, gi);
+    _mm512_storeu_ps(p + i, _mm512_add_ps(pi, gk));
+    _mm512_storeu_ps(m + i, _mm512_add_ps(mi, gk));
+    _mm512_storeu_ps(v + i, _mm512_add_ps(vi, gk));
   }
   for (; i < end; ++i) p[i] += k * g[i], m[i] += k * g[i], v[i] += k * g[i];
 }
@@ -275,7 +288,54 @@ BENCHMARK_CAPTURE(BM_AdamW, adam_streams, kAdamStreams)
 BENCHMARK_CAPTURE(BM_AdamW, optimizer_bf16_master, kNarrowBf16)
     ->UseManualTime()->Iterations(25)->Unit(benchmark::kMillisecond);
 
+// --step_server: for a peer measured step by step in another process
+// (bench/peers/adam_vs_deepspeed.py). Reads one word per line from stdin --
+// "adamw" (our kernel, fp32, the simd_fp32 variant) or "ceiling"
+// (adam_streams) -- runs that one step over kNumel elements and answers its
+// seconds on stdout, so the two programs' steps alternate one by one and a
+// shared host's noise falls on both alike.
+int step_server() {
+  omp_set_num_threads(kThreads);
+  const cpu::SimdKernels& k = cpu::simd_kernels();
+  Buffer p(kNumel, 4), g(kNumel, 4), m(kNumel, 4), v(kNumel, 4);
+  fill(p.f32(), kNumel, 2.0f, 1);
+  fill(g.f32(), kNumel, 0.02f, 2);
+  fill(m.f32(), kNumel, 0.002f, 3);
+  fill(v.f32(), kNumel, 0.0f, 4);
+  AdamWHyper h;
+  h.lr = 1e-4f;
+  h.weight_decay = 0.01f;
+  std::string word;
+  while (std::getline(std::cin, word)) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (word == "adamw") {
+      ++h.step;
+      k.adamw(p.f32(), g.data, DType::kF32, m.f32(), v.f32(), nullptr, DType::kF32, kNumel, h);
+    } else if (word == "ceiling") {
+      adam_streams(p.f32(), g.f32(), m.f32(), v.f32(), kNumel);
+    } else {
+      std::cerr << "adam_bench --step_server: unknown request '" << word << "' (adamw or ceiling)\n";
+      return 2;
+    }
+    std::cout << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << std::endl;
+  }
+  return 0;
+}
+
 }  // namespace
 }  // namespace zero
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  if (argc == 2 && std::string(argv[1]) == "--step_server") {
+    if (!__builtin_cpu_supports("avx512f")) {
+      std::cerr << "adam_bench: the ceiling kernel needs AVX-512\n";
+      return 1;
+    }
+    return zero::step_server();
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -20,6 +20,17 @@ namespace fma_peak_detail {
 
 constexpr int kChains = 12;
 
+// The accumulators' sum, so the loop is not dead code.
+__attribute__((target("avx512f"))) inline float sum_lanes(const __m512 (&acc)[kChains]) {
+  __m512 s = acc[0];
+  for (int i = 1; i < kChains; ++i) s = _mm512_add_ps(s, acc[i]);
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, s);
+  float total = 0;
+  for (float x : lanes) total += x;
+  return total;
+}
+
 __attribute__((target("avx512f"), noinline)) inline float fp32_chains(int64_t iters) {
   __m512 acc[kChains];
   for (int i = 0; i < kChains; ++i) acc[i] = _mm512_set1_ps(0.001f * static_cast<float>(i));
@@ -28,9 +39,7 @@ __attribute__((target("avx512f"), noinline)) inline float fp32_chains(int64_t it
 #pragma GCC unroll 12
     for (int i = 0; i < kChains; ++i) acc[i] = _mm512_fmadd_ps(acc[i], x, y);
   }
-  __m512 s = acc[0];
-  for (int i = 1; i < kChains; ++i) s = _mm512_add_ps(s, acc[i]);
-  return _mm512_reduce_add_ps(s);
+  return sum_lanes(acc);
 }
 
 __attribute__((target("avx512f,avx512bf16"), noinline)) inline float bf16_chains(int64_t iters) {
@@ -42,9 +51,7 @@ __attribute__((target("avx512f,avx512bf16"), noinline)) inline float bf16_chains
 #pragma GCC unroll 12
     for (int i = 0; i < kChains; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], x, y);
   }
-  __m512 s = acc[0];
-  for (int i = 1; i < kChains; ++i) s = _mm512_add_ps(s, acc[i]);
-  return _mm512_reduce_add_ps(s);
+  return sum_lanes(acc);
 }
 
 }  // namespace fma_peak_detail

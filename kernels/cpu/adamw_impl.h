@@ -9,7 +9,9 @@
 // One pass reads p, g, m, v and writes p, m, v (+ the copy): 28 (30 with a
 // bf16 copy) bytes per parameter, so the kernel is bound by memory, and what
 // decides its speed is how many cache misses the core keeps in flight
-// (bench/adam_bench.cc measures it against an in-place STREAM kernel):
+// (bench/adam_bench.cc measures it against adam_streams, the same loads and
+// stores without the arithmetic; bench/peers/adam_vs_deepspeed.py against
+// DeepSpeed's CPU Adam):
 //  * the loop is specialised on every option (dtypes, decay mode, copy or not)
 //    and runs over a whole range per call with the scalars in registers: a
 //    short loop body lets more iterations, so more misses, overlap;
