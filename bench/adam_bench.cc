@@ -51,7 +51,9 @@ namespace zero {
 namespace {
 
 constexpr int64_t kNumel = int64_t{64} << 20;
-constexpr int kThreads = 2;
+// OpenMP threads for every kernel here: 2 (this machine's cores), or the
+// step server's --threads.
+int g_threads = 2;
 constexpr double kStreamBytesPerElem = 12.0;
 
 // [begin, end) of this thread's contiguous share, a multiple of 16 elements
@@ -82,7 +84,7 @@ __attribute__((target("avx512f"), noinline)) void stream_range(float* b, const f
 
 // b[i] += k * c[i] with AVX-512, one contiguous range per thread.
 void stream_inplace(float* b, const float* c, float k, int64_t n) {
-#pragma omp parallel num_threads(kThreads)
+#pragma omp parallel num_threads(g_threads)
   {
     int64_t begin, end;
     thread_range(n, begin, end);
@@ -111,7 +113,7 @@ __attribute__((target("avx512f"), noinline)) void adam_streams_range(float* p, c
 
 // Reads p, g, m, v and writes p, m, v, like an Adam step, with one multiply.
 void adam_streams(float* p, const float* g, float* m, float* v, int64_t n) {
-#pragma omp parallel num_threads(kThreads)
+#pragma omp parallel num_threads(g_threads)
   {
     int64_t begin, end;
     thread_range(n, begin, end);
@@ -142,7 +144,7 @@ void scalar_adamw(float* p, const float* g, float* m, float* v, int64_t n, const
   const double t = static_cast<double>(h.step);
   const float bc1 = static_cast<float>(1.0 - std::pow(h.beta1, t));
   const float bc2_rsqrt = static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(h.beta2, t)));
-#pragma omp parallel num_threads(kThreads)
+#pragma omp parallel num_threads(g_threads)
   {
     int64_t begin, end;
     thread_range(n, begin, end);
@@ -163,7 +165,7 @@ struct Buffer {
 };
 
 void fill(float* x, int64_t n, float scale, uint32_t seed) {
-#pragma omp parallel num_threads(kThreads)
+#pragma omp parallel num_threads(g_threads)
   {
     int64_t begin, end;
     thread_range(n, begin, end);
@@ -187,7 +189,7 @@ void BM_AdamW(benchmark::State& state, Variant variant) {
     state.SkipWithError("the STREAM-style ceiling kernel needs AVX-512");
     return;
   }
-  omp_set_num_threads(kThreads);
+  omp_set_num_threads(g_threads);
   const cpu::SimdKernels& k = cpu::simd_kernels();
   Buffer p(kNumel, 4), g(kNumel, 4), m(kNumel, 4), v(kNumel, 4), copy(kNumel, 2);
   Buffer sb(kNumel, 4), sc(kNumel, 4);
@@ -269,7 +271,7 @@ void BM_AdamW(benchmark::State& state, Variant variant) {
 
   const double n = static_cast<double>(kNumel);
   const double step_med = median(step_s), stream_med = median(stream_s);
-  state.counters["threads"] = kThreads;
+  state.counters["threads"] = g_threads;
   state.counters["stream_GBps"] = kStreamBytesPerElem * n / stream_med * 1e-9;
   state.counters["step_ms"] = 1e3 * step_med;
   state.counters["Gparams_per_s"] = n / step_med * 1e-9;
@@ -288,14 +290,15 @@ BENCHMARK_CAPTURE(BM_AdamW, adam_streams, kAdamStreams)
 BENCHMARK_CAPTURE(BM_AdamW, optimizer_bf16_master, kNarrowBf16)
     ->UseManualTime()->Iterations(25)->Unit(benchmark::kMillisecond);
 
-// --step_server: for a peer measured step by step in another process
-// (bench/peers/adam_vs_deepspeed.py). Reads one word per line from stdin --
+// --step_server [--threads N]: for a peer measured step by step in another
+// process (bench/peers/adam_vs_deepspeed.py), on N threads (default 2).
+// Reads one word per line from stdin --
 // "adamw" (our kernel, fp32, the simd_fp32 variant) or "ceiling"
 // (adam_streams) -- runs that one step over kNumel elements and answers its
 // seconds on stdout, so the two programs' steps alternate one by one and a
 // shared host's noise falls on both alike.
 int step_server() {
-  omp_set_num_threads(kThreads);
+  omp_set_num_threads(g_threads);
   const cpu::SimdKernels& k = cpu::simd_kernels();
   Buffer p(kNumel, 4), g(kNumel, 4), m(kNumel, 4), v(kNumel, 4);
   fill(p.f32(), kNumel, 2.0f, 1);
@@ -326,7 +329,14 @@ int step_server() {
 }  // namespace zero
 
 int main(int argc, char** argv) {
-  if (argc == 2 && std::string(argv[1]) == "--step_server") {
+  if (argc >= 2 && std::string(argv[1]) == "--step_server") {
+    if (argc == 4 && std::string(argv[2]) == "--threads") {
+      zero::g_threads = std::atoi(argv[3]);
+    }
+    if (zero::g_threads < 1 || (argc != 2 && argc != 4) || (argc == 4 && std::string(argv[2]) != "--threads")) {
+      std::cerr << "usage: adam_bench --step_server [--threads N]  (N >= 1)\n";
+      return 2;
+    }
     if (!__builtin_cpu_supports("avx512f")) {
       std::cerr << "adam_bench: the ceiling kernel needs AVX-512\n";
       return 1;

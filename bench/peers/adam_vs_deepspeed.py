@@ -33,17 +33,17 @@ def main():
     ap.add_argument("--steps", type=int, default=40, help="alternations (one step of each per alternation)")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
-    os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)  # DeepSpeed's OpenMP, here and in its op
     # Idle OpenMP threads sleep instead of spinning: one program's threads
     # spinning after its step would take cores from the other's next step.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
     import torch
     import deepspeed
     from deepspeed.ops.adam import DeepSpeedCPUAdam
     torch.set_num_threads(args.threads)
 
-    server = subprocess.Popen([args.bench, "--step_server"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              text=True, env=dict(os.environ, OMP_NUM_THREADS=str(args.threads)))
+    server = subprocess.Popen([args.bench, "--step_server", "--threads", str(args.threads)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
     def ours(word):
         server.stdin.write(word + "\n")

@@ -19,6 +19,7 @@ Needs a Python with torch (not a project dependency; for example
 """
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import time
@@ -53,9 +54,11 @@ def torch_rate(out, inn, dtype, kind, min_time):
             return 2.0 * TOKENS * inn * out * n / elapsed / 1e9
 
 
-def ours(bench, min_time):
+def ours(bench, min_time, threads):
+    # Google Benchmark 1.7 (Debian 12) takes the minimum time as a bare number of seconds.
     out = subprocess.run([bench, "--benchmark_filter=BM_Gemm/.*/.*/", "--benchmark_format=json",
-                          f"--benchmark_min_time={min_time}s"], check=True, capture_output=True, text=True)
+                          f"--benchmark_min_time={min_time}"], check=True, capture_output=True, text=True,
+                         env=dict(os.environ, OMP_NUM_THREADS=str(threads)))
     rates = {}
     for b in json.loads(out.stdout)["benchmarks"]:
         _, shape, dt, kind = b["name"].split("/")
@@ -73,7 +76,7 @@ def main():
     torch.set_num_threads(args.threads)
     ze, pt, peak = {}, {}, {}
     for r in range(args.rounds):
-        for key, (rate, pk) in ours(args.bench, args.min_time).items():
+        for key, (rate, pk) in ours(args.bench, args.min_time, args.threads).items():
             ze.setdefault(key, []).append(rate)
             peak.setdefault(key, []).append(pk)
         for name, out, inn in SHAPES:

@@ -9,10 +9,16 @@
 // An fp32 GEMM whose reduction is long and whose output is small (K >= 8192
 // and K > 4·max(M, N): the LM head's data gradient, dX = dLogits · W over the
 // vocabulary) runs as a sum of GEMMs over K slices of about 3072, each adding
-// into C: oneDNN's brgemm parallelises over C's blocks, and one 256 x 768
-// output over K = 50304 ran at 0.6 of the FMA peak where the slices run at
-// 0.9 (bench/gpt_step_bench BM_Gemm/lm_head/fp32/dgrad). The sum is still
-// fp32; only its order changes.
+// into C. What it buys is oneDNN's kernel, not the slicing: oneDNN 2.6 gives
+// a dense fp32 matmul its brgemm kernel (and next_impl() offers no other),
+// which on a 256 x 768 output over K = 50304 runs at 0.59 of the FMA peak;
+// a K slice of a row-major operand has a row stride wider than the slice,
+// and for that oneDNN runs its gemm:jit (sgemm) kernel, at 0.93 here
+// (bench/gpt_step_bench BM_Gemm/lm_head/fp32/dgrad; one strided call over
+// the whole K runs as fast, but needs a padded copy). A oneDNN whose brgemm
+// takes strided operands would silently give the gain back; that benchmark's
+// ratio_to_peak is where it shows. The sum is still fp32; only its order
+// changes.
 #pragma once
 
 #include <oneapi/dnnl/dnnl.hpp>
