@@ -173,6 +173,20 @@ TEST_F(MatmulLongKTest, SlicedReductionIsTheWholeProduct) {
   }
 }
 
+// Five slices (K = 12293: four of 2459 and a last of 2457, so the middle
+// primitive is reused) into a bf16 output, which is staged in fp32, summed
+// over the slices there and rounded to bf16 once, onto C: the result is
+// within one bf16 rounding of the exact C + product.
+TEST_F(MatmulLongKTest, ManySlicesIntoABf16OutputRoundOnce) {
+  constexpr int64_t m = 4, n = 3, k = 12293;
+  const Vec a = random_vec(m * k, -1.0, 1.0, 41), b = random_vec(k * n, -1.0, 1.0, 42);
+  const Vec c0 = rounded(random_vec(m * n, -50.0, 50.0, 43), DType::kBF16);
+  Tensor c = from_vec(c0, {m, n}, DType::kBF16);
+  ops().matmul(from_vec(a, {m, k}), from_vec(b, {n, k}), c, {.trans_b = true, .accumulate = true});
+  const Vec expected = plus(c0, ref::matmul(a, b, m, n, k, false, true));
+  EXPECT_TRUE(near_each(to_vec(c), expected, unit_roundoff(DType::kBF16), 1e-4 * max_abs(expected)));
+}
+
 // ------------------------------------------------------ reduced precision
 
 using MatmulPrecisionTest = KernelTest;
