@@ -330,10 +330,9 @@ int step_server() {
 
 int main(int argc, char** argv) {
   if (argc >= 2 && std::string(argv[1]) == "--step_server") {
-    if (argc == 4 && std::string(argv[2]) == "--threads") {
-      zero::g_threads = std::atoi(argv[3]);
-    }
-    if (zero::g_threads < 1 || (argc != 2 && argc != 4) || (argc == 4 && std::string(argv[2]) != "--threads")) {
+    const bool threads_given = argc == 4 && std::string(argv[2]) == "--threads";
+    if (threads_given) zero::g_threads = std::atoi(argv[3]);
+    if ((argc != 2 && !threads_given) || zero::g_threads < 1) {
       std::cerr << "usage: adam_bench --step_server [--threads N]  (N >= 1)\n";
       return 2;
     }

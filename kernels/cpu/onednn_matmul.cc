@@ -38,7 +38,7 @@ int64_t k_slices(int64_t batch, int64_t m, int64_t n, int64_t k, DType gemm, DTy
 
 }  // namespace
 
-OneDnnMatmul::Entry OneDnnMatmul::lookup(const Key& key) {
+const OneDnnMatmul::Entry& OneDnnMatmul::lookup(const Key& key) {
   auto it = cache_.find(key);
   if (it != cache_.end()) return it->second;
   Entry e;
@@ -94,10 +94,11 @@ void OneDnnMatmul::run(const Tensor& a, const Tensor& b, const Tensor& c, const 
     return Key{batch, m, n, ks, k, spec.trans_a, spec.trans_b, s > 0 || accumulate,
                bias.defined() && s == 0, gemm, out, spec.alpha};
   };
-  const Entry e = lookup(slice_key(0));
+  const Entry& e = lookup(slice_key(0));
   size_t scratch = e.scratch_md.get_size();
-  for (int64_t s = 1; s < slices; s += std::max<int64_t>(1, slices - 2)) {  // slice 1 and the last
-    scratch = std::max(scratch, lookup(slice_key(s)).scratch_md.get_size());
+  if (slices > 1) {  // the other two primitives: slice 1's (the middle ones') and the last's
+    scratch = std::max({scratch, lookup(slice_key(1)).scratch_md.get_size(),
+                        lookup(slice_key(slices - 1)).scratch_md.get_size()});
   }
 
   const SimdKernels& simd = simd_kernels();
@@ -122,7 +123,7 @@ void OneDnnMatmul::run(const Tensor& a, const Tensor& b, const Tensor& c, const 
 
   OneDnn& ctx = OneDnn::get();
   for (int64_t s = 0; s < slices; ++s) {
-    const Entry es = s == 0 ? e : lookup(slice_key(s));
+    const Entry& es = s == 0 ? e : lookup(slice_key(s));
     // Slice s starts at column s·slice_k of a stored [., K] operand, at row
     // s·slice_k of a stored [K, .] one.
     const int64_t k0 = s * slice_k;

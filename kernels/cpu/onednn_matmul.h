@@ -23,7 +23,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
-#include "absl/container/flat_hash_map.h"
+#include "absl/container/node_hash_map.h"
 #include "kernels/cpu/simd_kernels.h"
 #include "kernels/workspace_arena.h"
 #include "kernels/ops.h"
@@ -60,13 +60,13 @@ class OneDnnMatmul {
     dnnl::memory::desc a_md, b_md, c_md, bias_md, scratch_md;
   };
 
-  // The cached primitive for `key` (a copy: oneDNN objects are handles, and
-  // the map may rehash on the next lookup).
-  Entry lookup(const Key& key);
+  // The cached primitive for `key`; references stay valid across lookups
+  // (a node map), so the slices of one call can hold theirs.
+  const Entry& lookup(const Key& key);
 
   WorkspaceArena& workspace_;
   bool dry_run_;
-  absl::flat_hash_map<Key, Entry> cache_;
+  absl::node_hash_map<Key, Entry> cache_;
 };
 
 }  // namespace zero::cpu
