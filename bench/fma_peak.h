@@ -5,7 +5,9 @@
 // the instruction latency on the cores we run on (4 cycles, 2 pipes), so the
 // loop runs at the issue rate: the FLOP rate no GEMM kernel can exceed on a
 // CPU without AMX. Where AMX is present (oneDNN's bf16 GEMMs use its tiles,
-// far faster than vdpbf16ps), there is no bf16 figure: 0.
+// far faster than vdpbf16ps), there is no bf16 figure: 0. The FLOPs of one
+// instruction and the CPU flags come from kernels/cpu/cpu_peak.h, which also
+// computes the ISA x clock peak zero-train's MFU is taken against.
 #pragma once
 
 #include <immintrin.h>
@@ -13,10 +15,10 @@
 
 #include <chrono>
 #include <cstdint>
-#include <fstream>
 #include <string>
 
 #include "core/dtype.h"
+#include "kernels/cpu/cpu_peak.h"
 
 namespace zero::bench {
 
@@ -60,26 +62,16 @@ __attribute__((target("avx512f,avx512bf16"), noinline)) inline float bf16_chains
 
 }  // namespace fma_peak_detail
 
-// Whether /proc/cpuinfo lists a flag (GCC 12's __builtin_cpu_supports knows no AMX).
-inline bool cpu_flag(const std::string& flag) {
-  std::ifstream in("/proc/cpuinfo");
-  std::string word;
-  while (in >> word) {
-    if (word == flag) return true;
-  }
-  return false;
-}
-
 // GFLOP/s of the loop above on all OpenMP threads for about `seconds`; 0 when
 // this CPU lacks the instructions (AVX-512F, and AVX512-BF16 for bf16) or,
 // for bf16, has AMX.
 inline double fma_peak_gflops(DType dtype, double seconds = 0.2) {
   const bool bf16 = dtype == DType::kBF16;
   if (!__builtin_cpu_supports("avx512f") || (bf16 && !__builtin_cpu_supports("avx512bf16"))) return 0;
-  if (bf16 && cpu_flag("amx_bf16")) return 0;
+  if (bf16 && cpu::cpu_flag("amx_bf16")) return 0;
   // Instructions per thread: two per cycle at about 3 GHz for `seconds`.
   const int64_t iters = static_cast<int64_t>(seconds * 6e9);
-  const double flop_per_iter = fma_peak_detail::kChains * (bf16 ? 64.0 : 32.0);
+  const double flop_per_iter = fma_peak_detail::kChains * cpu::fma_instruction_flop(dtype, 512);
   volatile float sink = 0;
   int threads = 1;
   const auto t0 = std::chrono::steady_clock::now();

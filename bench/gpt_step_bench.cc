@@ -178,6 +178,7 @@ void BM_Step(benchmark::State& state, const GptConfig& model, int64_t micro, Eng
   state.counters[std::string("gemm_") + std::string(dtype_name(gemm_dtype)) + "_GFLOP/s"] = gemm_rate / 1e9;
   state.counters["ratio_to_gemm"] = achieved / gemm_rate;
   state.counters["peak_MiB"] = static_cast<double>(peak_bytes) / (1024.0 * 1024.0);
+  state.counters["peak_GiB"] = static_cast<double>(peak_bytes) / (1024.0 * 1024.0 * 1024.0);  // the README's unit
   state.counters["params_M"] = static_cast<double>(model.num_parameters()) / 1e6;
 }
 

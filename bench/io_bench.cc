@@ -5,10 +5,13 @@
 //   build/bench/io_bench [--dir=DIR] [--size_mib=4096] [--rounds=7] [--huge_pages=1]
 //                        [--fio_mem=SPEC] [benchmark flags]
 //
-// DIR defaults to the build tree. One file of size_mib (4 GiB; less when the
-// filesystem has less than that plus 1 GiB free) is laid out once, then every
-// run overwrites or reads it in place, which is what a swap file sees in
-// steady state; the file is removed at the end.
+// DIR defaults to the build tree. The arguments are all checked first (--help
+// prints them and exits 0; an unknown one exits 2), before anything is
+// written. One file of size_mib (4 GiB; less when the filesystem has less than
+// that plus 1 GiB free) is then laid out once, and every run overwrites or
+// reads it in place, which is what a swap file sees in steady state; the file
+// is removed however the program ends (an error, SIGINT, SIGTERM or SIGHUP
+// included; SIGKILL aside).
 //
 // The disk here is virtual and its bandwidth swings by 2x from minute to
 // minute, so each repetition runs IoEngine and fio back to back (alternating
@@ -41,11 +44,14 @@
 // a tmpfs mounted huge=always does not: fio's mmap: maps it privately, in
 // 4 KiB pages; and mmapshared: buffers fail io_uring's registration.)
 #include <benchmark/benchmark.h>
+#include <signal.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -65,6 +71,23 @@ namespace {
 constexpr int64_t kBlockBytes = 1 << 20;
 constexpr int64_t kChunkBytes = 64 << 20;  // one request; the buffer every request uses
 constexpr int64_t kFreeMarginBytes = int64_t{1} << 30;
+
+constexpr const char* kUsage = R"(usage: io_bench [--dir=DIR] [--size_mib=N] [--rounds=N] [--huge_pages=0|1] [--fio_mem=SPEC]
+                [benchmark flags]
+
+Sequential O_DIRECT write and read bandwidth of IoEngine and of fio (when
+installed) on one file, block 1 MiB, queue depth 32 and 8.
+
+  --dir=DIR          where the file goes (default: the build tree); not tmpfs (no O_DIRECT)
+  --size_mib=N       the file's size in MiB, at least 64 (default 4096; less when DIR has less free)
+  --rounds=N         repetitions of each benchmark (default 7)
+  --huge_pages=0|1   IoEngine's buffers in 2 MiB pages (default 1)
+  --fio_mem=SPEC     fio's --mem (default: fio's malloc)
+  --help             this text and Google Benchmark's flags
+
+The file is removed however the program ends.
+
+)";
 
 struct BenchConfig {
   std::string dir = ZE_BUILD_DIR;
@@ -97,6 +120,7 @@ double run_ours(bool write, int qd, benchmark::State* state, std::string* mode_o
   auto engine = IoEngine::create(options);
   if (!engine.ok()) {
     if (state) state->SkipWithError(engine.status().ToString().c_str());
+    else std::fprintf(stderr, "io_bench: %s\n", engine.status().ToString().c_str());
     return -1;
   }
   (*engine)->register_buffers(g_pool->spans());
@@ -104,6 +128,7 @@ double run_ours(bool write, int qd, benchmark::State* state, std::string* mode_o
   auto file = (*engine)->open(g_config.path, write ? IoFileMode::kWrite : IoFileMode::kRead);
   if (!file.ok()) {
     if (state) state->SkipWithError(file.status().ToString().c_str());
+    else std::fprintf(stderr, "io_bench: %s\n", file.status().ToString().c_str());
     return -1;
   }
   std::vector<IoRequest> requests;
@@ -196,18 +221,44 @@ void BM_SequentialIo(benchmark::State& state, bool write, int qd) {
   state.SetBytesProcessed(g_config.size_bytes * state.iterations());
 }
 
-bool parse_flags(int* argc, char** argv) {
+// A whole decimal integer in [lo, hi], or false.
+bool parse_int(const std::string& s, int64_t lo, int64_t hi, int64_t* out) {
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(s.c_str(), &end, 10);
+  if (s.empty() || errno != 0 || end != s.c_str() + s.size() || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+enum class Parsed { kRun, kHelp, kBad };
+
+// Takes this program's flags out of argv (the rest go to Google Benchmark);
+// kBad after naming the bad value on stderr.
+Parsed parse_flags(int* argc, char** argv) {
   int out = 1;
+  bool help = false;
   for (int i = 1; i < *argc; ++i) {
     const std::string a = argv[i];
-    if (a.rfind("--dir=", 0) == 0) {
+    int64_t v = 0;
+    auto bad = [&](const char* what) {
+      std::fprintf(stderr, "io_bench: %s: \"%s\" is not %s (see --help)\n", a.substr(0, a.find('=')).c_str(),
+                   a.substr(a.find('=') + 1).c_str(), what);
+      return Parsed::kBad;
+    };
+    if (a == "--help" || a == "-h") {
+      help = true;
+    } else if (a.rfind("--dir=", 0) == 0) {
       g_config.dir = a.substr(6);
     } else if (a.rfind("--size_mib=", 0) == 0) {
-      g_config.size_bytes = std::atoll(a.c_str() + 11) << 20;
+      if (!parse_int(a.substr(11), kChunkBytes >> 20, int64_t{1} << 30, &v)) return bad("a size of 64 MiB or more");
+      g_config.size_bytes = v << 20;
     } else if (a.rfind("--rounds=", 0) == 0) {
-      g_config.rounds = std::max(1, std::atoi(a.c_str() + 9));
+      if (!parse_int(a.substr(9), 1, INT_MAX, &v)) return bad("a number of rounds (1 or more)");
+      g_config.rounds = static_cast<int>(v);
     } else if (a.rfind("--huge_pages=", 0) == 0) {
-      g_config.huge_pages = std::atoi(a.c_str() + 13) != 0;
+      if (!parse_int(a.substr(13), 0, 1, &v)) return bad("0 or 1");
+      g_config.huge_pages = v != 0;
     } else if (a.rfind("--fio_mem=", 0) == 0) {
       g_config.fio_mem = a.substr(10);
     } else {
@@ -215,12 +266,50 @@ bool parse_flags(int* argc, char** argv) {
     }
   }
   *argc = out;
-  if (g_config.size_bytes < kChunkBytes) {
-    std::fprintf(stderr, "io_bench: --size_mib must be at least %lld\n", static_cast<long long>(kChunkBytes >> 20));
-    return false;
-  }
-  return true;
+  return help ? Parsed::kHelp : Parsed::kRun;
 }
+
+// --benchmark_list_tests given (and not false): nothing is measured, so no file is written.
+bool list_tests_only(const std::vector<char*>& args) {
+  bool list = false;
+  for (const char* a : args) {
+    const std::string s = a;
+    if (s.rfind("--benchmark_list_tests", 0) != 0) continue;
+    const std::string value = s.size() > 22 && s[22] == '=' ? s.substr(23) : "true";
+    list = !(value == "false" || value == "0" || value == "no");
+  }
+  return list;
+}
+
+// The benchmark file's path for the signal handler (async-signal-safe: a
+// fixed buffer and unlink).
+char g_signal_path[PATH_MAX] = "";
+
+void remove_file_and_die(int sig) {
+  if (g_signal_path[0] != '\0') ::unlink(g_signal_path);
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
+// Removes the file when run() returns, and on SIGINT, SIGTERM and SIGHUP
+// (then dies of the signal, so the shell sees 128 + signal).
+class FileRemover {
+ public:
+  explicit FileRemover(const std::string& path) : path_(path) {
+    std::snprintf(g_signal_path, sizeof(g_signal_path), "%s", path.c_str());
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, remove_file_and_die);
+  }
+  ~FileRemover() {
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, SIG_DFL);
+    g_signal_path[0] = '\0';
+    ::unlink(path_.c_str());
+  }
+  FileRemover(const FileRemover&) = delete;
+  FileRemover& operator=(const FileRemover&) = delete;
+
+ private:
+  std::string path_;
+};
 
 // Shrinks the file to what the filesystem holds with a 1 GiB margin.
 bool fit_to_free_space() {
@@ -276,9 +365,45 @@ void print_summary() {
 }
 
 int run(int argc, char** argv) {
-  if (!parse_flags(&argc, argv) || !fit_to_free_space()) return 1;
+  // Every argument is checked before anything is written.
+  const Parsed parsed = parse_flags(&argc, argv);
+  if (parsed == Parsed::kBad) return 2;
+  if (parsed == Parsed::kHelp) {
+    std::fputs(kUsage, stdout);
+    benchmark::PrintDefaultHelp();
+    return 0;
+  }
+  // Interleave the repetitions unless the caller chose otherwise.
+  std::vector<char*> args(argv, argv + argc);
+  std::string interleave = "--benchmark_enable_random_interleaving=true";
+  bool chosen = false;
+  for (char* a : args) chosen |= std::strncmp(a, "--benchmark_enable_random_interleaving", 38) == 0;
+  if (!chosen) args.push_back(interleave.data());
+  const bool list_only = list_tests_only(args);
+  int n = static_cast<int>(args.size());
+  benchmark::Initialize(&n, args.data());
+  if (benchmark::ReportUnrecognizedArguments(n, args.data())) return 2;
+  for (int qd : {32, 8}) {
+    for (bool write : {true, false}) {
+      const std::string name = "BM_SequentialIo/" + key(write, qd);
+      benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { BM_SequentialIo(s, write, qd); })
+          ->Iterations(1)
+          ->Repetitions(g_config.rounds)
+          ->ReportAggregatesOnly(true)
+          ->UseManualTime()
+          ->Unit(benchmark::kMillisecond);
+    }
+  }
+  if (list_only) {
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    return 0;
+  }
+
+  if (!fit_to_free_space()) return 1;
   g_config.path = g_config.dir + "/io_bench." + std::to_string(::getpid()) + ".dat";
   g_config.have_fio = std::system("command -v fio >/dev/null 2>&1") == 0;
+  const FileRemover remover(g_config.path);
 
   CpuBackend backend;
   auto pool = AlignedBufferPool::create(backend, 1, kChunkBytes);
@@ -293,35 +418,12 @@ int run(int argc, char** argv) {
 
   // Lay the file out once (untimed), so every measured write is an overwrite.
   std::string mode;
-  if (run_ours(/*write=*/true, 32, nullptr, &mode) < 0) {
-    ::unlink(g_config.path.c_str());
-    return 1;
-  }
+  if (run_ours(/*write=*/true, 32, nullptr, &mode) < 0) return 1;
   std::printf("io_bench: %s, IoEngine with %s\n", g_config.path.c_str(), mode.c_str());
 
-  for (int qd : {32, 8}) {
-    for (bool write : {true, false}) {
-      const std::string name = "BM_SequentialIo/" + key(write, qd);
-      benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& s) { BM_SequentialIo(s, write, qd); })
-          ->Iterations(1)
-          ->Repetitions(g_config.rounds)
-          ->ReportAggregatesOnly(true)
-          ->UseManualTime()
-          ->Unit(benchmark::kMillisecond);
-    }
-  }
-  // Interleave the repetitions unless the caller chose otherwise.
-  std::vector<char*> args(argv, argv + argc);
-  std::string interleave = "--benchmark_enable_random_interleaving=true";
-  bool chosen = false;
-  for (char* a : args) chosen |= std::strncmp(a, "--benchmark_enable_random_interleaving", 38) == 0;
-  if (!chosen) args.push_back(interleave.data());
-  int n = static_cast<int>(args.size());
-  benchmark::Initialize(&n, args.data());
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   print_summary();
-  ::unlink(g_config.path.c_str());
   g_pool.reset();
   return 0;
 }

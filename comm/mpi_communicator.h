@@ -6,7 +6,9 @@
 //    no mmap for large blocks, no trimming), so Open MPI's per-call temporary
 //    buffers of its reducing collectives are reused instead of being mapped
 //    and page-faulted on every call (2-3x on reduce-scatter here);
-//  * OpenMP threads are divided among the ranks of a node;
+//  * each rank runs OMP_NUM_THREADS OpenMP threads when the user set it,
+//    else the node's cores divided among its ranks (rank_threads() says
+//    which, for zero-train's start-up line);
 //  * SIGTERM/SIGINT (what mpirun sends the survivors when a rank dies) print
 //    which collective this rank was in before exiting.
 // bf16/fp16 sums use user-defined MPI reductions (fp32 arithmetic, rounded
@@ -16,6 +18,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "comm/communicator.h"
@@ -24,6 +27,22 @@ namespace zero {
 
 class CommThread;
 struct MpiCommHandle;  // the MPI_Comm (mpi.h stays out of this header)
+
+// How many OpenMP threads each rank runs, and where the number came from.
+struct RankThreads {
+  int threads = 1;
+  bool from_environment = false;  // OMP_NUM_THREADS chose it
+  std::string description;        // "2 OpenMP threads per rank, from OMP_NUM_THREADS=2 ..."
+};
+
+// OMP_NUM_THREADS when it is set to a positive number (its first level:
+// "4,2" is 4), kept even where it oversubscribes the cores (the description
+// says so); else rank_cores (the cores this rank may run on, after mpirun's
+// binding) divided among the ranks_on_node ranks of the node, at least one
+// each. `omp_num_threads` is the variable's value (nullptr or "": unset; a
+// value that is not a positive number is ignored, and the description says so).
+// node_cores: the node's online cores, for the oversubscription note.
+RankThreads choose_rank_threads(const char* omp_num_threads, int rank_cores, int node_cores, int ranks_on_node);
 
 class MpiCommunicator final : public Communicator {
  public:
@@ -35,6 +54,8 @@ class MpiCommunicator final : public Communicator {
   int world_size() const override { return world_; }
   int local_size() const override { return local_size_; }
   std::string_view name() const override { return "mpi"; }
+  // The OpenMP threads create() gave this rank (omp_set_num_threads), and why.
+  const RankThreads& rank_threads() const { return rank_threads_; }
 
   CommHandle all_reduce_async(void* buf, int64_t count, DType dtype, ReduceOp op) override;
   CommHandle reduce_scatter_async(const void* send, void* recv, std::vector<int64_t> recv_counts,
@@ -61,6 +82,7 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<MpiCommHandle> comm_;  // MPI_COMM_WORLD, or a group's (freed with it)
   bool world_comm_ = true;               // the world finalises MPI
   int rank_ = 0, world_ = 1, local_size_ = 1;
+  RankThreads rank_threads_;
 };
 
 // True when this process was started by an MPI launcher.

@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -16,22 +17,12 @@ namespace zero {
 
 namespace {
 
-constexpr int kSlots = 32;
-constexpr size_t kPathBytes = 4096;
-char g_paths[kSlots][kPathBytes];
-std::atomic<bool> g_used[kSlots];
-
 std::atomic<int> g_rank{0};
 std::atomic<int> g_stop{0};
 std::atomic<bool> g_graceful{false};
 std::atomic<bool> g_installed{false};
 std::atomic<const char* (*)()> g_probe{nullptr};
 sem_t g_watchdog;
-
-void unlink_registered_files() {
-  for (int i = 0; i < kSlots; ++i)
-    if (g_used[i].load(std::memory_order_acquire)) ::unlink(g_paths[i]);
-}
 
 // Message building with write(2) only (snprintf is not async-signal-safe).
 struct Line {
@@ -68,18 +59,16 @@ const char* operation() {
 }
 
 [[noreturn]] void exit_now(int sig, const char* why) {
-  unlink_registered_files();
   Line()
       .add("ZeroEngine rank ").add(static_cast<long>(g_rank.load())).add(": terminated by signal ")
       .add(static_cast<long>(sig)).add(why).add(" during ").add(operation())
-      .add("; swap files removed; if another rank died, the launcher's message names it\n")
+      .add("; if another rank died, the launcher's message names it\n")
       .say();
   ::_exit(128 + sig);
 }
 
 void on_signal(int sig) {
   const int saved_errno = errno;
-  unlink_registered_files();
   int expected = 0;
   if (!g_graceful.load() || !g_stop.compare_exchange_strong(expected, sig)) exit_now(sig, "");
   Line()
@@ -130,24 +119,14 @@ void enable_graceful_stop() {
 
 int stop_requested() { return g_stop.load(); }
 
-void register_cleanup_file(const std::string& path) {
-  if (path.size() >= kPathBytes) return;
-  for (int i = 0; i < kSlots; ++i) {
-    if (g_used[i].load()) continue;
-    std::memcpy(g_paths[i], path.c_str(), path.size() + 1);
-    g_used[i].store(true, std::memory_order_release);
-    return;
-  }
-}
-
-void unregister_cleanup_file(const std::string& path) {
-  for (int i = 0; i < kSlots; ++i) {
-    if (g_used[i].load() && path == g_paths[i]) g_used[i].store(false, std::memory_order_release);
-  }
-}
-
 void set_operation_probe(const char* (*probe)()) { g_probe = probe; }
 
-void remove_cleanup_files() { unlink_registered_files(); }
+void exit_on_fatal_error(const std::string& message) {
+  std::fflush(stdout);
+  const std::string line = "ZeroEngine rank " + std::to_string(g_rank.load()) + ": " + message + "\n";
+  const ssize_t ignored = ::write(STDERR_FILENO, line.data(), line.size());
+  (void)ignored;
+  ::_exit(1);
+}
 
 }  // namespace zero

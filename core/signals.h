@@ -1,22 +1,21 @@
 // What SIGINT and SIGTERM do in a ZeroEngine process (Ctrl-C, `kill`, or
 // mpirun ending a job whose rank died).
 //
-//  * Always, on the first signal: every file registered with
-//    register_cleanup_file() (the NVMe swap files) is unlinked at once. An
-//    open file survives its unlink, so a run that goes on to a clean stop
-//    still reads and writes it, and a run killed a moment later (mpirun sends
-//    SIGKILL about a second after SIGTERM) leaves nothing behind.
-//  * Without graceful stop (programs other than zero-train): the process
+//  * Nothing needs removing, whatever the signal: the NVMe swap files have
+//    no name on disk (offload/swap_file.h), so even SIGKILL (mpirun's second
+//    Ctrl-C, the OOM killer), which no handler sees, leaves none behind.
+//  * Without graceful stop (programs other than zero-train, and zero-train
+//    during set-up, where a call may block for ever: an open() of a FIFO): the process
 //    says which collective it was in and exits 128 + signal at once.
-//  * With graceful stop (enable_graceful_stop(); zero-train): the first
+//  * With graceful stop (enable_graceful_stop(); zero-train's training loop): the first
 //    signal only asks the training loop to stop at its next step boundary
 //    (stop_requested()), printing that it will; the loop then says what was
 //    saved last and how to resume, and exits 128 + signal. A second signal
 //    exits at once as above; so does a collective that stays in flight for
 //    ZE_STOP_GRACE_S seconds (default 30) after the request (a peer that died
 //    leaves collectives that never finish). A long step or save is waited for.
-// Inside the handler only async-signal-safe calls are made (unlink, write,
-// sem_post, _exit); messages are built by hand, and the operation probe
+// Inside the handler only async-signal-safe calls are made (write, sem_post,
+// _exit); messages are built by hand, and the operation probe
 // reads fixed buffers. SA_RESTART keeps a graceful run's blocking calls going.
 #pragma once
 
@@ -33,12 +32,12 @@ void enable_graceful_stop();
 // 0, or the signal that asked the run to stop.
 int stop_requested();
 
-// Files to unlink when a signal ends the run (at most 32 at once).
-void register_cleanup_file(const std::string& path);
-void unregister_cleanup_file(const std::string& path);
-// Unlinks the registered files now (async-signal-safe): for a path that ends
-// the process without unwinding (a signal, a collective given up on).
-void remove_cleanup_files();
+// Ends the process at once with exit code 1, for an error found where no
+// Status can travel (an allocation that failed inside an op): prints
+// "ZeroEngine rank R: <message>" and exits without
+// unwinding (other threads may still be running; under mpirun the launcher
+// then ends the other ranks).
+[[noreturn]] void exit_on_fatal_error(const std::string& message);
 
 // What this process is doing, for the messages: "" or e.g. "all_reduce of
 // 1.0 MiB fp32 (collective #22)". Set by the communicator.

@@ -63,6 +63,46 @@ double GptConfig::flops_per_token(int64_t seq) const {
          12.0 * static_cast<double>(n_layer) * static_cast<double>(d_model) * static_cast<double>(seq);
 }
 
+absl::Status check_gpt_split(const GptConfig& c, int tensor, bool sequence_parallel) {
+  // Messages start with the config key path, as the config's own errors do.
+  auto bad = [](auto&&... parts) { return absl::InvalidArgumentError(cat(parts...)); };
+  if (c.n_layer < 1 || c.n_head < 1 || c.d_model < 1 || c.vocab_size < 1 || c.seq_len < 1) {
+    return bad("model: n_layer ", c.n_layer, ", n_head ", c.n_head, ", d_model ", c.d_model, ", vocab_size ",
+               c.vocab_size, " and seq_len ", c.seq_len, " must all be at least 1");
+  }
+  if (c.d_model % c.n_head != 0) return bad("model.d_model: ", c.d_model, " is not divisible by n_head ", c.n_head);
+  if (c.kv_heads() < 1 || c.n_head % c.kv_heads() != 0) {
+    return bad("model.n_kv_head: ", c.kv_heads(), " does not divide n_head ", c.n_head);
+  }
+  if (c.seq_len > c.positions()) {
+    return bad("model.seq_len: ", c.seq_len, " is more than the model's ", c.positions(), " positions");
+  }
+  if (c.llama()) {
+    absl::StatusOr<RopeFreqs> rope = rope_frequencies(c.head_dim(), c.rope_theta, c.rope_scaling);
+    if (!rope.ok()) return bad("model: ", rope.status().message());
+  }
+  const std::string t = cat("tensor_parallel.autotp_size: ", tensor);
+  if (tensor < 1) return bad(t, " must be at least 1");
+  if (tensor == 1) return absl::OkStatus();
+  if (c.n_head % tensor != 0) {
+    return bad(t, " does not divide model.n_head ", c.n_head, " (each tensor rank computes n_head / autotp_size whole heads)");
+  }
+  if (c.kv_heads() % tensor != 0) {
+    return bad(t, " does not divide the model's ", c.kv_heads(),
+               " key/value heads (each tensor rank computes whole key/value heads)");
+  }
+  if (c.ffn_width() % tensor != 0) return bad(t, " does not divide the MLP width ", c.ffn_width());
+  if (c.vocab_size < tensor) {
+    return bad(t, " is more than model.vocab_size ", c.vocab_size,
+               " (each tensor rank holds at least one row of the vocabulary)");
+  }
+  if (sequence_parallel && c.seq_len % tensor != 0) {
+    return bad("tensor_parallel.sequence_parallel: model.seq_len ", c.seq_len, " does not divide by autotp_size ",
+               tensor, " (each tensor rank holds seq_len / autotp_size positions)");
+  }
+  return absl::OkStatus();
+}
+
 Gpt::Gpt(const GptConfig& config, Communicator* tensor_group, bool sequence_parallel, PipelineStage stage)
     : Module(""), config_(config), stage_(stage) {
   ZE_CHECK(stage.count >= 1 && stage.index >= 0 && stage.index < stage.count && stage.count <= config.n_layer)

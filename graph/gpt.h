@@ -112,6 +112,15 @@ struct PipelineStage {
 absl::StatusOr<PipelineStage> gpt_pipeline_stage(const GptConfig& config, int index, int count,
                                                  PartitionMethod method);
 
+// Every rule the model's constructor relies on, for a split over a tensor
+// group of `tensor` ranks: heads divide d_model, key/value heads divide the
+// query heads, the tensor size divides both and the Llama MLP width and is
+// at most the vocabulary, seq_len fits the positions, RoPE's frequencies
+// exist, and with sequence parallelism seq_len divides by the tensor size.
+// INVALID_ARGUMENT naming the model field; what reaches the constructor
+// past it would be a broken internal invariant.
+absl::Status check_gpt_split(const GptConfig& config, int tensor, bool sequence_parallel);
+
 class Gpt : public Module {
  public:
   // tensor_group: the mesh's tensor group (nullptr or one rank: no split);

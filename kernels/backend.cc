@@ -2,6 +2,7 @@
 #include "kernels/backend.h"
 
 #include "core/check.h"
+#include "core/signals.h"
 #include "core/strings.h"
 
 namespace zero {
@@ -32,7 +33,10 @@ Tensor Backend::empty(const Shape& shape, DType dtype, MemCategory category) {
 Tensor Backend::empty(const Shape& shape, DType dtype, MemCategory category, Tier tier) {
   const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
   absl::StatusOr<std::shared_ptr<Storage>> storage = allocate(bytes, tier, category);
-  ZE_CHECK(storage.ok()) << storage.status().ToString();
+  // Ops allocate where no Status can travel: a failure (too large a batch,
+  // memory taken by another process) ends the run cleanly, exit 1, naming
+  // the size and the category.
+  if (!storage.ok()) exit_on_fatal_error(cat(storage.status().message(), "; lower the batch or the model, or offload"));
   return Tensor(*std::move(storage), shape, dtype);
 }
 

@@ -286,21 +286,47 @@ int IoEngine::registered_buffer_index(const void* data, size_t bytes) const {
 // ---------------------------------------------------------------- files
 
 absl::StatusOr<IoFile> IoEngine::open(const std::string& path, IoFileMode mode) {
-  if (options_.dry_run) {  // a descriptor no process has: nothing is opened
-    IoFile file;
-    file.engine_ = this;
-    file.fd_ = kDryRunFirstFd + open_files_++;
-    file.mode_ = mode;
-    file.path_ = path;
-    return file;
-  }
+  if (options_.dry_run) return dry_run_file(path, mode);
   int flags = O_DIRECT | O_CLOEXEC;
   switch (mode) {
     case IoFileMode::kRead: flags |= O_RDONLY; break;
     case IoFileMode::kWrite: flags |= O_WRONLY | O_CREAT; break;
     case IoFileMode::kReadWrite: flags |= O_RDWR | O_CREAT; break;
   }
-  const IoCall call = mode == IoFileMode::kRead ? IoCall::kOpenRead : IoCall::kOpenWrite;
+  ZE_ASSIGN_OR_RETURN(const int fd, open_path(path, flags, mode == IoFileMode::kRead ? IoCall::kOpenRead
+                                                                                      : IoCall::kOpenWrite));
+  return adopt(fd, mode, path);
+}
+
+absl::StatusOr<IoFile> IoEngine::open_unnamed(const std::string& dir, const std::string& name) {
+  const std::string path = cat(dir, "/", name);
+  if (options_.dry_run) return dry_run_file(path, IoFileMode::kReadWrite);
+  // An inode that never has a name (ext4, XFS, Btrfs, tmpfs).
+  int fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_DIRECT | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    // No O_TMPFILE there (EOPNOTSUPP; EISDIR from a kernel before 3.11), or
+    // another error, which the named open then reports with its usual words:
+    // create the name (never an existing file's) and remove it at once.
+    ZE_ASSIGN_OR_RETURN(fd, open_path(path, O_RDWR | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, IoCall::kOpenWrite));
+    if (::unlink(path.c_str()) != 0) {
+      const int err = errno;
+      ::close(fd);
+      return io_errno_status(err, IoCall::kOpenWrite, path, " (removing its name)");
+    }
+  }
+  return adopt(fd, IoFileMode::kReadWrite, path);
+}
+
+IoFile IoEngine::dry_run_file(const std::string& path, IoFileMode mode) {
+  IoFile file;  // a descriptor no process has: nothing is opened
+  file.engine_ = this;
+  file.fd_ = kDryRunFirstFd + open_files_++;
+  file.mode_ = mode;
+  file.path_ = path;
+  return file;
+}
+
+absl::StatusOr<int> IoEngine::open_path(const std::string& path, int flags, IoCall call) {
   // Linux creates the file before it checks O_DIRECT support: remember whether
   // it existed so a failed open leaves no empty file behind.
   struct stat before;
@@ -313,6 +339,11 @@ absl::StatusOr<IoFile> IoEngine::open(const std::string& path, IoFileMode mode) 
     if (err == EINVAL && existed && S_ISDIR(before.st_mode)) err = EISDIR;
     return io_errno_status(err, call, path);
   }
+  return fd;
+}
+
+absl::StatusOr<IoFile> IoEngine::adopt(int fd, IoFileMode mode, const std::string& path) {
+  const IoCall call = mode == IoFileMode::kRead ? IoCall::kOpenRead : IoCall::kOpenWrite;
   struct stat st;
   if (::fstat(fd, &st) != 0) {
     const int err = errno;

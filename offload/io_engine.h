@@ -224,6 +224,11 @@ class IoEngine {
   // with O_DIRECT. Errors name the path and the fix: missing directory, no
   // permission, read-only filesystem, no O_DIRECT support, not a regular file.
   absl::StatusOr<IoFile> open(const std::string& path, IoFileMode mode);
+  // A new kReadWrite file in `dir` that has no name on disk, so nothing is
+  // left behind however the process ends (SIGKILL included): O_TMPFILE, or
+  // where the filesystem lacks it, dir/name created (never an existing file)
+  // and unlinked at once. Its path() is dir/name, for messages. Errors as open().
+  absl::StatusOr<IoFile> open_unnamed(const std::string& dir, const std::string& name);
   // Closes `file`; none of its requests may be in flight (aborts otherwise).
   absl::Status close(IoFile& file);
   // Reserves `bytes` of disk for `file` (fallocate), so a full disk shows up
@@ -294,6 +299,11 @@ class IoEngine {
   absl::Status wait_transfer(uint64_t id);
   bool transfer_done(uint64_t id);
   void close_quietly(IoFile& file);
+  // open()'s steps: a dry run's file; open(2) with errors named; the checks
+  // and file-slot registration of an open descriptor (closed on error).
+  IoFile dry_run_file(const std::string& path, IoFileMode mode);
+  absl::StatusOr<int> open_path(const std::string& path, int flags, IoCall call);
+  absl::StatusOr<IoFile> adopt(int fd, IoFileMode mode, const std::string& path);
 
   bool next_piece(Piece* piece);
   void issue(const Piece& piece);

@@ -171,9 +171,9 @@ absl::Status NvmeParamStore::for_each(RangeFn fn, bool write_back) {
 
 std::string NvmeParamStore::describe() const {
   std::string s = cat(states_->describe(), "; the parameter shard (", dtype_name(options_.param_dtype), ") on NVMe: ",
-                      path(), " (", format_bytes(layout_.file_bytes()), ", ", layout_.groups(), " records of ",
-                      layout_.group, " elements; written by the step through ", kParamWriteBuffers, " buffers of ",
-                      format_bytes(layout_.record_bytes()), ", read ahead of each all-gather through ",
+                      path(), " (no name on disk; ", format_bytes(layout_.file_bytes()), ", ", layout_.groups(),
+                      " records of ", layout_.group, " elements; written by the step through ", kParamWriteBuffers,
+                      " buffers of ", format_bytes(layout_.record_bytes()), ", read ahead of each all-gather through ",
                       reads_->buffer_count(), " buffers of ", format_bytes(reads_->buffer_size_bytes()), "; io_uring ",
                       engine_->mode().describe(), ")");
   s += swap_leftovers_note(options_.nvme_path, leftovers_);

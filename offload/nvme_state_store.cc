@@ -269,9 +269,9 @@ absl::Status NvmeStateStore::write(int index, int64_t offset, absl::Span<const f
 }
 
 std::string NvmeStateStore::describe() const {
-  std::string s = cat("NVMe: ", path(), " (", format_bytes(layout_.file_bytes()), ", ", layout_.groups(),
-                      " sub-groups of ", layout_.group, " elements; ", options_.buffer_count, " buffers of ",
-                      format_bytes(layout_.record_bytes()), " in host memory; io_uring ",
+  std::string s = cat("NVMe: ", path(), " (no name on disk; ", format_bytes(layout_.file_bytes()), ", ",
+                      layout_.groups(), " sub-groups of ", layout_.group, " elements; ", options_.buffer_count,
+                      " buffers of ", format_bytes(layout_.record_bytes()), " in host memory; io_uring ",
                       engine_->mode().describe(), ")");
   if (holds_parameters()) {
     s += cat("; parameters (", dtype_name(options_.param_dtype), ") in the same records, read ahead through ",

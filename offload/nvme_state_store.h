@@ -11,12 +11,12 @@
 // during compute. read()/write() reach any range through one cached record
 // (checkpoints, initial values).
 //
-// Preflight, at create(), and the file's name, header and removal:
+// Preflight, at create(), and the file's header and lifetime:
 // offload/swap_file.h (nvme_path exists and is a directory, the disk has room
 // for the whole preallocated file, host memory has room for the buffers; each
-// error names the key, the path and what to do). A record is read back only
-// after this run wrote it (never-written sub-groups are zeros), so a crashed
-// run's leftovers can never be read as live state.
+// error names the key, the path and what to do). The file has no name on disk,
+// so nothing is left in nvme_path however the run ends. A record is read back
+// only after this run wrote it (never-written sub-groups are zeros).
 //
 // The store lives on a host backend: the CPU backend a CPU run computes on,
 // or, for a GPU rank, the host backend of zero/host_step.h, whose step runs

@@ -1,4 +1,4 @@
-// A rank's swap file: preflight, header, removal; see swap_file.h.
+// A rank's swap file: preflight, an unnamed file, its header; see swap_file.h.
 #include "offload/swap_file.h"
 
 #include <sys/statvfs.h>
@@ -9,7 +9,6 @@
 #include <filesystem>
 #include <random>
 
-#include "core/signals.h"
 #include "core/status.h"
 #include "core/strings.h"
 #include "offload/swap_layout.h"
@@ -108,16 +107,10 @@ SwapFile::SwapFile(IoEngine& engine, IoFile file, int64_t bytes, MemCategory cat
   ZE_CHECK(parameter_bytes_ >= 0 && parameter_bytes_ <= bytes_) << parameter_bytes_ << " of " << bytes_;
   process_.add_allocated(Tier::kNvme, category_, bytes_ - parameter_bytes_);
   if (parameter_bytes_ > 0) process_.add_allocated(Tier::kNvme, MemCategory::kParameters, parameter_bytes_);
-  if (!dry_run()) register_cleanup_file(file_.path());  // a signal unlinks it at once (core/signals.h)
 }
 
 SwapFile::~SwapFile() {
-  const std::string path = file_.path();
-  (void)engine_.close(file_);
-  if (!dry_run()) {
-    unregister_cleanup_file(path);
-    ::unlink(path.c_str());
-  }
+  (void)engine_.close(file_);  // the file has no name: closing frees its blocks
   process_.add_allocated(Tier::kNvme, category_, -(bytes_ - parameter_bytes_));
   if (parameter_bytes_ > 0) process_.add_allocated(Tier::kNvme, MemCategory::kParameters, -parameter_bytes_);
 }
@@ -125,15 +118,14 @@ SwapFile::~SwapFile() {
 absl::StatusOr<std::unique_ptr<SwapFile>> SwapFile::open(IoEngine& engine, const SwapFileSpec& spec,
                                                          AlignedBufferPool& pool, MemoryTracker& process) {
   ZE_CHECK_GE(pool.buffer_bytes(), static_cast<size_t>(kSwapHeaderBytes));
-  const std::string path = cat(spec.dir, "/zeroengine-", spec.run_id, "-rank", spec.rank, ".", spec.kind, ".swp");
-  ZE_ASSIGN_OR_RETURN(IoFile file, engine.open(path, IoFileMode::kReadWrite));
+  const std::string name = cat("zeroengine-", spec.run_id, "-rank", spec.rank, ".", spec.kind, ".swp");
+  ZE_ASSIGN_OR_RETURN(IoFile file, engine.open_unnamed(spec.dir, name));
   absl::Status s = engine.preallocate(file, spec.file_bytes);
   if (s.ok() && !engine.options().dry_run) {
-    // The header: what this file is, for whoever finds it.
+    // The header: what this file is, for whoever opens it through /proc/<pid>/fd.
     absl::StatusOr<IoBuffer> b = pool.acquire();
     if (!b.ok()) {
       (void)engine.close(file);
-      ::unlink(path.c_str());
       return b.status();
     }
     uint8_t* header_buffer = b->data;
@@ -148,7 +140,6 @@ absl::StatusOr<std::unique_ptr<SwapFile>> SwapFile::open(IoEngine& engine, const
   }
   if (!s.ok()) {
     (void)engine.close(file);
-    ::unlink(path.c_str());
     return s;
   }
   return std::unique_ptr<SwapFile>(new SwapFile(engine, std::move(file), spec.file_bytes, spec.category, spec.parameter_bytes, process));

@@ -1,5 +1,5 @@
 // One rank's swap file under an nvme_path: the checks before it exists, its
-// name and header, and its removal. Both NVMe stores use it: the optimizer
+// name and header, and its lifetime. Both NVMe stores use it: the optimizer
 // state's (offload/nvme_state_store.h, "<run id>-rank<r>.optim.swp") and the
 // parameter shard's when only offload_param is on NVMe
 // (offload/nvme_param_store.h, "...param.swp").
@@ -10,13 +10,20 @@
 //      room for the whole file; lists swap files of other runs found there.
 //      Each error names the config key, the path and what to do.
 //   2. SwapFile::open(): creates the file O_DIRECT through the store's I/O
-//      engine, preallocates it (a full disk shows before the first step, not
-//      half-way through one) and writes a readable 4 KiB header naming the
-//      run, rank, host and layout.
-// The file is closed and removed when the SwapFile goes (before its engine),
-// and its bytes are tracked on the NVMe tier meanwhile. A crashed run's
-// leftovers are never read (the stores read only records this run wrote) and
-// never deleted (they may belong to a run still going).
+//      engine with no name on disk (IoEngine::open_unnamed: O_TMPFILE, or
+//      created and unlinked at once), preallocates it (a full disk shows
+//      before the first step, not half-way through one) and writes a
+//      readable 4 KiB header naming the run, rank, host and layout (what
+//      /proc/<pid>/fd shows). Every access after that is through the
+//      descriptor.
+// The file has no name, so however the run ends (a clean exit, Ctrl-C,
+// mpirun's SIGKILL, the OOM killer) the kernel frees its blocks when the
+// descriptor closes: nvme_path never holds a swap file of ours, and the
+// name above appears only in messages. Its bytes are tracked on the NVMe tier
+// while the SwapFile lives (close it before its engine goes). Files with such
+// names found in nvme_path come from an older ZeroEngine (or a process killed
+// between create and unlink where O_TMPFILE is missing): they are never read
+// and never deleted (an older version's run may still be using one).
 #pragma once
 
 #include <cstdint>
@@ -74,12 +81,12 @@ class SwapFile {
   // dry-run engine nothing is created or written.
   static absl::StatusOr<std::unique_ptr<SwapFile>> open(IoEngine& engine, const SwapFileSpec& spec,
                                                         AlignedBufferPool& pool, MemoryTracker& process);
-  ~SwapFile();  // closes and removes the file; the engine must still exist
+  ~SwapFile();  // closes the file, which frees it; the engine must still exist
   SwapFile(const SwapFile&) = delete;
   SwapFile& operator=(const SwapFile&) = delete;
 
   const IoFile& file() const { return file_; }
-  const std::string& path() const { return file_.path(); }
+  const std::string& path() const { return file_.path(); }  // for messages: it has no name on disk
 
  private:
   SwapFile(IoEngine& engine, IoFile file, int64_t bytes, MemCategory category, int64_t parameter_bytes,

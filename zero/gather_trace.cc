@@ -28,6 +28,7 @@ void GatherTrace::begin_iteration() {
 }
 
 bool GatherTrace::record(Module& m, bool backward) {
+  if (paused_) return true;
   if (state_ == State::kRecord) {
     trace_.push_back({&m, backward});
     return true;
@@ -43,7 +44,7 @@ bool GatherTrace::record(Module& m, bool backward) {
 
 std::vector<Parameter*> GatherTrace::prefetch(int64_t budget, absl::FunctionRef<bool(const Parameter*)> held) const {
   std::vector<Parameter*> out;
-  if (!complete()) return out;
+  if (!complete() || paused_) return out;
   int64_t issued = 0;
   for (size_t j = position_; j < trace_.size() && issued < budget; ++j) {
     for (Parameter* p : trace_[j].module->direct_parameters()) {
@@ -59,7 +60,7 @@ std::vector<Parameter*> GatherTrace::prefetch(int64_t budget, absl::FunctionRef<
 }
 
 bool GatherTrace::reused_soon(const Parameter* p) const {
-  if (!complete()) return false;
+  if (!complete() || paused_) return false;
   for (size_t j = position_; j < trace_.size(); ++j) {
     if (prefix_elems_[j] - prefix_elems_[position_] > config_.max_reuse_distance) return false;
     for (const Parameter* q : trace_[j].module->direct_parameters())

@@ -35,6 +35,10 @@ class GatherTrace {
   // recorded order: prefetching stops and the next iteration records again.
   bool record(Module& m, bool backward);
   bool complete() const { return state_ == State::kComplete; }
+  // An evaluation pass (forward only, between iterations): while paused the
+  // trace neither records nor checks the order, and nothing is prefetched or
+  // kept gathered; resuming leaves the trace as it was.
+  void set_paused(bool paused) { paused_ = paused; }
 
   // Parameters to gather ahead of the current position, in trace order:
   // neither persistent nor `held`, until `budget` elements are gathered.
@@ -58,6 +62,7 @@ class GatherTrace {
   std::vector<Step> trace_;
   std::vector<int64_t> prefix_elems_;  // elements gathered before position i
   size_t position_ = 0;
+  bool paused_ = false;
 };
 
 }  // namespace zero

@@ -88,6 +88,9 @@ class ModelState : public ModuleHooks {
   virtual absl::Status end_backward() = 0;
   // Before each forward (stage 3 checks its recorded module order here).
   virtual void begin_forward() {}
+  // Brackets an evaluation forward (no backward follows; stage 3 pauses its
+  // recorded module order so evaluation neither breaks nor re-records it).
+  virtual void set_evaluating(bool) {}
 
   // Sum of squares of the gradients this rank owns (all of them at stage 0,
   // where every rank holds the same full gradients: then `replicated`).

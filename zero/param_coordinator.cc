@@ -156,9 +156,12 @@ void ParamCoordinator::begin_iteration() { trace_.begin_iteration(); }
 absl::Status ParamCoordinator::fetch(Module& m, bool backward) {
   if (!trace_.record(m, backward) && !warned_) {
     // The model ran differently from the recorded order: no prefetching
-    // until the next iteration has recorded it again.
-    std::fprintf(stderr, "zero-train: warning: stage-3 module order changed at %s (%s); re-recording the trace\n",
-                 m.name().c_str(), backward ? "backward" : "forward");
+    // until the next iteration has recorded it again. Every rank sees the
+    // same order, so the first says so, once.
+    if (comm_.rank() == 0) {
+      std::fprintf(stderr, "zero-train: warning: stage-3 module order changed at %s (%s); re-recording the trace\n",
+                   m.name().empty() ? "the model's root" : m.name().c_str(), backward ? "backward" : "forward");
+    }
     warned_ = true;
   }
   // Every parameter of m ends up defined, a failed gather's too (its values

@@ -64,6 +64,8 @@ class ParamCoordinator {
                       Tensor read_staging = Tensor());
 
   void begin_iteration();  // before each forward: trace bookkeeping
+  // Brackets an evaluation forward: the trace is paused (gather_trace.h).
+  void set_evaluating(bool evaluating) { trace_.set_paused(evaluating); }
   absl::Status fetch(Module& m, bool backward);
   absl::Status release(Module& m, bool backward);
   // Releases every non-persistent parameter (their values go stale at the

@@ -26,6 +26,7 @@ class Stage3ModelState final : public ModelState {
   absl::Status pre_backward(Module& m) override;
   absl::Status post_backward(Module& m) override;
   void begin_forward() override { coordinator_->begin_iteration(); }
+  void set_evaluating(bool evaluating) override { coordinator_->set_evaluating(evaluating); }
   void begin_backward(bool boundary) override;
   absl::Status end_backward() override;
 

@@ -46,7 +46,8 @@ absl::StatusOr<std::string> latest_tag(const std::string& dir);
 // names, unless `latest` is missing, empty or stale (a save killed after
 // publishing its directory but before rewriting `latest`), or names a tag
 // that is gone: then the newest complete checkpoint, and `note` says why it
-// is not `latest`'s. NOT_FOUND when dir holds no complete checkpoint.
+// is not `latest`'s. NOT_FOUND when dir holds no checkpoint; DATA_LOSS,
+// naming each, when it holds only damaged ones.
 struct ResumePoint {
   std::string tag;
   std::string note;  // empty when `latest` named it

@@ -39,7 +39,24 @@ absl::StatusOr<ResumePoint> resume_point(const std::string& dir) {
   ZE_ASSIGN_OR_RETURN(std::vector<std::string> complete, list_checkpoints(dir));
   const absl::StatusOr<std::string> latest = latest_tag(dir);
   if (complete.empty()) {
-    if (!latest.ok()) return latest.status();
+    if (!latest.ok()) {
+      // Tag directories with a manifest none of which reads: a damaged
+      // directory, not an empty one ("auto" must not start fresh and then
+      // collide with their names at the first save).
+      ZE_ASSIGN_OR_RETURN(std::vector<std::string> names, list_directory(dir));
+      std::sort(names.begin(), names.end());
+      std::string damaged;
+      for (const std::string& n : names) {
+        if (n.empty() || n[0] == '.' || !std::filesystem::exists(dir + "/" + n + "/manifest.json")) continue;
+        absl::StatusOr<Manifest> m = read_manifest(dir, n);
+        damaged += cat(damaged.empty() ? "" : "; ", n, " (", m.status().message(), ")");
+      }
+      if (!damaged.empty()) {
+        return absl::DataLossError(cat(dir, " holds checkpoints but none is readable and there is no latest file: ",
+                                       damaged, ". Restore one, or move them away to start fresh"));
+      }
+      return latest.status();
+    }
     return absl::DataLossError(cat(dir, "/latest names \"", *latest, "\", whose manifest cannot be read: ",
                                    read_manifest(dir, *latest).status().message()));
   }
@@ -148,9 +165,10 @@ absl::StatusOr<const FileReader*> ShardFiles::get(int index) {
   const CheckpointFile& f = m_.files.at(index);
   const std::string path = dir_ + "/" + f.name;
   absl::StatusOr<FileReader> r = FileReader::open(path);
-  if (!r.ok()) {
+  if (!r.ok() && absl::IsNotFound(r.status())) {
     return absl::NotFoundError(cat("checkpoint ", dir_, ": shard of rank ", f.rank, " is missing (", r.status().message(), ")"));
   }
+  if (!r.ok()) return annotate(r.status(), cat("checkpoint ", dir_, ": shard of rank ", f.rank));
   if (r->size() != kShardHeaderBytes + f.bytes) {
     return absl::DataLossError(cat("checkpoint shard ", path, " has ", r->size(), " bytes, the manifest says ",
                                    kShardHeaderBytes + f.bytes, " (truncated or overwritten)"));

@@ -66,14 +66,40 @@ absl::Status FileWriter::close() {
   return absl::OkStatus();
 }
 
+namespace {
+
+// What a file that is not a regular one is, for the error.
+const char* file_kind(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a named pipe (FIFO)";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  return "not a plain file";
+}
+
+}  // namespace
+
 absl::StatusOr<FileReader> FileReader::open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a named pipe for reading would otherwise wait for a
+  // writer, for ever; it is refused below. Cleared again for a regular file.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return errno_status(errno, "opening", path);
   struct stat st;
   if (fstat(fd, &st) != 0) {
     const int err = errno;
     ::close(fd);
     return errno_status(err, "inspecting", path);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return absl::FailedPreconditionError(cat(path, ": ", file_kind(st.st_mode), ", not a regular file (give the file "
+                                             "itself, not a pipe or device that streams it)"));
+  }
+  if (const int flags = fcntl(fd, F_GETFL); flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return errno_status(err, "opening", path);
   }
   return FileReader(fd, path, st.st_size);
 }

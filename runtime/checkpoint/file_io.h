@@ -2,7 +2,7 @@
 // that names the path and the operation ("writing /ckpt/x/rank_00001.shard:
 // no space left on device"). Writes go to a temporary name, are fsynced, then
 // renamed, and the directory is fsynced, so a crash leaves the old file or
-// the new one, never a torn one.
+// the new one, never a torn one. Reads are of regular files only.
 #pragma once
 
 #include <cstddef>
@@ -38,6 +38,9 @@ class FileWriter {
 
 class FileReader {
  public:
+  // Opens a regular file; anything else (a named pipe, a device, a
+  // directory) is FAILED_PRECONDITION naming the path and what it is, at
+  // once: a named pipe does not block the open waiting for a writer.
   static absl::StatusOr<FileReader> open(const std::string& path);
   FileReader(FileReader&& other) noexcept;
   FileReader& operator=(FileReader&&) = delete;

@@ -62,6 +62,29 @@ bool is_gpt2_mask_buffer(const std::string& ours) {
   return rest == ".attn.bias" || rest == ".attn.masked_bias";
 }
 
+// The format gives every tensor bytes of its own: two byte ranges of one
+// file that share a byte are refused, naming both tensors. An empty tensor
+// shares none.
+absl::Status check_no_overlap(const std::string& file, int64_t data_start, std::vector<const HfTensor*> tensors) {
+  std::sort(tensors.begin(), tensors.end(), [](const HfTensor* a, const HfTensor* b) {
+    return a->offset != b->offset ? a->offset < b->offset : a->name < b->name;
+  });
+  const HfTensor* reach = nullptr;  // of those seen, the one ending last
+  for (const HfTensor* t : tensors) {
+    if (t->bytes == 0) continue;
+    if (reach != nullptr && t->offset < reach->offset + reach->bytes) {
+      auto range = [&](const HfTensor* x) {
+        return cat("bytes [", x->offset - data_start, ", ", x->offset - data_start + x->bytes, ")");
+      };
+      return absl::DataLossError(cat(file, ": tensors ", reach->name, " (", range(reach), ") and ", t->name, " (",
+                                     range(t), ") overlap; the safetensors format gives each tensor bytes of its "
+                                     "own (a damaged or hand-edited header?)"));
+    }
+    if (reach == nullptr || t->offset + t->bytes > reach->offset + reach->bytes) reach = t;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 HfWeights::HfWeights(HfWeights&&) noexcept = default;
@@ -87,6 +110,7 @@ absl::Status HfWeights::add_file(const std::string& file) {
   const int64_t data_start = 8 + static_cast<int64_t>(hlen), data_bytes = size - data_start;
   const int index = static_cast<int>(files_.size());
   Json metadata = Json::object();
+  std::vector<const HfTensor*> added;  // this file's, for the overlap check
   for (auto it = header.begin(); it != header.end(); ++it) {
     const std::string& name = it.key();
     const Json& t = it.value();
@@ -136,7 +160,9 @@ absl::Status HfWeights::add_file(const std::string& file) {
     if (!inserted) {
       return bad_tensor(cat("also in ", files_.at(static_cast<size_t>(where->second.file)), " (a tensor is in one file only)"));
     }
+    added.push_back(&where->second);
   }
+  ZE_RETURN_IF_ERROR(check_no_overlap(file, data_start, added));
   files_.push_back(file);
   readers_.push_back(std::move(reader));
   metadata_.push_back(std::move(metadata));
@@ -146,18 +172,21 @@ absl::Status HfWeights::add_file(const std::string& file) {
 absl::StatusOr<HfWeights> HfWeights::open(const std::string& path) {
   HfWeights w;
   w.path_ = path;
+  // Every file is opened through FileReader, which refuses anything but a
+  // regular file (a named pipe would block the open for ever).
   std::error_code ec;
-  if (fs::is_regular_file(path, ec)) {
+  if (!fs::is_directory(path, ec)) {
+    if (!fs::exists(path, ec)) {
+      return absl::NotFoundError(cat(path, ": no such file or directory (a Hugging Face model directory or a "
+                                           "safetensors file)"));
+    }
     ZE_RETURN_IF_ERROR(w.add_file(path));
     return w;
   }
-  if (!fs::is_directory(path, ec)) {
-    return absl::NotFoundError(cat(path, ": no such file or directory (a Hugging Face model directory or a "
-                                         "safetensors file)"));
-  }
   const std::string index_path = path + "/" + kIndexFile;
-  if (fs::exists(index_path)) {
-    ZE_ASSIGN_OR_RETURN(const Json index, load_json_file(index_path));
+  if (fs::exists(index_path, ec)) {
+    ZE_ASSIGN_OR_RETURN(const std::string index_text, read_file(index_path));
+    ZE_ASSIGN_OR_RETURN(const Json index, parse_json_text(index_text, index_path));
     if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
       return absl::DataLossError(cat(index_path, ": no \"weight_map\" object (tensor name -> file)"));
     }
@@ -173,7 +202,7 @@ absl::StatusOr<HfWeights> HfWeights::open(const std::string& path) {
                                        "\", not a file name in the directory"));
       }
       if (std::find(shards.begin(), shards.end(), f) == shards.end()) {
-        if (!fs::is_regular_file(path + "/" + f, ec)) {
+        if (!fs::exists(path + "/" + f, ec)) {
           return absl::NotFoundError(cat(index_path, " puts tensor ", it.key(), " in ", f, ", which is missing from ",
                                          path, " (an incomplete download?)"));
         }
@@ -196,7 +225,7 @@ absl::StatusOr<HfWeights> HfWeights::open(const std::string& path) {
     }
     return w;
   }
-  if (fs::exists(path + "/" + kSingleFile)) {
+  if (fs::exists(path + "/" + kSingleFile, ec)) {
     ZE_RETURN_IF_ERROR(w.add_file(path + "/" + kSingleFile));
     return w;
   }

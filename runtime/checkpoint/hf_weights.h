@@ -11,9 +11,11 @@
 // [in, out]).
 //
 // The reader checks every header before any data is read: header length,
-// dtypes, shapes, byte ranges inside the file and of shape x dtype bytes, and
-// an index naming files that exist and tensors that are in them; errors name
-// the file and the tensor. Loading reads only the bytes of the elements a
+// dtypes, shapes, byte ranges inside the file, of shape x dtype bytes and
+// not overlapping another tensor's, and an index naming files that exist and
+// tensors that are in them; errors name the file and the tensor(s). Every
+// file (single, index, shard) must be a regular file: a named pipe is
+// refused at once rather than blocking the open. Loading reads only the bytes of the elements a
 // rank holds, at most max_read_bytes at a time.
 #pragma once
 

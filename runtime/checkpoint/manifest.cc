@@ -81,16 +81,20 @@ absl::StatusOr<Manifest> Manifest::parse(const Json& j, const std::string& path)
   try {
     if (j.value("format", "") != "zeroengine-checkpoint") return bad("not a ZeroEngine checkpoint manifest");
     const int version = j.at("version").get<int>();
-    if (version < 1 || version > kCheckpointVersion) {
-      return bad(cat("format version ", version, ", this build reads versions 1 to ", kCheckpointVersion));
+    // Only checksummed versions load: version 1 had no checksum, so a
+    // manifest edited to say "version": 1 would let an edited field through.
+    if (version < kFirstChecksummedVersion || version > kCheckpointVersion) {
+      return bad(cat("format version ", version, ", this build reads versions ", kFirstChecksummedVersion, " to ",
+                     kCheckpointVersion, " (each checksummed)"));
     }
-    if (version >= 2) {
-      const uint32_t want = j.at("crc32c").get<uint32_t>(), got = manifest_crc(j);
-      if (want != got) {
-        return bad(cat("checksum mismatch (the file says ", want, ", its contents give ", got,
-                       "): the manifest was edited or damaged after it was written; restore it or resume from "
-                       "another checkpoint"));
-      }
+    if (!j.contains("crc32c") || !j.at("crc32c").is_number_unsigned()) {
+      return bad("no crc32c field: the manifest was edited or damaged after it was written");
+    }
+    const uint32_t want = j.at("crc32c").get<uint32_t>(), got = manifest_crc(j);
+    if (want != got) {
+      return bad(cat("checksum mismatch (the file says ", want, ", its contents give ", got,
+                     "): the manifest was edited or damaged after it was written; restore it or resume from "
+                     "another checkpoint"));
     }
     Manifest m;
     m.tag = j.at("tag").get<std::string>();

@@ -37,8 +37,9 @@ namespace zero {
 
 // Version 2 checksums the manifest itself ("crc32c": CRC-32C of the compact
 // JSON without that field); version 3 adds strided segments (tensor-parallel
-// slices). Versions 1 and 2 still load.
+// slices). Versions 2 and 3 load; version 1 (no checksum) is refused.
 inline constexpr int kCheckpointVersion = 3;
+inline constexpr int kFirstChecksummedVersion = 2;
 inline constexpr int kShardVersion = 1;  // the shard header's own version
 inline constexpr char kShardMagic[8] = {'Z', 'E', 'R', 'O', 'S', 'H', 'R', 'D'};
 inline constexpr int64_t kShardHeaderBytes = 128;

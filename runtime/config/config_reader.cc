@@ -59,6 +59,25 @@ std::string closest_match(std::string_view word, const std::vector<std::string>&
   return best_d <= limit ? best : "";
 }
 
+std::string known_synonym(std::string_view word, const std::vector<std::string>& candidates) {
+  // The names Hugging Face's TrainingArguments and PyTorch give DeepSpeed's
+  // keys, too far from them for an edit distance to find.
+  static const std::pair<std::string_view, std::string_view> kSynonyms[] = {
+      {"learning_rate", "lr"},
+      {"max_grad_norm", "gradient_clipping"},
+      {"per_device_train_batch_size", "train_micro_batch_size_per_gpu"},
+      {"micro_batch_size", "train_micro_batch_size_per_gpu"},
+      {"global_batch_size", "train_batch_size"},
+      {"warmup_steps", "warmup_num_steps"},
+      {"adam_epsilon", "eps"},
+      {"max_steps", "steps"},
+  };
+  for (const auto& [from, to] : kSynonyms) {
+    if (word == from && std::find(candidates.begin(), candidates.end(), to) != candidates.end()) return std::string(to);
+  }
+  return "";
+}
+
 absl::Status ConfigDiagnostics::status() const {
   if (errors.empty()) return absl::OkStatus();
   std::string msg = errors.size() == 1 ? "invalid config: " : cat("invalid config (", errors.size(), " errors):");
@@ -86,8 +105,16 @@ const Json* ConfigReader::lookup(std::string_view key) {
   known_->insert(std::string(key));
   if (!has(key)) return nullptr;
   const Json& v = (*obj_)[std::string(key)];
-  if (v.is_string() && v.get<std::string>() == "auto") return nullptr;  // DeepSpeed: "auto" = default
+  if (is_auto_value(v)) {
+    diag_->autos.insert(key_path(key));  // the key's default, shown as derived
+    return nullptr;
+  }
   return &v;
+}
+
+bool ConfigReader::is_auto(std::string_view key) {
+  known_->insert(std::string(key));
+  return has(key) && is_auto_value((*obj_)[std::string(key)]);
 }
 
 ConfigReader ConfigReader::section(std::string_view key, UnknownKeys unknown) {
@@ -300,7 +327,8 @@ void ConfigReader::finish() {
   for (auto it = obj_->begin(); it != obj_->end(); ++it) {
     if (known_->count(it.key())) continue;
     if (path_.empty() && it.key() == kDerivedKeysKey) continue;  // --print-config's list, read back
-    const std::string suggestion = closest_match(it.key(), known);
+    std::string suggestion = known_synonym(it.key(), known);
+    if (suggestion.empty()) suggestion = closest_match(it.key(), known);
     std::string msg = cat("unknown key \"", key_path(it.key()), "\"");
     if (suggestion.empty() && unknown_ == UnknownKeys::kWarnUnlessNearMiss) {
       diag_->warnings.push_back(cat(msg, " ignored (DeepSpeed ignores unknown keys ",
@@ -353,9 +381,13 @@ void ConfigSources::record_leaf(const std::string& path, const std::string& sour
   leaves_[path] = source;
 }
 
-void ConfigSources::record_layer(const Json& layer, const std::string& source) {
+void ConfigSources::record_layer(const Json& layer, const std::string& source,
+                                 const std::vector<std::string>& auto_filled) {
   ++layers_;
-  record_leaves(layer, "", source, [this](const std::string& p, const std::string& s) { record_leaf(p, s); });
+  auto_filled_.insert(auto_filled.begin(), auto_filled.end());
+  record_leaves(layer, "", source, [&](const std::string& p, const std::string& s) {
+    if (std::find(auto_filled.begin(), auto_filled.end(), p) == auto_filled.end()) record_leaf(p, s);
+  });
 }
 
 void ConfigSources::record_override(std::string_view key_path, const std::string& source) {
@@ -425,8 +457,9 @@ absl::StatusOr<Json> load_layered_config(const std::vector<std::string>& files,
   Json merged = Json::object();
   for (const std::string& f : files) {
     ZE_ASSIGN_OR_RETURN(Json j, load_json_file(f));
-    merge_json(merged, j);
-    if (sources != nullptr) sources->record_layer(j, f);
+    std::vector<std::string> auto_filled;
+    merge_json(merged, j, &auto_filled);
+    if (sources != nullptr) sources->record_layer(j, f, auto_filled);
   }
   for (const ConfigOverride& o : overrides) {
     ZE_RETURN_IF_ERROR(apply_override(merged, o.assignment));

@@ -8,8 +8,13 @@
 // accumulate in ConfigDiagnostics, so one run reports all of them, each
 // naming the full key path, the value and what is expected.
 //
-// DeepSpeed conventions kept here: a value of exactly "auto" means the key's
-// default; integer keys accept integral floats such as 1e9 but not 1.5.
+// DeepSpeed conventions kept here: integer keys accept integral floats such
+// as 1e9 but not 1.5. A value of exactly "auto" is what the Hugging Face
+// Trainer would fill in: the value an earlier config layer gave the key
+// (merge_json keeps it), else the key's own rule (ConfigKey::auto_value:
+// the optimizer's lr for a warm-up's peak, run.steps for a schedule's
+// length, the hidden size for ZeRO-3's buckets), else the key's default.
+// Every key that was "auto" is listed as derived by --print-config.
 //
 // Unknown keys follow DeepSpeed's strictness per section. Where DeepSpeed
 // forbids them (its pydantic sections: zero_optimization, offload_*, fp16,
@@ -46,6 +51,7 @@ struct ConfigDiagnostics {
   bool allow_unknown_keys = false;  // unknown keys become warnings
   Json effective = Json::object();  // every key read, with the value in effect
   std::set<std::string> derived;    // paths whose value the program derived
+  std::set<std::string> autos;      // paths given as "auto" (shown as derived once read)
 
   // OK, or INVALID_ARGUMENT listing every error.
   absl::Status status() const;
@@ -81,6 +87,8 @@ class ConfigReader {
   // How this section treats unknown keys (the root's is set by its owner).
   void set_unknown_keys(UnknownKeys unknown) { unknown_ = unknown; }
   bool has(std::string_view key) const;
+  // The key is present with the value "auto" (marks it as known).
+  bool is_auto(std::string_view key);
   const std::string& path() const { return path_; }
   std::string key_path(std::string_view key) const;
   ConfigDiagnostics& diagnostics() { return *diag_; }
@@ -140,6 +148,9 @@ class ConfigReader {
 
 // The closest of `candidates` to `word` by edit distance, or "" when none is close.
 std::string closest_match(std::string_view word, const std::vector<std::string>& candidates);
+// The candidate that is another framework's name for `word` (learning_rate:
+// lr, max_grad_norm: gradient_clipping), or "".
+std::string known_synonym(std::string_view word, const std::vector<std::string>& candidates);
 
 // Where each key of a layered config came from: the file that set it last,
 // or the command-line option ("--set", "--steps", ...) that overrode it. With
@@ -147,8 +158,10 @@ std::string closest_match(std::string_view word, const std::vector<std::string>&
 // ("b.json: zero_optimization.stage: 7 is out of range ...").
 class ConfigSources {
  public:
-  // Every leaf of `layer` (merged over the earlier ones by merge_json) comes from `source`.
-  void record_layer(const Json& layer, const std::string& source);
+  // Every leaf of `layer` (merged over the earlier ones by merge_json) comes
+  // from `source`, but for the "auto" leaves an earlier layer filled in
+  // (`auto_filled`, merge_json's list), which keep their source.
+  void record_layer(const Json& layer, const std::string& source, const std::vector<std::string>& auto_filled = {});
   // The value at `key_path` ("a.b.c") was replaced by an override from `source`.
   void record_override(std::string_view key_path, const std::string& source);
   // The source of the key, of the nearest key above it that a layer set as a
@@ -156,6 +169,8 @@ class ConfigSources {
   std::string source_of(std::string_view key_path) const;
   // More than one layer: only then do messages name sources.
   bool layered() const { return layers_ > 1; }
+  // The key paths a layer gave as "auto" that an earlier layer had set.
+  const std::set<std::string>& auto_filled() const { return auto_filled_; }
   // "<source>: <message>" when the message is about a key (it starts with
   // the key path, or says unknown key "<path>") whose source is known.
   std::string annotate(std::string_view message) const;
@@ -167,6 +182,7 @@ class ConfigSources {
   void record_leaf(const std::string& path, const std::string& source);
 
   std::map<std::string, std::string> leaves_;  // key path -> source
+  std::set<std::string> auto_filled_;
   int layers_ = 0;
 };
 

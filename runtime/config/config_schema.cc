@@ -45,6 +45,13 @@ ConfigKey ConfigKey::read_by_code() const {
   return k;
 }
 
+ConfigKey ConfigKey::on_auto(std::string shown, std::function<absl::StatusOr<Json>(const RunConfig&)> f) const {
+  ConfigKey k = *this;
+  k.auto_shown = std::move(shown);
+  k.auto_value = std::move(f);
+  return k;
+}
+
 namespace {
 std::string kind_name(const ConfigKey& k) {
   switch (k.kind) {
@@ -142,6 +149,16 @@ void read_declared_keys(ConfigReader& r, RunConfig& c, std::string_view section)
       r.refuse_unless(name, k.allowed, k.meaning);
       continue;
     }
+    if (k.auto_value && r.is_auto(name)) {
+      absl::StatusOr<Json> v = k.auto_value(c);
+      if (!v.ok()) {
+        r.error(name, cat("is \"auto\" and ", v.status().message()));
+      } else {
+        if (k.set) k.set(c, *v);
+        r.set_derived(name, *v);
+      }
+      continue;
+    }
     if (k.optional && r.get_raw(name).is_null()) continue;
     const Json def = k.get(c);
     Json v;
@@ -188,8 +205,9 @@ std::string config_key_table() {
                      escape_cell(k.meaning), " |\n");
       continue;
     }
+    const std::string meaning = k.auto_shown.empty() ? k.meaning : cat(k.meaning, "; `\"auto\"`: ", k.auto_shown);
     read += cat("| ", key, " | ", kind_name(k), " | ", escape_cell(default_cell(k)), " | ", escape_cell(accepts(k)),
-                " | ", escape_cell(k.meaning), " |\n");
+                " | ", escape_cell(meaning), " |\n");
   }
   return read + "\nRefused at any other value, with the reason:\n\n" + refused;
 }

@@ -24,6 +24,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "runtime/config/config_reader.h"
 #include "runtime/config/run_config.h"
 
@@ -51,6 +52,11 @@ struct ConfigKey {
   std::function<Json(RunConfig&)> get;
   // Stores a value read and checked; absent for keys accepted without effect.
   std::function<void(RunConfig&, const Json&)> set;
+  // What "auto" becomes when no earlier config layer gave the key a value:
+  // the Hugging Face Trainer's fill-in, from the keys read before it, or an
+  // error saying why nothing fills it in. Unset: the key's default.
+  std::function<absl::StatusOr<Json>(const RunConfig&)> auto_value;
+  std::string auto_shown;  // the README's words for it ("the optimizer's lr")
 
   std::string section() const;  // the path up to its last dot ("" at the top)
   std::string name() const;     // the last part of the path
@@ -60,6 +66,7 @@ struct ConfigKey {
   ConfigKey when(std::function<bool(const RunConfig&)> f) const;
   ConfigKey shown(std::string text) const;
   ConfigKey read_by_code() const;
+  ConfigKey on_auto(std::string shown, std::function<absl::StatusOr<Json>(const RunConfig&)> f) const;
 };
 
 // Every declared key, in the README table's order.

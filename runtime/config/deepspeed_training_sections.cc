@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/strings.h"
+#include "graph/gpt.h"
 #include "runtime/config/config_key_builders.h"
 #include "runtime/config/config_schema.h"
 #include "runtime/config/deepspeed_sections.h"
@@ -77,6 +78,12 @@ void parse_scheduler_section(ConfigReader r, RunConfig& c) {
     p.warn("warmup_type", cat("\"", s.warmup_type, "\" is unknown; using \"log\" (as DeepSpeed does)"));
     s.warmup_type = "log";
   }
+  const bool warms_up = s.type == SchedulerType::kWarmupLR || s.type == SchedulerType::kWarmupDecayLR ||
+                        s.type == SchedulerType::kWarmupCosineLR;
+  if (warms_up && p.is_auto("warmup_num_steps") && c.run.steps > 0 && s.warmup_num_steps >= c.run.steps) {
+    p.warn("warmup_num_steps", cat("\"auto\" is DeepSpeed's default ", s.warmup_num_steps, ", not less than run.steps ",
+                                   c.run.steps, ": the whole run is warm-up (set a number to shorten it)"));
+  }
   if (s.type == SchedulerType::kWarmupDecayLR && s.total_num_steps < s.warmup_num_steps) {
     p.warn("total_num_steps", cat(s.total_num_steps, " is less than warmup_num_steps ", s.warmup_num_steps));
   }
@@ -143,15 +150,11 @@ void parse_tensor_parallel_section(ConfigReader r, RunConfig& c) {
   if (t > 1 && c.world_size % t != 0) {
     r.error("autotp_size", cat(t, " does not divide the world of ", c.world_size,
                                " ranks (world = tensor x data: launch a multiple of ", t, " ranks)"));
-  } else if (t > 1 && c.model.gpt.n_head % t != 0) {
-    r.error("autotp_size", cat(t, " does not divide model.n_head ", c.model.gpt.n_head,
-                               " (each tensor rank computes n_head / autotp_size whole heads)"));
-  } else if (t > 1 && c.model.gpt.kv_heads() % t != 0) {
-    r.error("autotp_size", cat(t, " does not divide the model's ", c.model.gpt.kv_heads(),
-                               " key/value heads (each tensor rank computes whole key/value heads)"));
-  } else if (t > 1 && c.sequence_parallel && c.model.gpt.seq_len % t != 0) {
-    r.error("sequence_parallel", cat("model.seq_len ", c.model.gpt.seq_len, " does not divide by autotp_size ", t,
-                                     " (each tensor rank holds seq_len / autotp_size positions)"));
+  } else if (t > 1 && r.diagnostics().errors.empty()) {
+    // The model's split rules (graph/gpt.h), whose messages name their keys.
+    if (absl::Status s = check_gpt_split(c.model.gpt, static_cast<int>(t), c.sequence_parallel); !s.ok()) {
+      r.diagnostics().errors.emplace_back(s.message());
+    }
   }
   r.finish();
 }
@@ -208,7 +211,8 @@ void parse_unsupported_feature_sections(ConfigReader& root) {
                                 "); remove the section or set \"enabled\": false"));
     }
   }
-  // Sections without a switch: present means wanted.
+  // Sections without a switch: present means wanted, even empty (DeepSpeed
+  // turns sparse attention on with its defaults for "sparse_attention": {}).
   static const Switch kPresence[] = {
       {"sparse_attention", "no block-sparse attention"},
       {"expert_parallel", "no expert parallelism"},
@@ -220,8 +224,7 @@ void parse_unsupported_feature_sections(ConfigReader& root) {
   for (const Switch& s : kPresence) {
     root.mark_known(s.section);
     if (!root.has(s.section)) continue;
-    const Json& v = root.get_raw(s.section);
-    if (!(v.is_object() && v.empty())) root.error(s.section, cat("is not supported (", s.why, ")"));
+    root.error(s.section, cat("is not supported (", s.why, "); remove the section"));
   }
 }
 
@@ -317,6 +320,9 @@ std::vector<ConfigKey> training_keys() {
   k.push_back(number(sp + "warmup_max_lr", ZE_FIELD(engine.scheduler.warmup_max_lr), kNonNegative,
                      "WarmupLR, WarmupDecayLR: lr at the end of warm-up")
                   .shown("WarmupLR: optimizer lr; WarmupDecayLR: 0.001")
+                  .on_auto("the optimizer's lr", [](const RunConfig& c) -> absl::StatusOr<Json> {
+                    return Json(as_double(c.engine.optimizer.lr));
+                  })
                   .when(warmup));
   k.push_back(integer(sp + "warmup_num_steps", ZE_FIELD(engine.scheduler.warmup_num_steps), 1, kMax,
                       "warm-up steps")
@@ -327,6 +333,10 @@ std::vector<ConfigKey> training_keys() {
   k.push_back(integer(sp + "total_num_steps", ZE_FIELD(engine.scheduler.total_num_steps), 1, kMax,
                       "WarmupDecayLR, WarmupCosineLR: steps of the whole schedule (required)")
                   .shown("—")
+                  .on_auto("run.steps", [](const RunConfig& c) -> absl::StatusOr<Json> {
+                    if (c.run.steps <= 0) return absl::InvalidArgumentError("run.steps is 0: set run.steps or a number here");
+                    return Json(c.run.steps);
+                  })
                   .when(with_total));
   k.push_back(number(sp + "warmup_min_ratio", ZE_FIELD(engine.scheduler.warmup_min_ratio), kRatio,
                      "WarmupCosineLR: lr ratio at the start of warm-up")
@@ -336,9 +346,15 @@ std::vector<ConfigKey> training_keys() {
                   .when(cosine));
   k.push_back(number(sp + "cycle_min_lr", ZE_FIELD(engine.scheduler.cycle_min_lr), kNonNegative,
                      "OneCycle: lowest lr (required)")
+                  .on_auto("refused: nothing fills it in", [](const RunConfig&) -> absl::StatusOr<Json> {
+                    return absl::InvalidArgumentError("nothing fills it in (OneCycle requires it): set a number");
+                  })
                   .when(one_cycle));
   k.push_back(number(sp + "cycle_max_lr", ZE_FIELD(engine.scheduler.cycle_max_lr), kNonNegative,
                      "OneCycle: highest lr (required)")
+                  .on_auto("refused: nothing fills it in", [](const RunConfig&) -> absl::StatusOr<Json> {
+                    return absl::InvalidArgumentError("nothing fills it in (OneCycle requires it): set a number");
+                  })
                   .when(one_cycle));
   k.push_back(number(sp + "decay_lr_rate", ZE_FIELD(engine.scheduler.decay_lr_rate), kNonNegative,
                      "OneCycle: lr decay after the cycle")

@@ -162,8 +162,13 @@ std::vector<ConfigKey> zero_keys() {
                       "gradients always live in contiguous buckets (false warns)"));
   k.push_back(boolean(z + "reduce_scatter", ZE_FIELD(engine.zero.reduce_scatter),
                       "reduce-scatter gradients (false: all-reduce and keep the owned part)"));
+  // The "auto" of the three bucket keys below: what the Hugging Face Trainer
+  // fills in from the model's hidden size.
   k.push_back(integer(z + "reduce_bucket_size", ZE_FIELD(engine.zero.reduce_bucket_size), 0, kMax,
-                      "gradient elements per reduction bucket"));
+                      "gradient elements per reduction bucket")
+                  .on_auto("d_model^2", [](const RunConfig& c) -> absl::StatusOr<Json> {
+                    return Json(c.model.gpt.d_model * c.model.gpt.d_model);
+                  }));
   k.push_back(accepted(z + "allgather_partitions", KeyKind::kBool, true, "accepted; DeepSpeed does not use it either"));
   k.push_back(integer(z + "allgather_bucket_size", ZE_FIELD(engine.zero.allgather_bucket_size), 0, kMax,
                       "elements per all-gather chunk after a stage-1/2 step (even)"));
@@ -183,10 +188,16 @@ std::vector<ConfigKey> zero_keys() {
                       "unit)"));
   k.push_back(integer(z + "prefetch_bucket_size", ZE_FIELD(engine.zero.prefetch_bucket_size), 0, kMax,
                       "stage 3: elements gathered ahead of use")
-                  .also("stage3_prefetch_bucket_size"));
+                  .also("stage3_prefetch_bucket_size")
+                  .on_auto("0.9 d_model^2", [](const RunConfig& c) -> absl::StatusOr<Json> {
+                    return Json(static_cast<int64_t>(0.9 * static_cast<double>(c.model.gpt.d_model * c.model.gpt.d_model)));
+                  }));
   k.push_back(integer(z + "param_persistence_threshold", ZE_FIELD(engine.zero.param_persistence_threshold), 0, kMax,
                       "stage 3: parameters this small stay gathered")
-                  .also("stage3_param_persistence_threshold"));
+                  .also("stage3_param_persistence_threshold")
+                  .on_auto("10 d_model", [](const RunConfig& c) -> absl::StatusOr<Json> {
+                    return Json(10 * c.model.gpt.d_model);
+                  }));
   k.push_back(integer(z + "model_persistence_threshold", ZE_FIELD(engine.zero.model_persistence_threshold), 0, kMax,
                       "stage 3: total elements allowed to persist")
                   .also("stage3_model_persistence_threshold")

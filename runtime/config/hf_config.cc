@@ -1,6 +1,7 @@
 // Hugging Face config.json <-> GptConfig, and tensor names; see hf_config.h.
 #include "runtime/config/hf_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -9,6 +10,7 @@
 #include "core/status.h"
 #include "core/strings.h"
 #include "kernels/rope.h"
+#include "runtime/config/model_limits.h"
 
 namespace zero {
 
@@ -61,6 +63,14 @@ class HfKeys {
       return bad(key, "expected an integer");
     }
     if (n < min) return bad(key, cat("must be at least ", min));
+    return n;
+  }
+  // One of the model's sizes: also within the model section's range for the
+  // same field (an explicit 0 is refused: "default" is the section's meaning).
+  absl::StatusOr<int64_t> size(std::string_view key, const ModelKeyLimit& limit,
+                               std::optional<int64_t> fallback = std::nullopt) const {
+    ZE_ASSIGN_OR_RETURN(const int64_t n, integer(key, fallback, std::max<int64_t>(1, limit.min)));
+    if (n > limit.max) return bad(key, cat("must be at most ", limit.max, " (", limit.key, "'s limit)"));
     return n;
   }
   absl::StatusOr<double> number(std::string_view key, double fallback) const {
@@ -200,15 +210,15 @@ absl::StatusOr<GptConfig> llama_from_hf(const Json& hf, const std::string& path,
   const HfKeys keys(hf, path);
   GptConfig c;
   c.arch = ModelArch::kLlama;
-  ZE_ASSIGN_OR_RETURN(c.d_model, keys.integer("hidden_size"));
-  ZE_ASSIGN_OR_RETURN(c.d_ff, keys.integer("intermediate_size"));
-  ZE_ASSIGN_OR_RETURN(c.n_layer, keys.integer("num_hidden_layers"));
-  ZE_ASSIGN_OR_RETURN(c.n_head, keys.integer("num_attention_heads"));
-  ZE_ASSIGN_OR_RETURN(c.n_kv_head, keys.integer("num_key_value_heads", c.n_head));
-  ZE_ASSIGN_OR_RETURN(c.vocab_size, keys.integer("vocab_size"));
+  ZE_ASSIGN_OR_RETURN(c.d_model, keys.size("hidden_size", kWidthLimit));
+  ZE_ASSIGN_OR_RETURN(c.d_ff, keys.size("intermediate_size", kFfnWidthLimit));
+  ZE_ASSIGN_OR_RETURN(c.n_layer, keys.size("num_hidden_layers", kLayerLimit));
+  ZE_ASSIGN_OR_RETURN(c.n_head, keys.size("num_attention_heads", kHeadLimit));
+  ZE_ASSIGN_OR_RETURN(c.n_kv_head, keys.size("num_key_value_heads", kKvHeadLimit, c.n_head));
+  ZE_ASSIGN_OR_RETURN(c.vocab_size, keys.size("vocab_size", kVocabLimit));
   // transformers' defaults: Llama 2048 positions, Mistral 4096 * 32.
-  ZE_ASSIGN_OR_RETURN(c.max_positions,
-                      keys.integer("max_position_embeddings", model_type == "mistral" ? 131072 : 2048));
+  ZE_ASSIGN_OR_RETURN(c.max_positions, keys.size("max_position_embeddings", kPositionsLimit,
+                                                 model_type == "mistral" ? 131072 : 2048));
   c.seq_len = c.max_positions;
   if (c.d_model % c.n_head != 0) {
     return keys.bad("hidden_size", cat("not a multiple of num_attention_heads (", c.n_head, ")"));
@@ -260,11 +270,11 @@ absl::StatusOr<GptConfig> gpt2_from_hf(const Json& hf, const std::string& path) 
   const HfKeys keys(hf, path);
   GptConfig c;
   c.arch = ModelArch::kGpt2;
-  ZE_ASSIGN_OR_RETURN(c.d_model, keys.integer("n_embd"));
-  ZE_ASSIGN_OR_RETURN(c.n_layer, keys.integer("n_layer"));
-  ZE_ASSIGN_OR_RETURN(c.n_head, keys.integer("n_head"));
-  ZE_ASSIGN_OR_RETURN(c.vocab_size, keys.integer("vocab_size"));
-  ZE_ASSIGN_OR_RETURN(c.max_positions, keys.integer("n_positions"));
+  ZE_ASSIGN_OR_RETURN(c.d_model, keys.size("n_embd", kWidthLimit));
+  ZE_ASSIGN_OR_RETURN(c.n_layer, keys.size("n_layer", kLayerLimit));
+  ZE_ASSIGN_OR_RETURN(c.n_head, keys.size("n_head", kHeadLimit));
+  ZE_ASSIGN_OR_RETURN(c.vocab_size, keys.size("vocab_size", kVocabLimit));
+  ZE_ASSIGN_OR_RETURN(c.max_positions, keys.size("n_positions", kPositionsLimit));
   c.seq_len = c.max_positions;
   if (c.d_model % c.n_head != 0) return keys.bad("n_embd", cat("not a multiple of n_head (", c.n_head, ")"));
   if (keys.has("n_inner")) {

@@ -25,7 +25,8 @@ namespace zero {
 
 // config.json -> GptConfig. seq_len = max_positions (the caller may lower
 // it); dropout 0. INVALID_ARGUMENT naming `path`, the key and its value for a
-// model_type or a setting we do not implement, or a value out of range.
+// model_type or a setting we do not implement, or a value out of range (a
+// size past the model section's limit for the same field, model_limits.h).
 // Reads what transformers 4.x writes (top-level "rope_theta" and
 // "rope_scaling", "torch_dtype") and what 5.x writes ("rope_parameters":
 // {"rope_theta", "rope_type", "factor", ...}, "dtype", an explicit

@@ -135,14 +135,41 @@ absl::StatusOr<Json> load_json_file(const std::string& path) {
   return parse_json_text(buf.str(), path);
 }
 
-void merge_json(Json& base, const Json& overlay) {
+const Json& json_at_path(const Json& j, std::string_view path) {
+  static const Json kNull;
+  const Json* node = &j;
+  while (!path.empty()) {
+    const size_t dot = path.find('.');
+    const std::string key(path.substr(0, dot));
+    if (!node->is_object() || !node->contains(key)) return kNull;
+    node = &(*node)[key];
+    path = dot == std::string_view::npos ? std::string_view() : path.substr(dot + 1);
+  }
+  return *node;
+}
+
+bool is_auto_value(const Json& v) { return v.is_string() && v.get_ref<const std::string&>() == "auto"; }
+
+namespace {
+
+void merge_at(Json& base, const Json& overlay, const std::string& path, std::vector<std::string>* auto_filled) {
   for (auto it = overlay.begin(); it != overlay.end(); ++it) {
-    if (it.value().is_object() && base.contains(it.key()) && base[it.key()].is_object()) {
-      merge_json(base[it.key()], it.value());
+    const std::string key_path = path.empty() ? it.key() : cat(path, ".", it.key());
+    const bool present = base.contains(it.key());
+    if (it.value().is_object() && present && base[it.key()].is_object()) {
+      merge_at(base[it.key()], it.value(), key_path, auto_filled);
+    } else if (is_auto_value(it.value()) && present && !base[it.key()].is_null() && !is_auto_value(base[it.key()])) {
+      if (auto_filled != nullptr) auto_filled->push_back(key_path);
     } else {
       base[it.key()] = it.value();
     }
   }
+}
+
+}  // namespace
+
+void merge_json(Json& base, const Json& overlay, std::vector<std::string>* auto_filled) {
+  merge_at(base, overlay, "", auto_filled);
 }
 
 absl::Status apply_override(Json& config, std::string_view assignment) {

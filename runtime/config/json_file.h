@@ -14,6 +14,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -29,8 +30,18 @@ inline constexpr int kMaxJsonDepth = 64;
 absl::StatusOr<Json> load_json_file(const std::string& path);
 absl::StatusOr<Json> parse_json_text(std::string_view text, std::string_view source_name);
 
-// Deep merge: keys of `overlay` replace or extend those of `base`.
-void merge_json(Json& base, const Json& overlay);
+// Deep merge: keys of `overlay` replace or extend those of `base`, except
+// that a value of exactly "auto" (the Hugging Face Trainer's "fill this in")
+// does not replace a value `base` already has: the earlier layer's value is
+// what it asks for. The paths where that happened ("optimizer.params.lr") are
+// appended to `auto_filled` when given.
+void merge_json(Json& base, const Json& overlay, std::vector<std::string>* auto_filled = nullptr);
+
+// The value at a dotted path ("a.b.c"), or null when any part is absent.
+const Json& json_at_path(const Json& j, std::string_view path);
+
+// True for the string "auto".
+bool is_auto_value(const Json& v);
 
 // Applies "a.b.c=value" to `config`, creating objects along the path.
 absl::Status apply_override(Json& config, std::string_view assignment);

@@ -6,6 +6,7 @@
 #include <optional>
 #include <set>
 
+#include "absl/algorithm/container.h"
 #include "comm/comm_log.h"
 #include "core/status.h"
 #include "core/strings.h"
@@ -14,6 +15,7 @@
 #include "runtime/config/config_schema.h"
 #include "runtime/config/deepspeed_sections.h"
 #include "runtime/config/hf_config.h"
+#include "runtime/config/model_limits.h"
 
 namespace zero {
 
@@ -162,6 +164,14 @@ absl::Status resolve_batch(ConfigReader& r, int world, RunConfig& out) {
     r.error("train_micro_batch_size_per_gpu", cat("Micro batch size per gpu: ", *mb, " has to be greater than 0"));
   if (gas && *gas <= 0)
     r.error("gradient_accumulation_steps", cat("Gradient accumulation steps: ", *gas, " has to be greater than 0"));
+  // Upper limits, so that a typo (1e15) is a config error rather than a run
+  // that never ends or an allocation that cannot succeed.
+  auto too_large = [&](std::string_view key, const std::optional<int64_t>& v, int64_t limit, std::string_view how) {
+    if (v && *v > limit) r.error(key, cat(*v, " is above the limit ", limit, how));
+  };
+  too_large("train_batch_size", tb, kMaxBatchSamples, " samples per optimizer step");
+  too_large("train_micro_batch_size_per_gpu", mb, kMaxBatchSamples, " samples per micro-batch");
+  too_large("gradient_accumulation_steps", gas, kMaxAccumulationSteps, " micro-batches per optimizer step");
   if (!r.diagnostics().errors.empty()) return absl::OkStatus();
   // micro x accumulation x world must be a number, not an overflow.
   if (mb && gas) {
@@ -193,7 +203,32 @@ absl::Status resolve_batch(ConfigReader& r, int world, RunConfig& out) {
                             "(or train_batch_size) to a number");
     return absl::OkStatus();
   }
-  if (*tb <= 0) r.error("train_batch_size", cat("Train batch size: ", *tb, " has to be greater than 0"));
+  // A derived value past its limit names the keys it came from.
+  const std::string from = cat(" (derived from ", tb && !absl::c_linear_search(derived, "train_batch_size")
+                                                      ? cat("train_batch_size ", *tb, ", ") : "",
+                               "train_micro_batch_size_per_gpu and gradient_accumulation_steps over ", world,
+                               world == 1 ? " rank)" : " ranks)");
+  if (absl::c_linear_search(derived, "gradient_accumulation_steps") && *gas > kMaxAccumulationSteps) {
+    r.error("gradient_accumulation_steps",
+            cat(*gas, " is above the limit ", kMaxAccumulationSteps, " micro-batches per optimizer step", from,
+                ": lower train_batch_size or raise train_micro_batch_size_per_gpu"));
+  } else if (absl::c_linear_search(derived, "train_batch_size") && *tb > kMaxBatchSamples) {
+    r.error("train_batch_size", cat(*tb, " is above the limit ", kMaxBatchSamples, " samples per optimizer step", from));
+  } else if (absl::c_linear_search(derived, "train_micro_batch_size_per_gpu") && *mb > kMaxBatchSamples) {
+    r.error("train_micro_batch_size_per_gpu",
+            cat(*mb, " is above the limit ", kMaxBatchSamples, " samples per micro-batch", from));
+  } else if (*mb <= 0 && absl::c_linear_search(derived, "train_micro_batch_size_per_gpu")) {
+    // Floor division left nothing per rank: say the division and the fix.
+    r.error("train_micro_batch_size_per_gpu",
+            cat("train_batch_size ", *tb, " / (gradient_accumulation_steps ", *gas, " x ", world,
+                world == 1 ? " rank" : " ranks", ") is 0 samples per rank: raise train_batch_size to at least ",
+                *gas * world, ", lower gradient_accumulation_steps, or use fewer ranks"));
+  } else if (*gas <= 0 && absl::c_linear_search(derived, "gradient_accumulation_steps")) {
+    r.error("gradient_accumulation_steps",
+            cat("train_batch_size ", *tb, " / (train_micro_batch_size_per_gpu ", *mb, " x ", world,
+                world == 1 ? " rank" : " ranks", ") is 0 micro-batches per step: raise train_batch_size to at least ",
+                *mb * world, ", lower train_micro_batch_size_per_gpu, or use fewer ranks"));
+  } else if (*tb <= 0) r.error("train_batch_size", cat("Train batch size: ", *tb, " has to be greater than 0"));
   else if (*mb <= 0)
     r.error("train_micro_batch_size_per_gpu", cat("Micro batch size per gpu: ", *mb, " has to be greater than 0"));
   else if (*gas <= 0)
@@ -243,6 +278,7 @@ void check_pipeline_composition(ConfigReader& root, RunConfig& out) {
 absl::StatusOr<RunConfig> parse_run_config(const Json& config, const ConfigOptions& options) {
   ConfigDiagnostics diag;
   diag.allow_unknown_keys = options.allow_unknown_keys;
+  diag.autos = options.auto_filled;
   ConfigReader root(config, diag);
   root.set_unknown_keys(UnknownKeys::kWarnUnlessNearMiss);  // DeepSpeed ignores unknown top-level keys
   RunConfig out;
@@ -258,6 +294,15 @@ absl::StatusOr<RunConfig> parse_run_config(const Json& config, const ConfigOptio
     ConfigReader m = root.section(monitor);
     read_declared_keys(m, out);
     m.finish();
+  }
+  // job_name is one directory under output_path: a separator or ".." would
+  // put the files somewhere else.
+  for (const MonitorSection* m : {&out.csv_monitor, &out.tensorboard}) {
+    const std::string& name = m->job_name;
+    if (name.find_first_of(std::string_view("/\\\0", 3)) == std::string::npos && name != "..") continue;
+    root.error(cat(m == &out.csv_monitor ? "csv_monitor" : "tensorboard", ".job_name"),
+               cat("\"", name, "\" is not a directory name: job_name is the one directory made under output_path, "
+                   "so it cannot hold \"/\" or \"\\\" or be \"..\"; put the directories in output_path"));
   }
   if (out.comms_logger.enabled && !out.comms_logger.prof_all && out.comms_logger.prof_ops.empty()) {
     root.warn("comms_logger.prof_ops",
@@ -324,6 +369,10 @@ absl::StatusOr<RunConfig> parse_run_config(const Json& config, const ConfigOptio
   parse_unsupported_feature_sections(root);
   root.finish();
   ZE_RETURN_IF_ERROR(diag.status());
+  // Every "auto" shows what it became.
+  for (const std::string& path : diag.autos) {
+    if (!json_at_path(diag.effective, path).is_null()) diag.derived.insert(path);
+  }
   out.effective = diag.effective;
   out.derived_keys.assign(diag.derived.begin(), diag.derived.end());
   out.warnings = diag.warnings;
@@ -361,17 +410,22 @@ std::vector<ConfigKey> run_config_keys() {
   k.push_back(text("model.hf_config", ZE_FIELD(model.hf_config),
                    "a Hugging Face config.json (llama, mistral, gpt2) the architecture is read from; the other "
                    "architecture keys may not be set beside it"));
-  k.push_back(integer("model.n_layer", ZE_FIELD(model.gpt.n_layer), 1, 100000, "transformer blocks"));
-  k.push_back(integer("model.n_head", ZE_FIELD(model.gpt.n_head), 1, 65536, "attention heads (divide d_model)"));
-  k.push_back(integer("model.d_model", ZE_FIELD(model.gpt.d_model), 1, int64_t{1} << 20, "hidden width"));
-  k.push_back(integer("model.vocab_size", ZE_FIELD(model.gpt.vocab_size), 1, INT32_MAX,
+  k.push_back(integer(kLayerLimit.key, ZE_FIELD(model.gpt.n_layer), kLayerLimit.min, kLayerLimit.max,
+                      "transformer blocks"));
+  k.push_back(integer(kHeadLimit.key, ZE_FIELD(model.gpt.n_head), kHeadLimit.min, kHeadLimit.max,
+                      "attention heads (divide d_model)"));
+  k.push_back(integer(kWidthLimit.key, ZE_FIELD(model.gpt.d_model), kWidthLimit.min, kWidthLimit.max,
+                      "hidden width"));
+  k.push_back(integer(kVocabLimit.key, ZE_FIELD(model.gpt.vocab_size), kVocabLimit.min, kVocabLimit.max,
                       "vocabulary (token ids must be below it)"));
-  k.push_back(integer("model.seq_len", ZE_FIELD(model.gpt.seq_len), 1, int64_t{1} << 24, "sequence length"));
-  k.push_back(integer("model.max_positions", ZE_FIELD(model.gpt.max_positions), 0, int64_t{1} << 24,
+  k.push_back(integer(kSeqLenLimit.key, ZE_FIELD(model.gpt.seq_len), kSeqLenLimit.min, kSeqLenLimit.max,
+                      "sequence length"));
+  k.push_back(integer(kPositionsLimit.key, ZE_FIELD(model.gpt.max_positions), kPositionsLimit.min,
+                      kPositionsLimit.max,
                       "GPT-2's position table rows / Llama's max_position_embeddings (0: seq_len)"));
-  k.push_back(integer("model.n_kv_head", ZE_FIELD(model.gpt.n_kv_head), 0, 65536,
+  k.push_back(integer(kKvHeadLimit.key, ZE_FIELD(model.gpt.n_kv_head), kKvHeadLimit.min, kKvHeadLimit.max,
                       "llama: key/value heads, dividing n_head (0: n_head; fewer: grouped-query attention)"));
-  k.push_back(integer("model.d_ff", ZE_FIELD(model.gpt.d_ff), 0, int64_t{1} << 24,
+  k.push_back(integer(kFfnWidthLimit.key, ZE_FIELD(model.gpt.d_ff), kFfnWidthLimit.min, kFfnWidthLimit.max,
                       "llama: the SwiGLU MLP's width (0: 8/3 d_model rounded up to a multiple of 256)"));
   k.push_back(number("model.norm_eps", ZE_FIELD(model.gpt.norm_eps), kPositive, "llama: RMSNorm's eps"));
   k.push_back(number("model.rope_theta", ZE_FIELD(model.gpt.rope_theta), kPositive, "llama: the RoPE base"));
@@ -409,8 +463,8 @@ std::vector<ConfigKey> run_config_keys() {
                       "validation batches per evaluation (fixed: the same batches every time), each "
                       "train_micro_batch_size_per_gpu x data-parallel ranks sequences"));
   k.push_back(number("run.peak_tflops", ZE_FIELD(run.peak_tflops), kNonNegative,
-                     "one rank's peak TFLOP/s, for MFU on the progress line (0: the rate measured at start on the model's "
-                     "MLP GEMM; --peak-tflops)"));
+                     "one rank's peak TFLOP/s, for MFU on the progress line (0: the CPU's peak from its ISA and clock; "
+                     "on a GPU, the rate measured at start on the model's MLP GEMM; --peak-tflops)"));
   // ---- DeepSpeed's monitors.
   for (const char* m : {"csv_monitor", "tensorboard"}) {
     const bool csv = std::string_view(m) == "csv_monitor";

@@ -4,6 +4,7 @@
 // in DeepSpeed, with its current defaults.
 #pragma once
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -127,9 +128,18 @@ struct RunConfig {
   std::vector<std::string> warnings;
 };
 
+// Upper limits of the batch keys: a value past them is a config error (a
+// typo such as 1e15 would otherwise run for ever or ask for memory that
+// cannot exist).
+inline constexpr int64_t kMaxBatchSamples = int64_t{1} << 31;       // train_batch_size, micro batch
+inline constexpr int64_t kMaxAccumulationSteps = int64_t{1} << 20;  // gradient_accumulation_steps
+
 struct ConfigOptions {
   int world_size = 1;               // ranks (the batch triple depends on the data-parallel part of them)
   bool allow_unknown_keys = false;  // unknown keys warn instead of failing
+  // Key paths a config layer gave as "auto" that an earlier layer had set
+  // (ConfigSources::auto_filled()): listed as derived with the value kept.
+  std::set<std::string> auto_filled;
 };
 
 absl::StatusOr<RunConfig> parse_run_config(const Json& config, const ConfigOptions& options);

@@ -407,7 +407,9 @@ absl::StatusOr<float> Engine::evaluate(const Batch& batch) {
   if (pipelined()) return evaluate_pipeline(batch);
   ctx_.clear();
   ctx_.set_grad_enabled(false);
+  state_->set_evaluating(true);
   Tensor logits = ctx_.forward(*model_, to_compute(batch.inputs));
+  state_->set_evaluating(false);
   ctx_.set_grad_enabled(true);
   if (absl::Status s = ctx_.take_status(); !s.ok()) {
     ctx_.clear();
@@ -441,7 +443,11 @@ void Engine::restore(const EngineProgress& p) {
       << "restore between optimizer steps only";
   global_step_ = p.global_step;
   skipped_steps_ = p.skipped_steps;
-  micro_step_ = p.micro_step;
+  // The micro-steps this configuration would have run to reach the saved
+  // step, not the saved count: a resume may change the accumulation steps
+  // (the same global batch on fewer ranks), and the micro-step count keys the
+  // dropout masks and must stay a multiple of the new value.
+  micro_step_ = p.global_step * config_.gradient_accumulation_steps;
   scheduler_.set_last_batch_iteration(p.scheduler_iteration);
   scaler_.set_state(p.loss_scaler);
   loss_sum_ = 0.0;

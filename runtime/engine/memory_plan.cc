@@ -30,18 +30,17 @@ absl::StatusOr<MemoryPlan> plan_memory(const PlanInput& in) {
   if (in.world < 1) return absl::InvalidArgumentError(cat("world size ", in.world, " must be at least 1"));
   if (in.rank < 0 || in.rank >= in.world)
     return absl::InvalidArgumentError(cat("rank ", in.rank, " is not in 0..", in.world - 1));
-  if (g.n_layer < 1 || g.n_head < 1 || g.d_model < 1 || g.vocab_size < 1 || g.d_model % g.n_head != 0)
-    return absl::InvalidArgumentError(cat("model: n_layer ", g.n_layer, ", n_head ", g.n_head, ", d_model ",
-                                          g.d_model, ", vocab_size ", g.vocab_size,
-                                          " is not a GPT (d_model divisible by n_head)"));
+  // The model's own rules (heads, key/value heads, vocabulary and MLP over
+  // the tensor group): a Status here, never the constructor's check.
+  ZE_RETURN_IF_ERROR(check_gpt_split(g, in.tensor, in.sequence_parallel));
   if (seq < 1 || seq > g.seq_len)
     return absl::InvalidArgumentError(cat("sequence length ", seq, " must be between 1 and model.seq_len ", g.seq_len));
   if (in.micro_batch < 1)
     return absl::InvalidArgumentError(cat("train_micro_batch_size_per_gpu: ", in.micro_batch, " must be > 0"));
 
-  if (in.tensor < 1 || in.world % in.tensor != 0 || g.n_head % in.tensor != 0)
+  if (in.world % in.tensor != 0)
     return absl::InvalidArgumentError(cat("tensor_parallel.autotp_size ", in.tensor, " must divide the world of ",
-                                          in.world, " ranks and model.n_head ", g.n_head));
+                                          in.world, " ranks"));
   if (in.sequence_parallel && seq % in.tensor != 0)
     return absl::InvalidArgumentError(cat("tensor_parallel.sequence_parallel: the sequence of ", seq,
                                           " does not divide by autotp_size ", in.tensor));

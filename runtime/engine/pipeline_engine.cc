@@ -269,7 +269,9 @@ absl::StatusOr<float> Engine::evaluate_pipeline(const Batch& batch) {
   // (tensor-parallel all-reduces, the vocabulary-parallel loss) still match
   // the other tensor ranks'; the result is then not used.
   ctx_.set_grad_enabled(false);
+  state_->set_evaluating(true);
   Tensor out = ctx_.forward(*model_, input);
+  state_->set_evaluating(false);
   ctx_.set_grad_enabled(true);
   status.Update(annotate(ctx_.take_status(), cat(where, ": forward")));
   input = Tensor();

@@ -11,6 +11,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "graph/gpt.h"
+#include "runtime/tools/model_family.h"
 
 namespace zero {
 
@@ -58,6 +60,21 @@ void walk(Module& m, int depth, const ModuleProfiler& profiler, std::vector<Node
   for (Module* child : m.children()) walk(*child, depth + 1, profiler, out);
 }
 
+// What the aggregated figures sum, from the model's own module names: "h.* is
+// every h.N" for GPT-2's blocks, "layers.* is every layers.N" for Llama's.
+std::string repeated_layers_note(const std::vector<Node>& nodes) {
+  for (const Node& n : nodes) {
+    if (n.depth != 1) continue;
+    const std::string pattern = module_pattern(n.name);
+    const size_t star = pattern.find('*');
+    if (star == std::string::npos) continue;
+    std::string each = pattern;
+    each[star] = 'N';
+    return absl::StrCat(pattern, " is every ", each);
+  }
+  return "a numbered module's number counts as *";
+}
+
 }  // namespace
 
 std::string module_pattern(const std::string& name) {
@@ -97,6 +114,7 @@ std::string flops_profile_report(Module& root, const ModuleProfiler& profiler, c
   auto line = [&o](const std::string& what, const std::string& value) {
     o << absl::StrFormat("%-62s%s\n", what + ":", value);
   };
+  if (const auto* gpt = dynamic_cast<const Gpt*>(&root)) line("model", model_family_description(gpt->config()));
   line("backend", step.backend);
   line("world size", absl::StrCat(m.world()));
   line("data / tensor / pipeline parallel size", absl::StrFormat("%d / %d / %d", m.data, m.tensor, m.pipeline));
@@ -128,8 +146,8 @@ std::string flops_profile_report(Module& root, const ModuleProfiler& profiler, c
 
   o << absl::StrFormat("\n----------------------------- Aggregated profile per rank -----------------------------\n"
                        "Top %d module%s in terms of params, fwd FLOPs, fwd and bwd latency at each depth (repeated "
-                       "layers summed: h.* is every h.N):\n",
-                       options.top_modules, options.top_modules == 1 ? "" : "s");
+                       "layers summed: %s):\n",
+                       options.top_modules, options.top_modules == 1 ? "" : "s", repeated_layers_note(nodes));
   for (int d = 0; d <= max_depth; ++d) {
     // pattern -> summed figures, in first-seen order for ties.
     std::map<std::string, std::pair<int64_t, ModuleProfile>> groups;

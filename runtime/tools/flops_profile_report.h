@@ -1,8 +1,9 @@
 // DeepSpeed's flops_profiler output for one profiled step: the step's
-// summary (FLOPs and latency of forward, backward, recompute and the
-// optimizer step, and the rates they make), the top modules at each depth
-// aggregated over repeated layers (h.0 ... h.11 as h.*, as DeepSpeed sums a
-// module class), and the module tree with every module's figures.
+// summary (the model's family, FLOPs and latency of forward, backward,
+// recompute and the optimizer step, and the rates they make), the top modules
+// at each depth aggregated over repeated layers (GPT-2's h.0 ... h.11 as h.*,
+// Llama's layers.N as layers.*, as DeepSpeed sums a module class), and the
+// module tree with every module's figures.
 //
 // The figures come from graph/module_profiler.h: measured per module and per
 // phase (DeepSpeed estimates the backward as twice the forward; here it is
@@ -52,7 +53,8 @@ absl::Status write_flops_profile(const std::string& report, const std::string& o
                                  std::ostream& console);
 
 // A module name with every numeric component replaced by "*" ("h.3.attn" ->
-// "h.*.attn"): the repeated layers a depth's figures are summed over.
+// "h.*.attn", "layers.3.mlp" -> "layers.*.mlp"): the repeated layers a
+// depth's figures are summed over.
 std::string module_pattern(const std::string& name);
 
 }  // namespace zero

@@ -1,5 +1,8 @@
-// The backend's GEMM rate on the model's largest shape; see gemm_rate.h.
+// MFU's denominator: the CPU's ISA peak, or the backend's GEMM rate on the
+// model's largest shape; see gemm_rate.h.
 #include "runtime/tools/gemm_rate.h"
+
+#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
@@ -8,6 +11,9 @@
 
 #include "absl/strings/str_format.h"
 #include "core/check.h"
+#include "core/strings.h"
+#include "kernels/cpu/bf16_gemm_policy.h"
+#include "kernels/cpu/cpu_peak.h"
 
 namespace zero {
 
@@ -55,6 +61,26 @@ GemmRate measure_gemm_rate(Backend& backend, DType dtype, int64_t m, int64_t k, 
   }
   r.tflops = 2.0 * static_cast<double>(r.m) * static_cast<double>(r.k) * static_cast<double>(r.n) / best / 1e12;
   return r;
+}
+
+MfuPeak default_mfu_peak(Backend& backend, DType dtype, int64_t m, int64_t k, int64_t n) {
+  MfuPeak p;
+  if (backend.compute_tier() == Tier::kHost) {
+    // bf16 GEMMs run in bf16 or widened to fp32, as this CPU's policy chose.
+    const DType gemm = dtype == DType::kBF16 ? cpu::bf16_gemm_choice().gemm : DType::kF32;
+    const cpu::CpuPeak peak = cpu::cpu_peak(cpu::read_cpu_facts(), gemm, omp_get_max_threads());
+    p.tflops = peak.tflops;
+    p.what = peak.tflops > 0
+                 ? absl::StrFormat("%.3g TFLOP/s per rank, %s (--peak-tflops X overrides)", peak.tflops,
+                                   peak.describe())
+                 : cat("nothing (no MFU shown): ", peak.describe(), "; --peak-tflops X gives a peak");
+    return p;
+  }
+  const GemmRate rate = measure_gemm_rate(backend, dtype, m, k, n);
+  p.tflops = rate.tflops;
+  p.what = cat("the GEMM rate this rank measured at start, ", rate.describe(),
+               " (--peak-tflops X gives the device's peak instead)");
+  return p;
 }
 
 }  // namespace zero

@@ -1,9 +1,13 @@
-// The rate this rank's backend runs the model's MLP GEMM at (micro-batch
-// tokens x d_model x MLP width on this rank: the shape that dominates a
-// block), measured at start: the denominator of the progress line's MFU when
-// no peak is given (run.peak_tflops 0). A ratio to what the machine's GEMM
-// library achieves on that shape rather than to a datasheet peak the library
-// never reaches: it says how much of the step is not GEMM time.
+// MFU's denominator when no peak is given (run.peak_tflops 0), and the rate
+// this rank's backend runs the model's MLP GEMM at (micro-batch tokens x
+// d_model x MLP width on this rank: the shape that dominates a block).
+//
+// On the CPU backend the denominator is the CPU's peak for the precision its
+// GEMMs run in, from the ISA, the cores and the clock (kernels/cpu/cpu_peak.h):
+// a figure that does not move with the machine's load, where a rate measured
+// at start ranged 0.015-0.45 TFLOP/s on a busy host. On another backend (a
+// GPU) it is the GEMM rate measured at start, a ratio to what the device's
+// GEMM library reaches on that shape.
 #pragma once
 
 #include <cstdint>
@@ -29,5 +33,13 @@ struct GemmRate {
 // Each dimension is capped at 4096 (the buffers: at most 3 x 64 MiB fp32,
 // tracked as workspace and freed before it returns). Not on a dry run.
 GemmRate measure_gemm_rate(Backend& backend, DType dtype, int64_t m, int64_t k, int64_t n);
+
+struct MfuPeak {
+  double tflops = 0;  // one rank's; 0: none (the progress line shows no MFU)
+  std::string what;   // for the start-up line: what the figure is and where it came from
+};
+// The denominator above for a model of `dtype` parameters whose MLP GEMM is
+// m x k x n on this rank (measured there only off the CPU). Not on a dry run.
+MfuPeak default_mfu_peak(Backend& backend, DType dtype, int64_t m, int64_t k, int64_t n);
 
 }  // namespace zero

@@ -1,8 +1,10 @@
 // DeepSpeed's csv_monitor and tensorboard; see monitors.h.
 #include "runtime/tools/monitors.h"
 
+#include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -76,6 +78,7 @@ absl::Status Monitors::write_events(const std::vector<MonitorEvent>& events) {
         started = std::filesystem::exists(path, ec) && std::filesystem::file_size(path, ec) > 0;
       }
       std::ofstream f(path, std::ios::app | std::ios::binary);
+      if (!f) return absl::PermissionDeniedError(cat("csv_monitor: cannot open ", path, ": ", std::strerror(errno)));
       if (!started) {
         const size_t slash = e.name.rfind('/');
         f << "step," << (slash == std::string::npos ? e.name : e.name.substr(slash + 1)) << "\r\n";
@@ -83,7 +86,8 @@ absl::Status Monitors::write_events(const std::vector<MonitorEvent>& events) {
       }
       f << e.step << "," << shortest_text(e.value) << "\r\n";
       f.flush();
-      if (!f) return absl::DataLossError(cat("csv_monitor: cannot write ", path));
+      // A full disk shows here (the flush is the write): the run ends naming the file.
+      if (!f) return absl::DataLossError(cat("csv_monitor: writing ", path, ": ", std::strerror(errno)));
     }
     if (tensorboard_ != nullptr) {
       ZE_RETURN_IF_ERROR(tensorboard_->add_scalar(e.name, static_cast<float>(e.value), e.step, now));

@@ -9,7 +9,9 @@
 //                rows (Python's csv module: "\r\n" line ends);
 //   tensorboard: an event file in output_path/job_name/ (tensorboard_writer.h).
 // Only rank 0 writes (as in DeepSpeed). Values print as the shortest text
-// that reads back to the same float or double.
+// that reads back to the same float or double. job_name is one directory
+// name (the config refuses "/", "\" and ".."), and a write that fails (a full
+// disk) is write_events()'s error, naming the file.
 #pragma once
 
 #include <map>

@@ -1,6 +1,8 @@
 // The run's paths, checked at start; see path_preflight.h.
 #include "runtime/tools/path_preflight.h"
 
+#include <glob.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -15,6 +17,15 @@ namespace {
 namespace fs = std::filesystem;
 
 bool writable(const fs::path& p) { return ::access(p.c_str(), W_OK) == 0; }
+
+// Whether a directory can be made inside `parent`, by making one and removing
+// it: access() says yes to root everywhere, /proc included.
+bool can_create_in(const fs::path& parent) {
+  const fs::path probe = parent / cat(".zero-train-probe-", ::getpid());
+  if (::mkdir(probe.c_str(), 0700) != 0) return false;
+  ::rmdir(probe.c_str());
+  return true;
+}
 
 // The nearest existing directory at or above `p` (what creating p needs).
 fs::path existing_parent(fs::path p) {
@@ -36,7 +47,7 @@ absl::Status check_writable_dir(std::string_view key, const std::string& dir, bo
     return absl::InvalidArgumentError(cat(key, ": ", dir, " does not exist; create it or point ", key, " elsewhere"));
   }
   const fs::path parent = existing_parent(dir);
-  if (parent.empty() || !fs::is_directory(parent, ec) || !writable(parent)) {
+  if (parent.empty() || !fs::is_directory(parent, ec) || !writable(parent) || !can_create_in(parent)) {
     return absl::InvalidArgumentError(cat(key, ": ", dir, " does not exist and cannot be created (",
                                           parent.empty() ? std::string("no existing parent") : parent.string(),
                                           " is not a writable directory)"));
@@ -52,10 +63,31 @@ absl::Status check_writable_file(std::string_view key, const std::string& path) 
     return absl::InvalidArgumentError(cat(key, ": ", path, fs::is_directory(st) ? " is a directory" : " is not writable"));
   }
   const fs::path dir = fs::absolute(path, ec).parent_path();
-  if (!fs::exists(st) && (!fs::is_directory(dir, ec) || !writable(dir))) {
+  if (!fs::exists(st) && (!fs::is_directory(dir, ec) || !writable(dir) || !can_create_in(dir))) {
     return absl::InvalidArgumentError(cat(key, ": cannot create ", path, " (", dir.string(),
                                           fs::is_directory(dir, ec) ? " is not writable" : " does not exist", ")"));
   }
+  return absl::OkStatus();
+}
+
+// A data path: a file or a directory that exists, or a glob pattern that
+// matches something (what the loader reads; a FIFO would block it).
+absl::Status check_data_path(std::string_view key, const std::string& path) {
+  if (path.find_first_of("*?[") != std::string::npos) {
+    glob_t g{};
+    const int rc = ::glob(path.c_str(), 0, nullptr, &g);
+    const size_t found = rc == 0 ? g.gl_pathc : 0;
+    globfree(&g);
+    if (found == 0) return absl::InvalidArgumentError(cat(key, ": the pattern ", path, " matches no file"));
+    return absl::OkStatus();
+  }
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (!fs::exists(st)) return absl::InvalidArgumentError(cat(key, ": ", path, " does not exist"));
+  if (!fs::is_directory(st) && !fs::is_regular_file(st)) {
+    return absl::InvalidArgumentError(cat(key, ": ", path, " is neither a file nor a directory"));
+  }
+  if (::access(path.c_str(), R_OK) != 0) return absl::InvalidArgumentError(cat(key, ": ", path, " is not readable"));
   return absl::OkStatus();
 }
 
@@ -64,6 +96,15 @@ absl::Status check_writable_file(std::string_view key, const std::string& path) 
 absl::Status check_run_paths(const RunConfig& config, int rank) {
   const RunSection& run = config.run;
   std::error_code ec;
+  if (!config.data.path.empty()) ZE_RETURN_IF_ERROR(check_data_path("data.path", config.data.path));
+  if (!config.data.val_path.empty()) ZE_RETURN_IF_ERROR(check_data_path("data.val_path", config.data.val_path));
+  // Rank 0 writes the monitors, under output_path (made if missing).
+  for (const auto& [key, m] : {std::pair<std::string_view, const MonitorSection*>{"tensorboard.output_path",
+                                                                                  &config.tensorboard},
+                               {"csv_monitor.output_path", &config.csv_monitor}}) {
+    if (!m->enabled || rank != 0) continue;
+    ZE_RETURN_IF_ERROR(check_writable_dir(key, m->output_path.empty() ? "." : m->output_path, /*may_create=*/true));
+  }
   if (!run.resume.empty() && run.resume != "auto" && !fs::is_directory(run.resume, ec)) {
     return absl::InvalidArgumentError(cat("run.resume (--resume): ", run.resume,
                                           fs::exists(run.resume, ec) ? " is not a directory" : " does not exist",

@@ -2,8 +2,10 @@
 #include "runtime/tools/progress.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 
 #include "absl/strings/str_format.h"
 #include "core/strings.h"
@@ -114,11 +116,14 @@ ProgressReporter::ProgressReporter(std::ostream& out, int64_t total_steps, int64
 
 absl::Status ProgressReporter::open_metrics(const std::string& path, bool append) {
   metrics_.open(path, append ? std::ios::app : std::ios::trunc);
-  if (!metrics_) return absl::PermissionDeniedError(cat("metrics file ", path, ": cannot open for writing"));
+  if (!metrics_) {
+    return absl::PermissionDeniedError(cat("metrics file ", path, ": cannot open for writing: ", std::strerror(errno)));
+  }
+  metrics_path_ = path;
   return absl::OkStatus();
 }
 
-void ProgressReporter::on_step(const StepResult& r, const StepTiming& t, const StepTotals& totals) {
+absl::Status ProgressReporter::on_step(const StepResult& r, const StepTiming& t, const StepTotals& totals) {
   if (steps_seen_ == 0) first_loss_ = r.loss;
   if (totals.val_loss) {
     if (!first_val_loss_) first_val_loss_ = totals.val_loss;
@@ -136,7 +141,11 @@ void ProgressReporter::on_step(const StepResult& r, const StepTiming& t, const S
   MemoryTracker::global().reset_peaks();  // the next step's peaks are its own
   if (metrics_.is_open()) {
     metrics_ << step_metrics_json(r, t, mem, process_rss_bytes(), rss_start_, model_, totals).dump() << '\n';
-    metrics_.flush();
+    metrics_.flush();  // the line is on disk (or refused) before the next step
+    if (!metrics_) {
+      return absl::DataLossError(cat("metrics file ", metrics_path_, ": writing step ", r.global_step, "'s line: ",
+                                     std::strerror(errno), "; free space or give --metrics another file"));
+    }
   }
   if (r.skipped) {
     out_ << absl::StrFormat("step %d: OVERFLOW, step skipped (inf/NaN gradients in %s); loss scale %g -> %g\n",
@@ -153,7 +162,7 @@ void ProgressReporter::on_step(const StepResult& r, const StepTiming& t, const S
   if (totals.val_loss) out_ << absl::StrFormat("eval: step %d | val loss %.4f\n", r.global_step, *totals.val_loss);
   if (!print) {
     out_.flush();
-    return;
+    return absl::OkStatus();
   }
   if (wall_clock_) {
     out_ << absl::StrFormat("  time (ms) | forward: %.1f | backward: %.1f (recompute %.1f) | step: %.1f | "
@@ -179,6 +188,7 @@ void ProgressReporter::on_step(const StepResult& r, const StepTiming& t, const S
     }
   }
   out_.flush();
+  return absl::OkStatus();
 }
 
 std::string ProgressReporter::throughput_brief() const {

@@ -70,7 +70,9 @@ class ProgressReporter {
     memory_ = memory;
   }
   void set_throughput_model(const ThroughputModel& m) { model_ = m; }
-  void on_step(const StepResult& r, const StepTiming& t, const StepTotals& totals = {});
+  // Prints and records the step. A metrics line that cannot be written (a
+  // full disk) is an error naming the file: the run ends rather than lose it.
+  absl::Status on_step(const StepResult& r, const StepTiming& t, const StepTotals& totals = {});
   void summary();
 
  private:
@@ -83,6 +85,7 @@ class ProgressReporter {
   Tier tier_;
   int64_t rss_start_;
   std::ofstream metrics_;
+  std::string metrics_path_;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   double tokens_total_ = 0, seconds_total_ = 0;
   double first_loss_ = 0, last_loss_ = 0;

@@ -72,18 +72,17 @@ absl::StatusOr<int> run_training(const RunConfig& c, Backend& backend, Communica
   if (c.run.eval_every > 0) {
     ZE_ASSIGN_OR_RETURN(evaluator, Evaluator::create(c));
   }
-  // MFU's denominator: the peak given, else this rank's measured rate on the
-  // model's MLP GEMM (its tokens x d_model x MLP width on this rank).
+  // MFU's denominator: the peak given, else the CPU's ISA peak, or on a GPU
+  // this rank's measured rate on the model's MLP GEMM (gemm_rate.h).
   double peak_tflops = c.run.peak_tflops;
   std::string peak_what = absl::StrFormat("%g TFLOP/s per rank (run.peak_tflops)", peak_tflops);
   if (peak_tflops <= 0) {
-    const GemmRate rate = measure_gemm_rate(backend, c.engine.param_dtype,
-                                            c.engine.micro_batch_size * c.model.gpt.seq_len, c.model.gpt.d_model,
-                                            c.model.gpt.ffn_width() / c.tensor_size());
-    peak_tflops = rate.tflops;
-    peak_what = cat("the GEMM rate this rank measured at start, ", rate.describe(),
-                    " (--peak-tflops X gives the device's peak instead)");
-    MemoryTracker::global().reset_peaks();  // its buffers are gone; the run's peaks start here
+    const MfuPeak peak = default_mfu_peak(backend, c.engine.param_dtype,
+                                          c.engine.micro_batch_size * c.model.gpt.seq_len, c.model.gpt.d_model,
+                                          c.model.gpt.ffn_width() / c.tensor_size());
+    peak_tflops = peak.tflops;
+    peak_what = peak.what;
+    MemoryTracker::global().reset_peaks();  // a measurement's buffers are gone; the run's peaks start here
   }
   // DeepSpeed's comms_logger: the world and the groups split from it record
   // into one log, which outlives them (the groups go with the mesh, declared
@@ -183,10 +182,12 @@ absl::StatusOr<int> run_training(const RunConfig& c, Backend& backend, Communica
       stages += absl::StrFormat("%s stage %d: ranks %d-%d, blocks %d-%d", s == 0 ? "" : ";", s, s * per_stage,
                                 (s + 1) * per_stage - 1, st.layers.offset, st.layers.offset + st.layers.size - 1);
     }
-    out << absl::StrFormat("pipeline: %d stages split by %s (embeddings on the first, the head and a tied copy of the "
-                           "token table on the last);%s\n"
+    out << absl::StrFormat("pipeline: %d stages split by %s (embeddings on the first, %s on the last);%s\n"
                            "pipeline: %s over %d micro-batches, ideal bubble (P-1)/(M+P-1) = %.1f%%\n",
-                           p.stages, partition_method_name(p.partition_method), stages, pipeline_schedule_name(p.schedule),
+                           p.stages, partition_method_name(p.partition_method),
+                           g.tied_head() ? "the head and a tied copy of the token table"
+                                         : "the head (untied: its own weights, no copy of the token table)",
+                           stages, pipeline_schedule_name(p.schedule),
                            c.engine.gradient_accumulation_steps,
                            100.0 * ideal_bubble_fraction(p.stages, static_cast<int>(c.engine.gradient_accumulation_steps)));
   }
@@ -356,6 +357,9 @@ absl::StatusOr<int> run_training(const RunConfig& c, Backend& backend, Communica
                            "%d): nothing will be profiled\n",
                            c.flops_profiler.profile_step, first_step, c.run.steps - 1);
   }
+  // From here a first SIGINT/SIGTERM stops at the next step boundary; during
+  // set-up (a read blocked on a FIFO, a slow load) it ends the run at once.
+  enable_graceful_stop();
   for (int64_t step = first_step; step < c.run.steps; ++step) {
     ZE_ASSIGN_OR_RETURN(const int sig, stop_signal());
     if (sig != 0) {
@@ -416,7 +420,8 @@ absl::StatusOr<int> run_training(const RunConfig& c, Backend& backend, Communica
       ZE_ASSIGN_OR_RETURN(totals.val_loss, evaluator->evaluate(*engine));
     }
     print_verbose();  // this step's collectives, before its progress line
-    progress.on_step(r, {seconds, tokens_per_step, static_cast<double>(c.train_batch_size)}, totals);
+    ZE_RETURN_IF_ERROR(
+        progress.on_step(r, {seconds, tokens_per_step, static_cast<double>(c.train_batch_size)}, totals));
     if (monitors->enabled()) {
       // DeepSpeed's events, at its x axis: samples consumed.
       std::vector<MonitorEvent> events = {{"Train/Samples/train_loss", monitor_float(r.loss), totals.samples},

@@ -23,6 +23,7 @@
 #include "runtime/config/run_config.h"
 #include "runtime/engine/model_state_bytes.h"
 #include "runtime/tools/cli.h"
+#include "runtime/tools/model_family.h"
 
 namespace {
 
@@ -151,6 +152,7 @@ int config_mode(const Args& a) {
   zero::ConfigOptions options;
   options.world_size = world;
   options.allow_unknown_keys = a.allow_unknown;
+  options.auto_filled = sources.auto_filled();
   absl::StatusOr<zero::RunConfig> config = zero::parse_run_config(*merged, options);
   if (!config.ok()) return fail(2, sources.annotate(config.status()));
   for (const std::string& w : config->warnings) {
@@ -201,8 +203,7 @@ int config_mode(const Args& a) {
   const int tensor = config->tensor_size(), data = config->data_size(), stages = config->pipeline_size();
   // World rank r is pipeline stage r / (T D) (comm/device_mesh.h).
   const int stage_of_shown = shown / (tensor * data);
-  std::printf("model: GPT n_layer=%lld n_head=%lld d_model=%lld vocab=%lld seq_len=%lld, %.2fM parameters%s\n",
-              static_cast<long long>(g.n_layer), static_cast<long long>(g.n_head), static_cast<long long>(g.d_model),
+  std::printf("model: %s vocab=%lld seq_len=%lld, %.2fM parameters%s\n", zero::model_family_description(g).c_str(),
               static_cast<long long>(g.vocab_size), static_cast<long long>(g.seq_len),
               static_cast<double>(g.num_parameters()) / 1e6,
               tensor > 1 || stages > 1

@@ -18,12 +18,14 @@
 #include <cstdlib>
 #include <iostream>
 #include <map>
+#include <new>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "comm/comm_thread.h"
 #include "comm/communicator.h"
+#include "comm/mpi_communicator.h"
 #include "core/signals.h"
 #include "core/strings.h"
 #include "runtime/config/config_reader.h"
@@ -69,10 +71,10 @@ constexpr KeyFlag kKeyFlags[] = {
     {"--keep", "K", "run.keep", KeyValue::kAsTyped, "keep only the newest K checkpoints"},
     {"--resume", "DIR|auto", "run.resume", KeyValue::kString,
      "continue from DIR's newest checkpoint; auto: --save-dir's, if any"},
-    {"--init-from", "FILE", "run.init_from", KeyValue::kString,
+    {"--init-from", "DIR|FILE", "run.init_from", KeyValue::kString,
      "initialise the weights from a safetensors file or a Hugging Face directory"},
     {"--peak-tflops", "X", "run.peak_tflops", KeyValue::kAsTyped,
-     "one rank's peak TFLOP/s for MFU (default: the GEMM rate measured at start)"},
+     "one rank's peak TFLOP/s for MFU (default: the CPU's ISA x clock peak; on a GPU, a GEMM rate measured at start)"},
 };
 
 struct Args {
@@ -100,7 +102,6 @@ int g_rank = 0, g_world = 1;
 [[noreturn]] void end_on_comm_timeout(const absl::Status& s) {
   static std::mutex once;  // a second waiter waits here for the first's exit
   once.lock();
-  zero::remove_cleanup_files();  // the NVMe swap files: no destructor runs after _Exit
   std::cout.flush();
   std::fflush(stdout);
   std::fprintf(stderr, "zero-train%s: %s\n", g_world > 1 ? zero::cat(" (rank ", g_rank, ")").c_str() : "",
@@ -111,7 +112,7 @@ int g_rank = 0, g_world = 1;
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   CLI::App app;
   zero::cli::init_app(app, "zero-train", kUsage);
   const CLI::Option* config_opt =
@@ -160,10 +161,10 @@ int main(int argc, char** argv) {
   const int rank = (*comm)->rank(), world = (*comm)->world_size();
   g_rank = rank, g_world = world;
   zero::set_comm_timeout_handler(end_on_comm_timeout);
-  // SIGINT/SIGTERM: stop at the next step boundary, swap files removed at once
-  // (core/signals.h).
+  // SIGINT/SIGTERM: end at once during set-up, stop at the next step boundary
+  // once training runs (run_training enables that); swap files are removed at
+  // once either way (core/signals.h).
   zero::install_signal_handlers(rank);
-  zero::enable_graceful_stop();
   auto fail = [&](int code, const absl::Status& s) {
     if (rank == 0 || code == 1) {
       std::fprintf(stderr, "zero-train%s: %s\n", world > 1 ? zero::cat(" (rank ", rank, ")").c_str() : "",
@@ -177,6 +178,7 @@ int main(int argc, char** argv) {
   if (!merged.ok()) return fail(2, merged.status());
   zero::ConfigOptions options;
   options.allow_unknown_keys = args.allow_unknown;
+  options.auto_filled = sources.auto_filled();
   options.world_size = world;
   absl::StatusOr<zero::RunConfig> config = zero::parse_run_config(*merged, options);
   if (!config.ok()) return fail(2, sources.annotate(config.status()));
@@ -191,6 +193,10 @@ int main(int argc, char** argv) {
   }
   if (const absl::Status s = zero::check_backend_supports(*config); !s.ok()) return fail(2, sources.annotate(s));
   if (const absl::Status s = zero::check_run_paths(*config, rank); !s.ok()) return fail(2, sources.annotate(s));
+  // Under mpirun: how many OpenMP threads each rank runs, and why (comm/mpi_communicator.h).
+  if (const auto* mpi = dynamic_cast<const zero::MpiCommunicator*>(comm->get()); mpi != nullptr && rank == 0) {
+    std::printf("threads: %s\n", mpi->rank_threads().description.c_str());
+  }
   const int ranks_on_node = std::max(1, (*comm)->local_size());
   // overlap_comm runs reductions on the communication thread beside compute;
   // where OpenMP already has every core, that thread takes one from compute
@@ -236,4 +242,16 @@ int main(int argc, char** argv) {
   const absl::StatusOr<int> stopped = zero::run_training(*config, *setup->backend, *setup->comm, std::cout);
   if (!stopped.ok()) return fail_job(stopped.status());
   return *stopped == 0 ? 0 : 128 + *stopped;  // a signal stopped it at a step boundary (130, 143)
+}
+
+int main(int argc, char** argv) {
+  // An allocation of the C++ library that fails (a host vector sized by a
+  // huge config) ends the run as an error, not an abort.
+  try {
+    return run(argc, argv);
+  } catch (const std::bad_alloc&) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "zero-train: out of host memory (a host allocation failed); lower the batch or the model\n");
+    return 1;
+  }
 }

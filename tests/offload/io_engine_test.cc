@@ -1,6 +1,6 @@
 // IoEngine on a real disk: byte-exact round trips at odd sizes and offsets,
 // many transfers in flight, short-completion resubmission, both registration
-// modes and the fallback when registration is refused. Error cases that need
+// modes and the fallback when registration is refused, and unnamed files. Error cases that need
 // special filesystems are in io_engine_errors_test.cc.
 #include "offload/io_engine.h"
 
@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <vector>
 
@@ -443,6 +444,38 @@ TEST_F(IoEngineTest, WriteOpenDoesNotTruncate) {
   EXPECT_EQ(*file->size(), static_cast<int64_t>(8 * kPage));
   ASSERT_TRUE((*engine)->read(*file, (*pool)->buffer(1).data, 8 * kPage, 0).ok());
   EXPECT_EQ(std::memcmp((*pool)->buffer(0).data, (*pool)->buffer(1).data, 8 * kPage), 0);
+}
+
+// A swap file's open: read-write, round-trips, and never has a name in its
+// directory, so nothing is left there whichever way the process ends; a
+// directory that cannot hold it is an error naming the file it would be.
+TEST_F(IoEngineTest, AnUnnamedFileRoundTripsAndLeavesNothingInItsDirectory) {
+  auto engine = IoEngine::create(IoEngineOptions{});
+  ASSERT_TRUE(engine.ok());
+  auto pool = AlignedBufferPool::create(backend_, 2, 8 * kPage);
+  ASSERT_TRUE(pool.ok());
+  fill_pattern((*pool)->buffer(0).data, 8 * kPage, 7);
+  {
+    auto file = (*engine)->open_unnamed(dir_.path(), "state.swp");
+    ASSERT_TRUE(file.ok()) << file.status();
+    EXPECT_EQ(file->path(), dir_.file("state.swp"));
+    EXPECT_EQ(file->mode(), IoFileMode::kReadWrite);
+    ASSERT_TRUE((*engine)->preallocate(*file, 16 * kPage).ok());
+    ASSERT_TRUE((*engine)->write(*file, (*pool)->buffer(0).data, 8 * kPage, 4 * kPage).ok());
+    ASSERT_TRUE((*engine)->read(*file, (*pool)->buffer(1).data, 8 * kPage, 4 * kPage).ok());
+    EXPECT_EQ(std::memcmp((*pool)->buffer(0).data, (*pool)->buffer(1).data, 8 * kPage), 0);
+    EXPECT_TRUE(std::filesystem::is_empty(dir_.path())) << "the open file has no name";
+    EXPECT_EQ(testing::unnamed_files_in(dir_.path()).size(), 1u);
+    ASSERT_TRUE((*engine)->close(*file).ok());
+  }
+  EXPECT_TRUE(testing::unnamed_files_in(dir_.path()).empty());
+  EXPECT_TRUE(std::filesystem::is_empty(dir_.path()));
+  const std::string missing = dir_.file("no_such_dir");
+  auto none = (*engine)->open_unnamed(missing, "state.swp");
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kNotFound) << none.status();
+  EXPECT_NE(none.status().message().find("opening for writing " + missing + "/state.swp"), std::string::npos)
+      << none.status();
 }
 
 TEST(IoEngineOptionsTest, FromAioHonoursTheSectionAndRefusesWhatItCannotDo) {

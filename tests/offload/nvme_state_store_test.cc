@@ -2,7 +2,8 @@
 // at odd offsets and lengths across sub-group boundaries, a step's stream
 // visits every element once in order and keeps what it wrote, records never
 // written by this run read as zeros whatever the disk holds, the file and its
-// accounting exist exactly as long as the store; and the preflight errors a
+// accounting exist exactly as long as the store and the file has no name in
+// the directory (nothing to leave behind); and the preflight errors a
 // user can hit (missing or read-only directory, a disk too small, buffers
 // larger than memory) name the key, the path and the fix.
 #include <fcntl.h>
@@ -76,8 +77,12 @@ TEST_F(NvmeStateStoreTest, ValuesRoundTripAtOddOffsetsAcrossSubGroups) {
     const std::vector<float> mid = s.read(a, 2999, 3005).value();  // groups 0..2
     EXPECT_TRUE(std::equal(mid.begin(), mid.end(), want[a].begin() + 2999)) << kAdam[a];
   }
-  // The whole file is what the layout says, header included.
-  EXPECT_EQ(static_cast<int64_t>(fs::file_size(s.path())), s.layout().file_bytes());
+  // The whole file is what the layout says, header included; it has no name
+  // in the directory.
+  const std::vector<std::string> files = testing::unnamed_files_in(dir_.path());
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_EQ(static_cast<int64_t>(fs::file_size(files[0])), s.layout().file_bytes());
+  EXPECT_TRUE(fs::is_empty(dir_.path()));
   EXPECT_EQ(s.layout().file_bytes(), kSwapHeaderBytes + 4 * 3 * align_up(3001 * 4, 4096));
 }
 
@@ -128,7 +133,9 @@ TEST_F(NvmeStateStoreTest, UnwrittenRecordsAreZerosWhateverTheDiskHolds) {
   NvmeStateStore& s = **store;
   // Garbage where record 1 lives (as a crashed run could have left on disk).
   {
-    const int fd = ::open(s.path().c_str(), O_WRONLY);
+    const std::vector<std::string> files = testing::unnamed_files_in(dir_.path());
+    ASSERT_EQ(files.size(), 1u);
+    const int fd = ::open(files[0].c_str(), O_WRONLY);
     ASSERT_GE(fd, 0);
     std::vector<char> junk(static_cast<size_t>(s.layout().record_bytes()), '\x7f');
     ASSERT_EQ(::pwrite(fd, junk.data(), junk.size(), s.layout().record_offset(1)), static_cast<ssize_t>(junk.size()));
@@ -140,33 +147,38 @@ TEST_F(NvmeStateStoreTest, UnwrittenRecordsAreZerosWhateverTheDiskHolds) {
                }, false).ok());
 }
 
-TEST_F(NvmeStateStoreTest, FileAndAccountingLiveExactlyAsLongAsTheStore) {
+TEST_F(NvmeStateStoreTest, FileAndAccountingLiveExactlyAsLongAsTheStoreAndTheFileHasNoName) {
   ASSERT_TRUE(dir_.ok());
   const int64_t nvme_before = tracked(Tier::kNvme, MemCategory::kOptimizerState);
   const int64_t swap_before = tracked(Tier::kHost, MemCategory::kSwapBuffers);
   // A leftover of an earlier run: reported, never touched.
-  { std::FILE* f = std::fopen(dir_.file("zeroengine-0123456789abcdef-rank0.optim.swp").c_str(), "w"); std::fclose(f); }
-  std::string path;
+  const std::string leftover = dir_.file("zeroengine-0123456789abcdef-rank0.optim.swp");
+  { std::FILE* f = std::fopen(leftover.c_str(), "w"); std::fclose(f); }
   {
     auto store = NvmeStateStore::create(backend_, 100000, kAdam, options(dir_.path(), 30000, 3));
     ASSERT_TRUE(store.ok()) << store.status();
     const NvmeStateStore& s = **store;
-    path = s.path();
-    EXPECT_TRUE(fs::exists(path));
-    EXPECT_NE(path.find(s.run_id()), std::string::npos);
+    // The file is open but has no name: the directory holds only the leftover,
+    // so nothing of this run can be left behind, whatever ends it.
+    EXPECT_EQ(std::distance(fs::directory_iterator(dir_.path()), fs::directory_iterator()), 1);
+    const std::vector<std::string> files = testing::unnamed_files_in(dir_.path());
+    ASSERT_EQ(files.size(), 1u);
+    EXPECT_NE(s.path().find(s.run_id()), std::string::npos) << "messages name it";
+    EXPECT_NE(s.describe().find("no name on disk"), std::string::npos) << s.describe();
     EXPECT_EQ(tracked(Tier::kNvme, MemCategory::kOptimizerState) - nvme_before, s.layout().file_bytes());
     EXPECT_EQ(tracked(Tier::kHost, MemCategory::kSwapBuffers) - swap_before, s.layout().buffer_bytes(3));
     ASSERT_EQ(s.leftovers().size(), 1u);
     EXPECT_NE(s.describe().find("swap file(s) of other runs"), std::string::npos) << s.describe();
-    // The header says whose file this is.
-    std::FILE* f = std::fopen(path.c_str(), "r");
+    // The header says whose file this is (what /proc/<pid>/fd shows).
+    std::FILE* f = std::fopen(files[0].c_str(), "r");
+    ASSERT_NE(f, nullptr);
     char head[64] = {};
     ASSERT_EQ(std::fread(head, 1, sizeof(head) - 1, f), sizeof(head) - 1);
     std::fclose(f);
     EXPECT_EQ(std::string(head).rfind("ZEROENGINE SWAP 1\nrun_id=" + s.run_id(), 0), 0u) << head;
   }
-  EXPECT_FALSE(fs::exists(path));
-  EXPECT_TRUE(fs::exists(dir_.file("zeroengine-0123456789abcdef-rank0.optim.swp")));
+  EXPECT_TRUE(testing::unnamed_files_in(dir_.path()).empty()) << "closed with the store";
+  EXPECT_TRUE(fs::exists(leftover));
   EXPECT_EQ(tracked(Tier::kNvme, MemCategory::kOptimizerState), nvme_before);
   EXPECT_EQ(tracked(Tier::kHost, MemCategory::kSwapBuffers), swap_before);
 }

@@ -1,6 +1,6 @@
 // Helpers shared by the offload tests: a scratch directory that removes
-// itself, deterministic byte patterns, O_DIRECT probing, and mounts that are
-// undone however a test ends.
+// itself, deterministic byte patterns, O_DIRECT probing, the unnamed files a
+// directory's swap files are, and mounts that are undone however a test ends.
 //
 // Mounts happen inside a private mount namespace that the test process enters
 // first (enter_private_mount_namespace), so even a crashed test leaves no
@@ -72,6 +72,28 @@ inline bool supports_o_direct(const std::string& dir) {
   if (ok) ::close(fd);
   ::unlink(probe.c_str());
   return ok;
+}
+
+// The files this process holds open that were in `dir` and have no name
+// there now (swap files: IoEngine::open_unnamed), as /proc/self/fd/N paths,
+// which reach the file itself (stat, truncate, open).
+inline std::vector<std::string> unnamed_files_in(const std::string& dir) {
+  std::vector<std::string> found;
+  const std::string prefix = std::filesystem::canonical(dir).string() + "/";
+  const std::string deleted = " (deleted)";
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+    char target[4096];
+    const ssize_t n = ::readlink(e.path().c_str(), target, sizeof(target) - 1);
+    if (n <= 0) continue;
+    const std::string t(target, static_cast<size_t>(n));
+    if (t.rfind(prefix, 0) == 0 && t.size() > deleted.size() &&
+        t.compare(t.size() - deleted.size(), deleted.size(), deleted) == 0 &&
+        t.find('/', prefix.size()) == std::string::npos) {
+      found.push_back(e.path().string());
+    }
+  }
+  return found;
 }
 
 // Enters a private mount namespace once per process. Empty on success, else why not.

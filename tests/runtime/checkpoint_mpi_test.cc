@@ -6,7 +6,7 @@
 //  * resharding: a checkpoint written at W ranks and stage S continues at
 //    W' ranks and stage T with no conversion, on the uninterrupted run's
 //    trajectory (losses within 1e-5 relative: only the summation order of the
-//    world size changes);
+//    world size changes), and at other accumulation steps with dropout;
 //  * a run killed (SIGKILL) at arbitrary moments, saves included, always
 //    leaves `latest` naming a complete checkpoint that verifies and resumes;
 //  * a missing rank file and a full disk are refused with their names, and a
@@ -157,6 +157,41 @@ INSTANTIATE_TEST_SUITE_P(WorldAndStageChanges, ReshardTest,
                            const Reshard& c = info.param;
                            return "from" + std::to_string(c.from_ranks) + "x" + std::to_string(c.from_stage) + "_to" +
                                   std::to_string(c.to_ranks) + "x" + std::to_string(c.to_stage);
+                         });
+
+// The same global batch with other accumulation steps (fewer or more micro-
+// batches per step), with dropout: the resumed run continues the
+// uninterrupted one, masks included, whether or not the saved step times the
+// old accumulation divides by the new one (5 x 2 by 4 does not).
+struct AccumulationChange {
+  int from, to;
+};
+
+class AccumulationChangeTest : public ::testing::TestWithParam<AccumulationChange> {};
+
+TEST_P(AccumulationChangeTest, ContinuesOnTheUninterruptedTrajectoryWithDropout) {
+  const AccumulationChange c = GetParam();
+  const std::string straight = dir_for("straight"), split = dir_for("split");
+  const std::string common = " --set model.dropout=0.1 --set gradient_accumulation_steps=";
+  const std::string from = common + std::to_string(c.from), to = common + std::to_string(c.to);
+  auto r = run_command(train_cmd(1, from + " --steps 8 --metrics " + straight + ".jsonl"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_command(train_cmd(1, from + " --steps 5 --save-dir " + split));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_command(train_cmd(1, to + " --steps 8 --resume " + split + " --metrics " + split + ".jsonl"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("resumed from " + split), std::string::npos) << r.output;
+  const Metrics a = read_metrics(straight + ".jsonl"), b = read_metrics(split + ".jsonl");
+  ASSERT_EQ(a.loss.size(), 8u);
+  ASSERT_EQ(b.loss.size(), 3u);
+  for (size_t i = 0; i < b.loss.size(); ++i) EXPECT_NEAR(b.loss[i], a.loss[5 + i], 1e-5 * a.loss[5 + i]) << "step " << 6 + i;
+}
+
+INSTANTIATE_TEST_SUITE_P(Accumulation, AccumulationChangeTest,
+                         ::testing::Values(AccumulationChange{2, 1}, AccumulationChange{1, 2},
+                                           AccumulationChange{2, 4}),
+                         [](const auto& info) {
+                           return "from" + std::to_string(info.param.from) + "_to" + std::to_string(info.param.to);
                          });
 
 TEST(CheckpointMpiTest, KilledAtAnyMomentLeavesALoadableLatest) {

@@ -267,5 +267,50 @@ TEST(CheckpointTest, AnEditedManifestIsRefused) {
   EXPECT_FALSE(load_checkpoint(*b.engine, dir).ok());
 }
 
+// Version 1 had no checksum: a manifest edited to say so (and to move its
+// global step on) is refused, not read unchecked.
+TEST(CheckpointTest, AManifestClaimingTheUncheckedVersionIsRefused) {
+  const std::string dir = fresh_dir("ckpt");
+  Trained a;
+  ASSERT_TRUE(save_checkpoint(*a.engine, {dir, "", 0}).ok());
+  const std::string path = dir + "/global_step3/manifest.json";
+  std::ifstream in(path);
+  Json j = Json::parse(std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()));
+  j["version"] = 1;
+  j["progress"]["global_step"] = 13;
+  j.erase("crc32c");
+  std::ofstream(path) << j.dump(2);
+  absl::StatusOr<Manifest> m = read_manifest(dir, "global_step3");
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(std::string(m.status().message()).find("format version 1, this build reads versions 2 to"),
+            std::string::npos)
+      << m.status();
+  Trained b(kModel, 0);
+  EXPECT_FALSE(load_checkpoint(*b.engine, dir).ok());
+  EXPECT_EQ(b.engine->global_step(), 0);
+}
+
+// Checkpoint directories whose manifests all fail to read, and no latest:
+// the directory is damaged, not empty, so resuming is refused up front,
+// naming each (resume "auto" would otherwise start fresh and collide with
+// them at the first save).
+TEST(CheckpointTest, OnlyDamagedCheckpointsAreRefusedByName) {
+  const std::string dir = fresh_dir("ckpt");
+  Trained a;
+  ASSERT_TRUE(save_checkpoint(*a.engine, {dir, "", 0}).ok());
+  Trained b(kModel, 4);
+  ASSERT_TRUE(save_checkpoint(*b.engine, {dir, "", 0}).ok());
+  std::ofstream(dir + "/global_step3/manifest.json") << "{ not json";
+  std::ofstream(dir + "/global_step4/manifest.json") << "";
+  fs::remove(dir + "/latest");
+  absl::StatusOr<ResumePoint> p = resume_point(dir);
+  ASSERT_FALSE(p.ok());
+  EXPECT_TRUE(absl::IsDataLoss(p.status())) << p.status();
+  const std::string msg(p.status().message());
+  EXPECT_NE(msg.find("global_step3 ("), std::string::npos) << msg;
+  EXPECT_NE(msg.find("global_step4 ("), std::string::npos) << msg;
+  EXPECT_NE(msg.find("none is readable"), std::string::npos) << msg;
+}
+
 }  // namespace
 }  // namespace zero

@@ -50,6 +50,9 @@ TEST(CliTest, HelpIsOnStdoutWithExitZero) {
             std::string::npos);
   EXPECT_NE(stdout_of(std::string(ZE_DATA_BIN) + " bytes-to-llmc --help").output.find("--input"), std::string::npos);
   EXPECT_NE(stdout_of(std::string(ZE_CKPT_BIN) + " --help").output.find("consolidate"), std::string::npos);
+  // --init-from takes a Hugging Face directory as well as a file, and says so.
+  EXPECT_NE(stdout_of(std::string(ZE_TRAIN_BIN) + " --help").output.find("--init-from DIR|FILE"), std::string::npos)
+      << stdout_of(std::string(ZE_TRAIN_BIN) + " --help").output;
 }
 
 TEST(CliTest, VersionSaysVersionRevisionAndFeatures) {

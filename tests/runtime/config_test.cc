@@ -133,10 +133,30 @@ TEST(ConfigTest, BatchTripleFollowsDeepSpeed) {
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(c->engine.gradient_accumulation_steps, 4);
   EXPECT_EQ(c->derived_keys, std::vector<std::string>{"gradient_accumulation_steps"});
-  // tb=33, mb=17 at world 2 derives gas=0, which fails the positivity check.
+  // tb=33, mb=17 at world 2 derives gas=0: the message shows the division
+  // and what to change.
   EXPECT_NE(error_of(R"({"train_batch_size": 33, "train_micro_batch_size_per_gpu": 17})", 2)
-                .find("Gradient accumulation steps: 0 has to be greater than 0"),
+                .find("gradient_accumulation_steps: train_batch_size 33 / (train_micro_batch_size_per_gpu 17 x 2 "
+                      "ranks) is 0 micro-batches per step: raise train_batch_size to at least 34"),
             std::string::npos);
+  // A batch smaller than the ranks leaves each of them nothing: 2 / (1 x 4) is 0.
+  EXPECT_NE(error_of(R"({"train_batch_size": 2})", 4)
+                .find("train_micro_batch_size_per_gpu: train_batch_size 2 / (gradient_accumulation_steps 1 x 4 "
+                      "ranks) is 0 samples per rank: raise train_batch_size to at least 4"),
+            std::string::npos)
+      << error_of(R"({"train_batch_size": 2})", 4);
+  // Upper limits: a typo such as 1e15 is a config error naming the key, not
+  // a run that never ends or an allocation that cannot succeed.
+  EXPECT_NE(error_of(R"({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1e15})")
+                .find("gradient_accumulation_steps: 1000000000000000 is above the limit 1048576"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"train_batch_size": 1e18})").find("train_batch_size: 1000000000000000000 is above the limit"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"train_batch_size": 1e9, "train_micro_batch_size_per_gpu": 1})")
+                .find("gradient_accumulation_steps: 1000000000 is above the limit 1048576 micro-batches per optimizer "
+                      "step (derived from train_batch_size 1000000000"),
+            std::string::npos)
+      << error_of(R"({"train_batch_size": 1e9, "train_micro_batch_size_per_gpu": 1})");
   EXPECT_NE(error_of(R"({"gradient_accumulation_steps": 2})")
                 .find("either train_batch_size or train_micro_batch_size_per_gpu needs to be provided"),
             std::string::npos);
@@ -236,6 +256,11 @@ TEST(ConfigTest, UnsupportedFeatureIsRefusedByName) {
   EXPECT_TRUE(parse(R"({"train_micro_batch_size_per_gpu": 1, "tensorboard": {"enabled": false, "output_path": "x"}})").ok());
   EXPECT_NE(error_of(R"({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"zero_quantized_weights": true}})")
                 .find("zero_optimization.zero_quantized_weights: true is not supported"),
+            std::string::npos);
+  // A section without a switch is wanted when present, even empty: DeepSpeed
+  // turns sparse attention on with its defaults for {}.
+  EXPECT_NE(error_of(R"({"train_micro_batch_size_per_gpu": 1, "sparse_attention": {}})")
+                .find("sparse_attention: is not supported (no block-sparse attention)"),
             std::string::npos);
 }
 
@@ -409,6 +434,31 @@ TEST(ConfigTest, TensorParallelSizeSplitsTheWorldIntoDataAndTensorGroups) {
   EXPECT_NE(refused.find("tensor_parallel.preset_model"), std::string::npos) << refused;
   const std::string typo = error_of(R"({"train_batch_size": 2, "tensor_parallel": {"autotp_sise": 2}})", 2);
   EXPECT_NE(typo.find("did you mean \"tensor_parallel.autotp_size\""), std::string::npos) << typo;
+}
+
+// Hugging Face's and PyTorch's names for DeepSpeed's keys get the key's name
+// as the hint, though no edit distance finds it.
+TEST(ConfigTest, OtherFrameworksNamesGetTheKeysName) {
+  EXPECT_NE(error_of(R"({"train_batch_size": 2, "optimizer": {"type": "AdamW", "params": {"learning_rate": 0.01}}})")
+                .find("unknown key \"optimizer.params.learning_rate\" (did you mean \"optimizer.params.lr\"?)"),
+            std::string::npos)
+      << error_of(R"({"train_batch_size": 2, "optimizer": {"type": "AdamW", "params": {"learning_rate": 0.01}}})");
+  EXPECT_NE(error_of(R"({"train_batch_size": 2, "max_grad_norm": 1.0})")
+                .find("unknown key \"max_grad_norm\" (did you mean \"gradient_clipping\"?)"),
+            std::string::npos);
+}
+
+// A vocabulary smaller than the tensor group leaves a rank no rows of the
+// token table: a config error naming the key (it was an internal check in
+// the vocabulary-parallel embedding), for GPT and Llama alike.
+TEST(ConfigTest, AVocabularySmallerThanTheTensorGroupIsAConfigError) {
+  for (const char* type : {"gpt2", "llama"}) {
+    const std::string e = error_of(cat(R"({"train_batch_size": 2, "tensor_parallel": {"autotp_size": 2},
+                                           "model": {"arch": ")", type, R"(", "vocab_size": 1}})"),
+                                   2);
+    EXPECT_NE(e.find("tensor_parallel.autotp_size: 2 is more than model.vocab_size 1"), std::string::npos)
+        << type << ": " << e;
+  }
 }
 
 }  // namespace

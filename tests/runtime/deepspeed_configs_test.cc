@@ -1,10 +1,14 @@
-// The 13 real DeepSpeed configs in tests/data/ds_configs (from DeepSpeed's
+// The 15 real DeepSpeed configs in tests/data/ds_configs (from DeepSpeed's
 // and DeepSpeedExamples' repositories), each with its expected outcome: it
 // loads, or it is refused with messages naming each offending key and the
 // reason. Unknown keys are treated as DeepSpeed treats them (ignored at the
 // top level with a warning, refused in its strict sections).
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <set>
+
+#include "runtime/config/config_reader.h"
 #include "runtime/config/run_config.h"
 
 namespace zero {
@@ -42,6 +46,9 @@ const std::vector<Expectation>& expectations() {
         "(warning) aio.thread_count: ignored: DeepSpeed renamed it \"intra_op_parallelism\""}},
       {"zero3_offload_param_cpu_sglang.json", true, {}},
       {"zero3_offload_param_nvme_aio_sglang.json", true, {}},
+      // The HF Trainer's own configs: alone, nothing fills in their "auto" batch.
+      {"hf_trainer_zero2.json", false, {"train_batch_size: is \"auto\" and nothing to derive it from"}},
+      {"hf_trainer_zero3.json", false, {"train_batch_size: is \"auto\" and nothing to derive it from"}},
   };
   return kAll;
 }
@@ -90,7 +97,78 @@ TEST(DeepSpeedConfigsTest, MegatronActivationPartitioningLoadsGivenATensorSize) 
 }
 
 TEST(DeepSpeedConfigsTest, EveryFixtureHasAnExpectation) {
-  EXPECT_EQ(expectations().size(), 13u);
+  EXPECT_EQ(expectations().size(), 15u);
+}
+
+// The Hugging Face Trainer's ZeRO-2 and ZeRO-3 configs from transformers'
+// docs, every Trainer-filled value "auto", layered over a run file as a user
+// layers them: "auto" takes the run file's lr, batch and clipping; the
+// warm-up's peak follows the optimizer's lr; ZeRO-3's buckets follow the
+// hidden size; what nothing gives keeps its default; --print-config lists
+// every "auto" under __derived__ with what it became.
+TEST(DeepSpeedConfigsTest, HfTrainerAutoValuesTakeTheOtherLayersValues) {
+  const std::string dir = ::testing::TempDir();
+  const std::string run_file = dir + "/hf_auto_run.json";
+  std::ofstream(run_file) << R"({"model": {"n_layer": 2, "n_head": 4, "d_model": 64, "vocab_size": 256, "seq_len": 32},
+                                  "run": {"steps": 40},
+                                  "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2,
+                                  "gradient_clipping": 0.5,
+                                  "optimizer": {"type": "AdamW", "params": {"lr": 0.003}}})";
+  for (const std::string file : {"hf_trainer_zero2.json", "hf_trainer_zero3.json"}) {
+    SCOPED_TRACE(file);
+    ConfigSources sources;
+    absl::StatusOr<Json> merged = load_layered_config(
+        {run_file, std::string(ZE_SOURCE_DIR) + "/tests/data/ds_configs/" + file}, {}, &sources);
+    ASSERT_TRUE(merged.ok()) << merged.status();
+    absl::StatusOr<RunConfig> c = parse_run_config(*merged, {.world_size = 2, .auto_filled = sources.auto_filled()});
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_FLOAT_EQ(c->engine.optimizer.lr, 0.003f) << "the run file's lr, not the default 0.001";
+    ASSERT_TRUE(c->engine.scheduler.warmup_max_lr.has_value());
+    EXPECT_FLOAT_EQ(static_cast<float>(*c->engine.scheduler.warmup_max_lr), 0.003f)
+        << "the warm-up's peak is the optimizer's lr";
+    EXPECT_EQ(c->engine.micro_batch_size, 4);
+    EXPECT_EQ(c->engine.gradient_accumulation_steps, 2);
+    EXPECT_EQ(c->train_batch_size, 16) << "4 x 2 x 2 ranks";
+    EXPECT_FLOAT_EQ(c->engine.gradient_clipping, 0.5f);
+    EXPECT_FLOAT_EQ(c->engine.optimizer.eps, 1e-8f) << "nothing gives eps: the default";
+    const std::string printed = format_effective_config(*c);
+    const Json j = Json::parse(printed);
+    std::set<std::string> derived;
+    for (const Json& k : j["__derived__"]) derived.insert(k.get<std::string>());
+    for (const char* key : {"optimizer.params.lr", "optimizer.params.eps", "optimizer.params.betas",
+                            "optimizer.params.weight_decay", "scheduler.params.warmup_max_lr",
+                            "scheduler.params.warmup_min_lr", "scheduler.params.warmup_num_steps",
+                            "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "train_batch_size",
+                            "gradient_clipping", "fp16.enabled"}) {
+      EXPECT_TRUE(derived.count(key)) << key << " was \"auto\" and is not listed as derived:\n" << printed;
+    }
+    EXPECT_EQ(j["optimizer"]["params"]["lr"].get<double>(), j["scheduler"]["params"]["warmup_max_lr"].get<double>());
+    if (file == "hf_trainer_zero3.json") {
+      EXPECT_EQ(c->engine.zero.reduce_bucket_size, 64 * 64);
+      EXPECT_EQ(c->engine.zero.prefetch_bucket_size, static_cast<int64_t>(0.9 * 64 * 64));
+      EXPECT_EQ(c->engine.zero.param_persistence_threshold, 10 * 64);
+      EXPECT_TRUE(derived.count("zero_optimization.reduce_bucket_size")) << printed;
+    }
+  }
+  // Alone, nothing gives the batch: refused by name, not a silent default.
+  absl::StatusOr<Json> alone = load_json_file(std::string(ZE_SOURCE_DIR) + "/tests/data/ds_configs/hf_trainer_zero3.json");
+  ASSERT_TRUE(alone.ok());
+  absl::StatusOr<RunConfig> c = parse_run_config(*alone, {});
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(std::string(c.status().message()).find("is \"auto\" and nothing to derive it from"), std::string::npos)
+      << c.status();
+  // A scheduler's total_num_steps "auto" follows run.steps; OneCycle's bounds
+  // have nothing to follow and are refused by name.
+  c = parse_run_config(Json::parse(R"({"train_batch_size": 2, "run": {"steps": 40},
+      "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_num_steps": 4, "total_num_steps": "auto"}}})"), {});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->engine.scheduler.total_num_steps, 40);
+  c = parse_run_config(Json::parse(R"({"train_batch_size": 2,
+      "scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": "auto", "cycle_max_lr": 0.1}}})"), {});
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(std::string(c.status().message()).find("scheduler.params.cycle_min_lr: is \"auto\" and nothing fills it in"),
+            std::string::npos)
+      << c.status();
 }
 
 TEST(DeepSpeedConfigsTest, AliasesAndDeprecations) {
@@ -120,7 +198,8 @@ TEST(DeepSpeedConfigsTest, AliasesAndDeprecations) {
   c = parse(R"({"train_batch_size": 1, "zero_optimization": {"overlap_comm": "auto", "reduce_bucket_size": "auto"}})");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_FALSE(c->engine.zero.overlap_comm);
-  EXPECT_EQ(c->engine.zero.reduce_bucket_size, 500000000);
+  // reduce_bucket_size "auto" is what the HF Trainer fills in: hidden size squared.
+  EXPECT_EQ(c->engine.zero.reduce_bucket_size, c->model.gpt.d_model * c->model.gpt.d_model);
   // fp16 and bf16 together.
   c = parse(R"({"train_batch_size": 1, "fp16": {"enabled": true}, "bf16": {"enabled": true}})");
   ASSERT_FALSE(c.ok());

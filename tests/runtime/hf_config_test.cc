@@ -5,7 +5,8 @@
 //    where they disagree, and written in 4.x's; what we do not implement is refused
 //    naming the file, the key and the value (an unknown model_type, qwen2's
 //    biases, a rope_scaling type, key/value heads that do not divide, a
-//    Mistral sliding window);
+//    Mistral sliding window), and so is a size past the model section's
+//    limit for the same field (a billion layers), naming the limit;
 //  * names: ours <-> Hugging Face's, GPT-2's Conv1D weights transposed, and
 //    the parameter list computed from a config is the model's own.
 #include <gtest/gtest.h>
@@ -326,6 +327,46 @@ TEST(HfConfigTest, WhatWeDoNotImplementIsRefusedByKeyAndValue) {
   EXPECT_MESSAGE_HAS(s, "\"layer_norm_epsilon\" is 1e-06");
   s = gpt2_with("n_head", 7);
   EXPECT_MESSAGE_HAS(s, "\"n_embd\" is 768: not a multiple of n_head (7)");
+}
+
+// The model section's limits (model_limits.h) hold for config.json too: a
+// billion layers is refused at once by the key, not by running out of memory.
+TEST(HfConfigTest, SizesPastTheModelSectionsLimitsAreRefusedByKey) {
+  absl::Status s = llama_with("num_hidden_layers", 1e9);
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_MESSAGE_HAS(s, "m/config.json: \"num_hidden_layers\" is 1000000000.0: must be at most 100000 "
+                        "(model.n_layer's limit)");
+  s = llama_with("hidden_size", int64_t{1} << 21);
+  EXPECT_MESSAGE_HAS(s, "\"hidden_size\" is 2097152: must be at most 1048576 (model.d_model's limit)");
+  s = llama_with("intermediate_size", int64_t{1} << 25);
+  EXPECT_MESSAGE_HAS(s, "\"intermediate_size\" is 33554432: must be at most 16777216 (model.d_ff's limit)");
+  s = llama_with("num_attention_heads", 1 << 17);
+  EXPECT_MESSAGE_HAS(s, "\"num_attention_heads\" is 131072: must be at most 65536 (model.n_head's limit)");
+  s = llama_with("num_key_value_heads", 1 << 17);
+  EXPECT_MESSAGE_HAS(s, "\"num_key_value_heads\" is 131072: must be at most 65536 (model.n_kv_head's limit)");
+  s = llama_with("vocab_size", int64_t{1} << 31);
+  EXPECT_MESSAGE_HAS(s, "\"vocab_size\" is 2147483648: must be at most 2147483647 (model.vocab_size's limit)");
+  s = llama_with("max_position_embeddings", int64_t{1} << 25);
+  EXPECT_MESSAGE_HAS(s, "\"max_position_embeddings\" is 33554432: must be at most 16777216 "
+                        "(model.max_positions's limit)");
+  s = llama_with("num_hidden_layers", 0);
+  EXPECT_MESSAGE_HAS(s, "\"num_hidden_layers\" is 0: must be at least 1");
+  EXPECT_TRUE(llama_with("num_hidden_layers", 100000).ok());  // the limit itself is allowed
+
+  Json g = parsed(kGpt2Config);
+  g["n_layer"] = 1e9;
+  s = gpt_config_from_hf(g, "g/config.json").status();
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_MESSAGE_HAS(s, "g/config.json: \"n_layer\" is 1000000000.0: must be at most 100000 (model.n_layer's limit)");
+  g = parsed(kGpt2Config);
+  g["n_positions"] = int64_t{1} << 25;
+  EXPECT_MESSAGE_HAS(gpt_config_from_hf(g, "g/config.json").status(),
+                     "\"n_positions\" is 33554432: must be at most 16777216 (model.max_positions's limit)");
+  g = parsed(kGpt2Config);
+  g["n_embd"] = int64_t{1} << 21;
+  g["n_head"] = 16;
+  EXPECT_MESSAGE_HAS(gpt_config_from_hf(g, "g/config.json").status(),
+                     "\"n_embd\" is 2097152: must be at most 1048576 (model.d_model's limit)");
 }
 
 // ---------------------------------------------------------------- names

@@ -2,7 +2,9 @@
 //  * the directory reader on files written here: one file, shards with an
 //    index, F32/BF16/F16 converted exactly, chunked reads; a truncated shard,
 //    an index naming a missing file, a tensor of the wrong shape, a missing
-//    tensor and one that is not the model's are refused by name;
+//    tensor and one that is not the model's are refused by name; so are
+//    overlapping byte ranges (both tensors named) and named pipes in place
+//    of model.safetensors, its index or a shard (without blocking);
 //  * a GPT-2 file written here by Hugging Face's rules (transformer. names,
 //    Conv1D [in, out]) loads into an engine with every weight where the
 //    rules put it;
@@ -15,6 +17,8 @@
 // Not covered here: multi-rank loads of tensor-parallel slices and ZeRO
 // partitions (one rank holds whole tensors).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -167,6 +171,79 @@ TEST(HfWeightsTest, ReadsShardsThroughTheIndexAndRefusesBrokenOnes) {
   const std::string empty = fresh_dir("empty");
   s = HfWeights::open(empty).status();
   EXPECT_MESSAGE_HAS(s, "is not a Hugging Face model directory");
+}
+
+// A header as given (data_offsets and all), then `data_bytes` zero bytes.
+void write_raw_safetensors(const std::string& path, const Json& header, size_t data_bytes) {
+  const std::string text = header.dump();
+  const uint64_t n = text.size();
+  std::ofstream f(path, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(&n), 8);
+  f << text << std::string(data_bytes, '\0');
+}
+
+TEST(HfWeightsTest, OverlappingByteRangesAreRefusedNamingBothTensors) {
+  const std::string dir = fresh_dir("overlap");
+  const std::string file = dir + "/model.safetensors";
+  auto entry = [](int64_t begin, int64_t end) {
+    return Json{{"dtype", "F32"}, {"shape", {(end - begin) / 4}}, {"data_offsets", {begin, end}}};
+  };
+  write_raw_safetensors(file, {{"first", entry(0, 16)}, {"second", entry(8, 24)}}, 24);
+  absl::Status s = HfWeights::open(dir).status();
+  EXPECT_TRUE(absl::IsDataLoss(s)) << s;
+  EXPECT_MESSAGE_HAS(s, file + ": tensors first (bytes [0, 16)) and second (bytes [8, 24)) overlap");
+
+  // One long range over two later ones: the first it meets is named; an
+  // empty tensor inside it shares no bytes and is not.
+  write_raw_safetensors(file, {{"a.whole", entry(0, 32)}, {"b.empty", entry(4, 4)}, {"c.part", entry(16, 24)},
+                               {"d.part", entry(24, 32)}},
+                        32);
+  s = HfWeights::open(dir).status();
+  EXPECT_MESSAGE_HAS(s, "tensors a.whole (bytes [0, 32)) and c.part (bytes [16, 24)) overlap");
+
+  // The same ranges side by side (and an empty one at a boundary) load.
+  write_raw_safetensors(file, {{"a", entry(0, 16)}, {"b", entry(16, 16)}, {"c", entry(16, 24)}}, 24);
+  EXPECT_TRUE(HfWeights::open(dir).ok()) << HfWeights::open(dir).status();
+}
+
+// Ends the test process (SIGALRM's default action) if it is still running
+// after `seconds`: a loader that blocks in open() on a named pipe fails the
+// test instead of hanging it.
+struct Deadline {
+  explicit Deadline(unsigned seconds) { alarm(seconds); }
+  ~Deadline() { alarm(0); }
+};
+
+TEST(HfWeightsTest, NamedPipesAreRefusedWithoutBlocking) {
+  const Deadline deadline(20);
+  auto fifo = [](const std::string& path) { ASSERT_EQ(mkfifo(path.c_str(), 0600), 0) << path; };
+  const std::vector<float> a = {1, 2};
+
+  // model.safetensors.
+  const std::string single = fresh_dir("fifo_single");
+  fifo(single + "/model.safetensors");
+  absl::Status s = HfWeights::open(single).status();
+  EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
+  EXPECT_MESSAGE_HAS(s, single + "/model.safetensors: a named pipe (FIFO), not a regular file");
+
+  // model.safetensors.index.json.
+  const std::string indexed = fresh_dir("fifo_index");
+  write_safetensors(indexed + "/model-00001-of-00001.safetensors", {{"a", "F32", {2}, raw(a)}});
+  fifo(indexed + "/model.safetensors.index.json");
+  s = HfWeights::open(indexed).status();
+  EXPECT_MESSAGE_HAS(s, indexed + "/model.safetensors.index.json: a named pipe (FIFO), not a regular file");
+
+  // A shard the index names.
+  const std::string shard = fresh_dir("fifo_shard");
+  fifo(shard + "/model-00001-of-00001.safetensors");
+  std::ofstream(shard + "/model.safetensors.index.json")
+      << Json{{"weight_map", {{"a", "model-00001-of-00001.safetensors"}}}}.dump();
+  s = HfWeights::open(shard).status();
+  EXPECT_MESSAGE_HAS(s, shard + "/model-00001-of-00001.safetensors: a named pipe (FIFO), not a regular file");
+
+  // The path itself.
+  s = HfWeights::open(single + "/model.safetensors").status();
+  EXPECT_MESSAGE_HAS(s, single + "/model.safetensors: a named pipe (FIFO), not a regular file");
 }
 
 // ---------------------------------------------------------------- loading into an engine

@@ -615,6 +615,31 @@ TEST(MemoryPlanTest, RefusesWhatItCannotPlan) {
   EXPECT_NE(plan_memory(in).status().message().find("offload_optimizer"), std::string_view::npos);
 }
 
+// The public planner returns every model rule as a Status: a Llama with 2
+// key/value heads over a tensor group of 4 (it aborted inside the model's
+// constructor), and a vocabulary smaller than the tensor group.
+TEST(MemoryPlanTest, ModelRulesOverTheTensorGroupAreStatuses) {
+  PlanInput in;
+  in.model = kModel;
+  in.model.arch = ModelArch::kLlama;
+  in.model.n_head = 4;
+  in.model.n_kv_head = 2;
+  in.world = 4;
+  in.tensor = 4;
+  absl::StatusOr<MemoryPlan> p = plan_memory(in);
+  ASSERT_FALSE(p.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(p.status())) << p.status();
+  EXPECT_NE(p.status().message().find("does not divide the model's 2 key/value heads"), std::string_view::npos)
+      << p.status();
+  in.model = kModel;
+  in.model.vocab_size = 1;
+  in.world = 2;
+  in.tensor = 2;
+  p = plan_memory(in);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("is more than model.vocab_size 1"), std::string_view::npos) << p.status();
+}
+
 // ZeRO-Offload on a device backend: the optimizer state moves from device to
 // host memory, beside the host step's pinned staging; at stage 3 with
 // offload_param "cpu" the parameter shard moves too. What the path does not

@@ -96,6 +96,37 @@ TEST(MonitorsTest, UnknownKeysAndNetworkMonitorsAreRefusedByName) {
   EXPECT_TRUE(parse({{"wandb", {{"enabled", false}, {"project", "p"}}}}).ok());
 }
 
+TEST(MonitorsTest, AJobNameThatIsNotOneDirectoryNameIsAConfigErrorNamingTheKey) {
+  const std::string out = tmp_dir("escape");
+  for (const char* section : {"csv_monitor", "tensorboard"}) {
+    for (const char* name : {"../../x", "a/b", "..", "a\\b"}) {
+      absl::StatusOr<RunConfig> c =
+          parse({{section, {{"enabled", true}, {"output_path", out}, {"job_name", name}}}});
+      ASSERT_FALSE(c.ok()) << section << " " << name;
+      EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << c.status();
+      EXPECT_NE(c.status().message().find(std::string(section) + ".job_name: \"" + name + "\""), std::string::npos)
+          << c.status();
+      EXPECT_NE(c.status().message().find("output_path"), std::string::npos) << c.status();
+    }
+    // A plain name, dots inside it included, is one directory under output_path.
+    EXPECT_TRUE(parse({{section, {{"enabled", true}, {"output_path", out}, {"job_name", "run.v2"}}}}).ok());
+  }
+  EXPECT_FALSE(std::filesystem::exists(out)) << "nothing is created by parsing";
+}
+
+TEST(MonitorsTest, AFailedWriteIsAnErrorNamingTheFileAndTheReason) {
+  const std::string out = tmp_dir("full");
+  std::filesystem::create_directories(out + "/job");
+  // A disk with no room left: every write to /dev/full fails with ENOSPC.
+  std::filesystem::create_symlink("/dev/full", out + "/job/Train_Samples_train_loss.csv");
+  RunConfig c = parse({{"csv_monitor", {{"enabled", true}, {"output_path", out}, {"job_name", "job"}}}}).value();
+  auto m = Monitors::open(c, 0).value();
+  const absl::Status s = m->write_events({{"Train/Samples/train_loss", monitor_float(5.5f), 8}});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find(out + "/job/Train_Samples_train_loss.csv"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("No space left on device"), std::string::npos) << s;
+}
+
 TEST(MonitorsTest, ShortestTextKeepsFloatPrecision) {
   EXPECT_EQ(shortest_text(monitor_float(0.003f)), "0.003");
   EXPECT_EQ(shortest_text(static_cast<double>(0.003f)), "0.003000000026077032");

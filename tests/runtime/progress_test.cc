@@ -3,7 +3,8 @@
 // FLOPs over all ranks, MFU appears with a peak, an eval line follows the
 // step that evaluated, and the JSON has time, samples, tokens, world size,
 // FLOP/s and floats at float precision; wall_clock_breakdown adds the
-// phases and the communication wait.
+// phases and the communication wait; a metrics file that cannot be written
+// is an error naming it.
 #include "runtime/tools/progress.h"
 
 #include <gtest/gtest.h>
@@ -27,8 +28,8 @@ TEST(ProgressTest, RatesAreAveragedOverTheWindow) {
   p.set_throughput_model({2, 1e9, 0.0});
   // Nine slow steps, then ten at 1000 tokens/s and 10 samples/s: the line at
   // step 20 shows only the last ten.
-  for (int i = 1; i <= 10; ++i) p.on_step(step(i), {10.0, 1000, 10});
-  for (int i = 11; i <= 20; ++i) p.on_step(step(i), {1.0, 1000, 10});
+  for (int i = 1; i <= 10; ++i) ASSERT_TRUE(p.on_step(step(i), {10.0, 1000, 10}).ok());
+  for (int i = 11; i <= 20; ++i) ASSERT_TRUE(p.on_step(step(i), {1.0, 1000, 10}).ok());
   const std::string text = out.str();
   const size_t at = text.find("step 20/20");
   ASSERT_NE(at, std::string::npos) << text;
@@ -43,7 +44,7 @@ TEST(ProgressTest, MfuUsesThePeakOfEveryRank) {
   std::ostringstream out;
   ProgressReporter p(out, 1, 10, Tier::kHost, 0);
   p.set_throughput_model({4, 1e9, 1.0});  // 4 ranks x 1 TFLOP/s
-  p.on_step(step(1), {1.0, 1000, 10});    // 1 TFLOP/s achieved: 25%
+  ASSERT_TRUE(p.on_step(step(1), {1.0, 1000, 10}).ok());  // 1 TFLOP/s achieved: 25%
   EXPECT_NE(out.str().find("1.00 TFLOP/s MFU 25.0%"), std::string::npos) << out.str();
 }
 
@@ -52,7 +53,7 @@ TEST(ProgressTest, EvalLineFollowsTheStep) {
   ProgressReporter p(out, 20, 10, Tier::kHost, 0);
   StepTotals t;
   t.val_loss = 3.14159;
-  p.on_step(step(7), {1.0, 100, 1}, t);  // not a print step: the eval line still shows
+  ASSERT_TRUE(p.on_step(step(7), {1.0, 100, 1}, t).ok());  // not a print step: the eval line still shows
   EXPECT_NE(out.str().find("eval: step 7 | val loss 3.1416\n"), std::string::npos) << out.str();
   p.summary();
   EXPECT_NE(out.str().find("(val 3.1416 -> 3.1416)"), std::string::npos) << out.str();
@@ -86,11 +87,24 @@ TEST(ProgressTest, WallClockBreakdownShowsTheCommunicationWait) {
   p.set_breakdowns(true, false);
   StepResult r = step(1);
   r.forward_s = 0.010, r.backward_s = 0.020, r.step_s = 0.003, r.comm_wait_s = 0.0045;
-  p.on_step(r, {0.05, 100, 1});
+  ASSERT_TRUE(p.on_step(r, {0.05, 100, 1}).ok());
   EXPECT_NE(out.str().find("time (ms) | forward: 10.0 | backward: 20.0 (recompute 0.0) | step: 3.0 | waiting for "
                            "communication: 4.5"),
             std::string::npos)
       << out.str();
+}
+
+// A metrics line that cannot be written ends the run, naming the file and why
+// (/dev/full fails every write with ENOSPC, as a full disk does).
+TEST(ProgressTest, AMetricsFileThatCannotBeWrittenIsAnErrorNamingIt) {
+  std::ostringstream out;
+  ProgressReporter p(out, 10, 10, Tier::kHost, 0);
+  ASSERT_TRUE(p.open_metrics("/dev/full").ok());
+  const absl::Status s = p.on_step(step(1), {1.0, 100, 1});
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_NE(s.message().find("metrics file /dev/full"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("No space left on device"), std::string::npos) << s;
 }
 
 }  // namespace

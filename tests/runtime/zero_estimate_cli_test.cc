@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <iterator>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -97,6 +98,71 @@ TEST(ZeroEstimateCliTest, ParamsModePrintsTheZeroFormulas) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("16000.00"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("15.62"), std::string::npos) << r.output;
+}
+
+// The model line names the family and its shape: a Llama (configs/llama-tiny.json's
+// model) is called a Llama with its key/value heads and MLP width, never a
+// GPT, and a GPT-2 is still a GPT-2.
+TEST(ZeroEstimateCliTest, ModelLineNamesTheFamily) {
+  const std::string llama = write_config("llama.json", R"({
+    "model": {"arch": "llama", "n_layer": 4, "n_head": 4, "n_kv_head": 2, "d_model": 128, "d_ff": 352,
+              "vocab_size": 256, "seq_len": 64},
+    "train_micro_batch_size_per_gpu": 16
+  })");
+  CommandResult r = estimate("--config " + llama + " --world 1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("model: Llama n_layer=4 n_head=4 n_kv_head=2 d_model=128 d_ff=352 vocab=256 seq_len=64, "),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("GPT"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("h."), std::string::npos) << r.output;
+
+  r = estimate("--config " + write_config("gpt.json", kRunConfig) + " --world 1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("model: GPT-2 n_layer=4 n_head=2 d_model=32 vocab=97 seq_len=16, "), std::string::npos)
+      << r.output;
+}
+
+// The README's peak tracked memory of GPT-2 124M's step (bench/gpt_step_bench's
+// peak_MiB, which the planner predicts to the byte) is in GiB, 2^30 bytes: the
+// fp32 row's 2094.65 MiB is 2.05 GiB, not 2.09 (MiB / 1000).
+TEST(ZeroEstimateCliTest, ReadmeStepBenchPeaksAreThePlannersInGiB) {
+  std::ifstream in(std::string(ZE_SOURCE_DIR) + "/README.md");
+  std::string readme((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_FALSE(readme.empty());
+  const std::string config = write_config("gpt2-124m.json", R"({
+    "model": {"n_layer": 12, "n_head": 12, "d_model": 768, "vocab_size": 50304, "seq_len": 64},
+    "train_micro_batch_size_per_gpu": 4,
+    "optimizer": {"type": "AdamW", "params": {"lr": 6e-4, "betas": [0.9, 0.95], "weight_decay": 0.1}}
+  })");
+  // The planned peak in GiB, with the bf16 GEMMs in bf16 or widened to fp32.
+  auto planned_gib = [&](const std::string& set, const char* bf16_gemm) {
+    const CommandResult r = testing::run_command(cat("ZE_CPU_BF16_GEMM=", bf16_gemm, " ", ZE_ESTIMATE_BIN, " --config ",
+                                                     config, " --world 1 --json ", set));
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return nlohmann::json::parse(r.output)["ranks"][0]["total"]["host"].get<double>() / (1 << 30);
+  };
+  const double fp32 = planned_gib("", "bf16"), bf16 = planned_gib("--set bf16.enabled=true", "bf16"),
+               widened = planned_gib("--set bf16.enabled=true", "fp32");
+  // "| fp32 | ... | 2.05 GiB |" and "| bf16 (bf16 GEMMs) | ... | 2.08 GiB |".
+  auto row_gib = [&](const std::string& row) {
+    const size_t at = readme.find("\n| " + row + " | ");
+    EXPECT_NE(at, std::string::npos) << row;
+    const std::string line = readme.substr(at + 1, readme.find('\n', at + 1) - at - 1);
+    const size_t gib = line.rfind(" GiB |");
+    const size_t cell = line.rfind("| ", gib);
+    return std::stod(line.substr(cell + 2, gib - cell - 2));
+  };
+  EXPECT_NEAR(row_gib("fp32"), fp32, 0.005);
+  EXPECT_NEAR(row_gib("bf16 (bf16 GEMMs)"), bf16, 0.005);
+  // The bf16-on-CPUs paragraph: "peak 2.08 → 2.23 GiB" with the widened GEMMs.
+  const std::string before = "--benchmark_filter=BM_GptStep/bf16`), peak ", arrow = "→";
+  const size_t peak = readme.find(before);
+  ASSERT_NE(peak, std::string::npos);
+  const std::string text = readme.substr(peak + before.size(), 40);
+  ASSERT_NE(text.find(arrow), std::string::npos) << text;
+  EXPECT_NEAR(std::stod(text), bf16, 0.005) << text;
+  EXPECT_NEAR(std::stod(text.substr(text.find(arrow) + arrow.size())), widened, 0.005) << text;
 }
 
 TEST(ZeroEstimateCliTest, BadArgumentsAreNamed) {

@@ -55,10 +55,16 @@ TEST(ZeroTrainCliTest, MalformedConfigIsLocated) {
   EXPECT_NE(r.output.find("bad.json:2:"), std::string::npos) << r.output;
 }
 
+// Bad input, so a usage error (exit 2) naming the key, before anything is built.
 TEST(ZeroTrainCliTest, MissingDataFileIsNamed) {
   Result r = run("--config " + write("run.json", kTinyRun) + " --set data.path=" + tmp("no-such-data.bin"));
-  EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.output.find("no-such-data.bin: no such file or directory"), std::string::npos) << r.output;
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("data.path: " + tmp("no-such-data.bin") + " does not exist"), std::string::npos) << r.output;
+  r = run("--config " + write("run.json", kTinyRun) + " --set data.val_path=" + tmp("no-such-*.bin") +
+          " --set run.eval_every=5");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("data.val_path: the pattern " + tmp("no-such-*.bin") + " matches no file"), std::string::npos)
+      << r.output;
 }
 
 TEST(ZeroTrainCliTest, CorruptDataFileIsExplained) {
@@ -79,6 +85,13 @@ TEST(ZeroTrainCliTest, BadPathsAreUsageErrorsNamingTheirKeys) {
            {"--init-from " + missing, "run.init_from (--init-from): " + missing + " does not exist"},
            {"--metrics " + missing + "/m.jsonl", "run.metrics (--metrics): cannot create " + missing + "/m.jsonl"},
            {"--save-dir " + a_file, "run.save_dir (--save-dir): " + a_file + " exists and is not a directory"},
+           // Under a directory nothing can be created in (root passes access() there).
+           {"--save-dir /proc/zero-train-x", "run.save_dir (--save-dir): /proc/zero-train-x does not exist and cannot be "
+                                             "created"},
+           {"--set tensorboard.enabled=true --set tensorboard.output_path=/proc/zero-train-x",
+            "tensorboard.output_path: /proc/zero-train-x does not exist and cannot be created"},
+           {"--set csv_monitor.enabled=true --set csv_monitor.output_path=" + a_file,
+            "csv_monitor.output_path: " + a_file + " exists and is not a directory"},
            {"--set zero_optimization.stage=1 --set zero_optimization.offload_optimizer.device=nvme "
             "--set zero_optimization.offload_optimizer.nvme_path=" + missing,
             "zero_optimization.offload_optimizer.nvme_path: " + missing + " does not exist"},
@@ -98,9 +111,21 @@ TEST(ZeroTrainCliTest, WhatCannotFitIsRefusedBeforeAllocating) {
   const std::string config = write("run.json", kTinyRun);
   Result r = run("--config " + config + " --set train_micro_batch_size_per_gpu=1e15");
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_NE(r.output.find("train_micro_batch_size_per_gpu: 1000000000000000 sequences of 16 tokens"),
+  EXPECT_NE(r.output.find("train_micro_batch_size_per_gpu: 1000000000000000 is above the limit 2147483648"),
             std::string::npos)
       << r.output;
+  // Within the key's limit, activations whose size overflows 64 bits.
+  r = run("--config " + config + " --set train_micro_batch_size_per_gpu=2e9 --set model.vocab_size=1000000000");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("train_micro_batch_size_per_gpu: 2000000000 sequences of 16 tokens"), std::string::npos)
+      << r.output;
+  // Accumulation steps (given, or derived from a huge train_batch_size)
+  // past their limit: the run would never end.
+  for (const char* set : {"gradient_accumulation_steps=1e15", "train_batch_size=1e18"}) {
+    r = run("--config " + config + " --set " + set);
+    EXPECT_EQ(r.exit_code, 2) << set << "\n" << r.output;
+    EXPECT_NE(r.output.find("is above the limit"), std::string::npos) << set << "\n" << r.output;
+  }
   // 39B parameters: 16 bytes each is far beyond any machine this runs on.
   r = run("--config " + config + " --set model.n_layer=48 --set model.d_model=8192 --set model.n_head=64");
   EXPECT_EQ(r.exit_code, 1) << r.output;
@@ -112,6 +137,20 @@ TEST(ZeroTrainCliTest, WhatCannotFitIsRefusedBeforeAllocating) {
   EXPECT_NE(r.output.find("model.n_layer: 1000000000 is out of range (must be between 1 and 100000)"),
             std::string::npos)
       << r.output;
+}
+
+// An allocation that fails inside an op (here under a 3 GB address-space
+// limit, with a batch the machine's memory would hold): a clean error, exit
+// 1, naming the tier, the size and the category, not an abort.
+TEST(ZeroTrainCliTest, AnAllocationThatFailsIsACleanErrorNamingSizeAndCategory) {
+  const std::string config = write("run.json", kTinyRun);
+  const Result r = zero::testing::run_command("bash -c 'ulimit -v 3000000 && exec " + std::string(ZE_TRAIN_BIN) +
+                                              " --config " + config +
+                                              " --set train_micro_batch_size_per_gpu=32768 --steps 1'");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("out of host memory allocating "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(" MiB for "), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("check failed"), std::string::npos) << r.output;
 }
 
 // A diverging run (SGD at lr 1e6, no clipping) stops at the first step whose gradients or loss

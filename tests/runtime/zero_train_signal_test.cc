@@ -4,8 +4,9 @@
 //  * SIGINT: the run stops at the end of its step, says after which step and
 //    where to resume, exits 130, and leaves no swap file;
 //  * SIGTERM: the same with exit 143; the checkpoint it names resumes;
-//  * two SIGINTs: the second ends it at once (exit 130), swap files removed
-//    all the same.
+//  * two SIGINTs: the second ends it at once (exit 130), no swap file left;
+//  * SIGKILL: no handler runs, and no swap file is left either (the files
+//    have no name on disk while the run uses them).
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
@@ -22,18 +23,13 @@
 #include <vector>
 
 #include "tests/testing/run_command.h"
+#include "tests/testing/test_files.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string dir_for(const std::string& name) {
-  const ::testing::TestInfo* t = ::testing::UnitTest::GetInstance()->current_test_info();
-  const std::string d = ::testing::TempDir() + "/" + t->name() + "." + name;
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+std::string dir_for(const std::string& name) { return zero::testing::fresh_test_dir(name); }
 
 int count_lines(const std::string& path) {
   std::ifstream f(path);
@@ -109,10 +105,25 @@ int wait_exit(const Background& r) {
 
 bool empty_dir(const std::string& d) { return fs::is_empty(d); }
 
+// The files process `pid` holds open that were in `dir` and have no name
+// there (its swap files), from /proc/<pid>/fd.
+int unnamed_files_open(pid_t pid, const std::string& dir) {
+  const std::string prefix = fs::canonical(dir).string() + "/";
+  int n = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
+    std::error_code link_ec;
+    const std::string target = fs::read_symlink(e.path(), link_ec).string();
+    if (!link_ec && target.rfind(prefix, 0) == 0 && target.find(" (deleted)") != std::string::npos) ++n;
+  }
+  return n;
+}
+
 TEST(ZeroTrainSignalTest, SigintStopsAtTheStepBoundaryAndRemovesTheSwapFile) {
   Background r = start("int");
   ASSERT_TRUE(wait_steps(r, 7)) << read_all(r.log);
-  EXPECT_FALSE(empty_dir(r.swap)) << "the swap file exists while the run does";
+  EXPECT_EQ(unnamed_files_open(r.pid, r.swap), 1) << "the run swaps through a file";
+  EXPECT_TRUE(empty_dir(r.swap)) << "which has no name on disk";
   kill(r.pid, SIGINT);
   EXPECT_EQ(wait_exit(r), 130) << read_all(r.log);
   const std::string out = read_all(r.log);
@@ -165,6 +176,25 @@ TEST(ZeroTrainSignalTest, ASecondSignalStopsAtOnceAndStillRemovesTheSwapFile) {
       << "the second signal itself ended the run\n" << out;
   EXPECT_EQ(out.find("stopped by signal"), std::string::npos) << "it did not wait for the step boundary\n" << out;
   EXPECT_TRUE(empty_dir(r.swap)) << out;
+}
+
+// kill -9 (or mpirun's SIGKILL after a second Ctrl-C, or the OOM killer):
+// no handler runs, and still no swap file is left, with the parameters in
+// the optimizer state's file or in a file of their own.
+TEST(ZeroTrainSignalTest, SigkillLeavesNoSwapFile) {
+  for (const std::string optimizer : {"nvme", "cpu"}) {
+    const std::string name = "kill_" + optimizer;
+    const std::string swap = zero::testing::test_path(name + ".swap");  // the directory start() makes
+    Background r = start(name, {"--set", "zero_optimization.offload_optimizer.device=" + optimizer, "--set",
+                                "zero_optimization.offload_param.device=nvme", "--set",
+                                "zero_optimization.offload_param.nvme_path=" + swap});
+    ASSERT_EQ(r.swap, swap);
+    ASSERT_TRUE(wait_steps(r, 3)) << read_all(r.log);
+    EXPECT_EQ(unnamed_files_open(r.pid, r.swap), 1) << "the run swaps through a file\n" << read_all(r.log);
+    kill(r.pid, SIGKILL);
+    EXPECT_EQ(wait_exit(r), -SIGKILL) << read_all(r.log);
+    EXPECT_TRUE(empty_dir(r.swap)) << "optimizer on " << optimizer << "\n" << read_all(r.log);
+  }
 }
 
 }  // namespace

@@ -25,6 +25,13 @@ inline std::string fresh_test_path(const std::string& name) {
   return p;
 }
 
+// fresh_test_path(name), made an empty directory.
+inline std::string fresh_test_dir(const std::string& name) {
+  const std::string p = fresh_test_path(name);
+  std::filesystem::create_directories(p);
+  return p;
+}
+
 inline std::string read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());

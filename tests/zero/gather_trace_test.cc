@@ -129,6 +129,25 @@ TEST(GatherTraceTest, TheFirstIterationRecordsAndTheSecondCompletes) {
   EXPECT_TRUE(trace.complete());
 }
 
+// An evaluation forward between iterations (a forward alone, no backward)
+// neither breaks nor re-records the trace, and gathers nothing ahead.
+TEST(GatherTraceTest, APausedTraceIgnoresAnEvaluationForward) {
+  Model m;
+  GatherTrace trace(with_reuse_distance(1000), Model::kWorld, m.parts);
+  advance(trace, m, 6);  // a whole iteration followed
+  trace.set_paused(true);
+  for (Module* mod : {static_cast<Module*>(&m.root), static_cast<Module*>(m.a), static_cast<Module*>(m.b)}) {
+    EXPECT_TRUE(trace.record(*mod, false)) << mod->name();
+  }
+  EXPECT_TRUE(trace.prefetch(INT64_MAX, nothing_held).empty());
+  EXPECT_FALSE(trace.reused_soon(m.aw));
+  trace.set_paused(false);
+  trace.begin_iteration();
+  EXPECT_TRUE(trace.complete());
+  run(trace, m.iteration());
+  EXPECT_TRUE(trace.complete()) << "training after the evaluation follows the trace recorded before it";
+}
+
 TEST(GatherTraceTest, AnIterationWithNothingRecordedCompletesNothing) {
   Model m;
   GatherTrace trace(ZeroConfig{}, Model::kWorld, m.parts);

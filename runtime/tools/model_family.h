@@ -1,0 +1,26 @@
+// How the programs name a model to a user: its family and shape
+// ("GPT-2 n_layer=12 n_head=12 d_model=768", "Llama n_layer=4 n_head=4
+// n_kv_head=2 d_model=128 d_ff=352"). zero-estimate's model line and the
+// flops profiler's summary say it as zero-train's model line does, so a
+// Llama is never called a GPT.
+// Header-only: zero-estimate links the config library, not the tools.
+#pragma once
+
+#include <string>
+
+#include "absl/strings/str_format.h"
+#include "graph/gpt.h"
+
+namespace zero {
+
+// The family and the sizes that define its shape (Llama: with its key/value
+// heads, MLP width and, when tied, " tied head").
+inline std::string model_family_description(const GptConfig& g) {
+  if (g.llama()) {
+    return absl::StrFormat("Llama n_layer=%d n_head=%d n_kv_head=%d d_model=%d d_ff=%d%s", g.n_layer, g.n_head,
+                           g.kv_heads(), g.d_model, g.ffn_width(), g.tied_head() ? " tied head" : "");
+  }
+  return absl::StrFormat("GPT-2 n_layer=%d n_head=%d d_model=%d", g.n_layer, g.n_head, g.d_model);
+}
+
+}  // namespace zero
