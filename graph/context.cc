@@ -108,8 +108,10 @@ void Context::wait_copies(Segment& s) {
 void Context::recompute(Segment& s) {
   const auto t0 = std::chrono::steady_clock::now();
   recomputing_ = true;
+  recompute_base_ = current_.size();
   Tensor x = s.input;
   for (Module* m : s.modules) x = forward(*m, x);
+  recompute_base_ = SIZE_MAX;
   recomputing_ = false;
   s.recomputed = true;
   recompute_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -137,10 +139,17 @@ Tensor Context::forward(Module& m, const Tensor& x) {
     std::deque<Frame>& stack = frames_[&m];
     stack.emplace_back();
     frame = &stack.back();
+    frame->tape.begin(x);
   }
   current_.push_back(frame);
   Tensor y = m.forward(*this, x);
   current_.pop_back();
+  if (frame != nullptr) frame->tape.end(y);
+  // In the caller's tape the call is one op, whose rule is the module's
+  // backward (not again when a checkpoint segment is recomputed: its calls
+  // were recorded by the forward, and the caller's tape is being replayed).
+  if (current_.size() != recompute_base_ && recording()) record(cat("module ", m.name().empty() ? "(root)" : m.name()), {x}, y,
+         [&m](Context& ctx, const Tensor& dy) { return std::vector<Tensor>{ctx.backward(m, dy)}; });
   if (hooks_) note(hooks_->post_forward(m));
   if (grad_enabled_ && !recomputing_ && no_save_depth_ > 0) {
     auto seg_last = last_of_.find(&m);
@@ -213,6 +222,11 @@ Tensor Context::backward(Module& m, const Tensor& dy) {
   return dx;
 }
 
+Tensor Context::replay(const Module& m, const Tensor& dy) {
+  ZE_CHECK(recording()) << m.name() << ": backward without its forward's tape";
+  return current_.back()->tape.replay(*this, dy, m.name().empty() ? "the model" : m.name());
+}
+
 void Context::save(const Tensor& t) {
   ZE_CHECK(!current_.empty()) << "save() outside a module call";
   if (current_.back() != nullptr) current_.back()->saved.push_back(t);
@@ -243,6 +257,7 @@ void Context::clear() {
   forward_segments_.clear();
   no_save_depth_ = 0;
   recomputing_ = false;
+  recompute_base_ = SIZE_MAX;
   status_ = absl::OkStatus();
 }
 

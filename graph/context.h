@@ -44,6 +44,7 @@
 // back. With host offload too, the partition is what goes to host memory.
 #pragma once
 
+#include <cstdint>
 #include <deque>
 #include <unordered_map>
 #include <utility>
@@ -52,6 +53,7 @@
 #include "absl/status/statusor.h"
 #include "graph/module.h"
 #include "graph/module_profiler.h"
+#include "graph/tape.h"
 #include "kernels/backend.h"
 
 namespace zero {
@@ -136,8 +138,22 @@ class Context {
   const Tensor& saved(size_t i) const;
   // A new fp32 activation (tracked as activations).
   Tensor activation(const Shape& shape, DType dtype = DType::kF32) {
-    return backend_.empty(shape, dtype, MemCategory::kActivations);
+    Tensor t = backend_.empty(shape, dtype, MemCategory::kActivations);
+    if (recording()) current_.back()->tape.note_unrecorded(t);
+    return t;
   }
+
+  // ---- automatic backward (graph/tape.h), for graph/functional.h's ops
+  // Whether this module call keeps a tape (grad enabled, not inside a
+  // checkpointed forward): only then do ops record.
+  bool recording() const { return !current_.empty() && current_.back() != nullptr; }
+  // Records an op of this module call: its inputs, its output and the rule
+  // that gives the inputs' gradients from the output's.
+  void record(std::string op, const std::vector<Tensor>& inputs, const Tensor& output, BackwardRule rule) {
+    if (recording()) current_.back()->tape.record(std::move(op), inputs, output, std::move(rule));
+  }
+  // Module::backward's default: this call's dx, replaying its tape.
+  Tensor replay(const Module& m, const Tensor& dy);
 
   // Frames not yet consumed by backward (0 after a full forward + backward).
   size_t live_frames() const;
@@ -156,6 +172,7 @@ class Context {
  private:
   struct Frame {
     std::vector<Tensor> saved;
+    Tape tape;
   };
 
   struct Segment {
@@ -208,6 +225,7 @@ class Context {
   std::unordered_map<const Module*, size_t> first_of_, last_of_;  // module -> segment it starts / ends
   int no_save_depth_ = 0;  // > 0 inside a checkpointed forward: modules save nothing
   bool recomputing_ = false;
+  size_t recompute_base_ = SIZE_MAX;  // recomputing: the depth of the segment's own calls
   double recompute_seconds_ = 0;
   std::unordered_map<const Module*, std::deque<Frame>> frames_;  // deque: stable frame addresses
   std::vector<Frame*> current_;  // the frame of each module call in progress

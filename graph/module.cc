@@ -4,8 +4,11 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "graph/context.h"
 
 namespace zero {
+
+Tensor Module::backward(Context& ctx, const Tensor& dy) { return ctx.replay(*this, dy); }
 
 void Parameter::set_slice(ParamSlice s) {
   ZE_CHECK(s.global_shape.size() == shape_.size() && s.dim >= 0 && s.dim < static_cast<int>(shape_.size()))

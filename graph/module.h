@@ -124,8 +124,10 @@ class Module {
   // pre-forward hook (this module's parameters are materialised).
   virtual Tensor forward(Context& ctx, const Tensor& x) = 0;
   // dx from dy, accumulating into the gradients of this module's parameters.
-  // Called by Context::backward after the pre-backward hook.
-  virtual Tensor backward(Context& ctx, const Tensor& dy) = 0;
+  // Called by Context::backward after the pre-backward hook. The default
+  // replays what forward recorded (graph/tape.h): a module built from
+  // graph/functional.h's ops and child modules writes forward only.
+  virtual Tensor backward(Context& ctx, const Tensor& dy);
 
   // Parameters this module uses directly (its own, then shared ones), not its
   // children's. These are what the engine gathers around this module.

@@ -1,0 +1,42 @@
+// The ops a module's forward calls to get its backward for free: each runs
+// the backend's kernel and records itself on the module call's tape
+// (graph/tape.h) with its backward rule, keeping only what that rule needs
+// (the same tensors the hand-written layers save). With grad disabled, or
+// inside a checkpointed forward, they only compute. Activations are fp32;
+// parameter gradients accumulate (+=). A module whose forward is built from
+// these and from child modules (ctx.forward) needs no backward of its own:
+//
+//   Tensor Block::forward(Context& ctx, const Tensor& x) {
+//     Tensor h = fn::gelu(ctx, fn::linear(ctx, fn::layer_norm(ctx, x, *ln_w_, *ln_b_, 1e-5f), *w1_, b1_));
+//     return fn::add(ctx, x, fn::linear(ctx, h, *w2_, b2_));
+//   }
+//
+// Inputs that are not values of the call (a parameter's data, a tensor made
+// elsewhere) get no gradient.
+#pragma once
+
+#include <cstdint>
+
+#include "graph/context.h"
+
+namespace zero::fn {
+
+// x [..., in] -> [..., out] = x W^T + b, W [out, in] (bias may be null).
+// Saves x. GEMMs run in the context's parameter dtype.
+Tensor linear(Context& ctx, const Tensor& x, Parameter& weight, Parameter* bias = nullptr);
+// a + b, same shapes. Saves nothing.
+Tensor add(Context& ctx, const Tensor& a, const Tensor& b);
+// GPT-2's tanh GELU. Saves x.
+Tensor gelu(Context& ctx, const Tensor& x);
+// LayerNorm over the last dimension. Saves x, the mean and the variance.
+Tensor layer_norm(Context& ctx, const Tensor& x, Parameter& weight, Parameter& bias, float eps);
+// RMSNorm over the last dimension (Llama's). Saves x and 1/rms.
+Tensor rms_norm(Context& ctx, const Tensor& x, Parameter& weight, float eps);
+// silu(gate) * up. Saves gate and up.
+Tensor swiglu(Context& ctx, const Tensor& gate, const Tensor& up);
+// Dropout with probability p, its mask a function of the run's seed, the
+// sample and `site` (a number the model gives each dropout site); identity
+// with grad disabled. Saves nothing (backward redraws the mask).
+Tensor dropout(Context& ctx, const Tensor& x, float p, int64_t site);
+
+}  // namespace zero::fn

@@ -1,0 +1,112 @@
+// The per-call tape; see tape.h.
+#include "graph/tape.h"
+
+#include "core/check.h"
+#include "core/strings.h"
+#include "graph/context.h"
+
+namespace zero {
+
+void Tape::begin(const Tensor& input) {
+  values_.clear();
+  nodes_.clear();
+  output_ = kNotAValue;
+  add_value(input, -1);
+}
+
+int Tape::add_value(const Tensor& t, int producer) {
+  values_.push_back({t.storage(), t.data(), t.numel(), producer});
+  return static_cast<int>(values_.size()) - 1;
+}
+
+int Tape::find(const Tensor& t) const {
+  if (!t.defined()) return kNotAValue;
+  for (int i = static_cast<int>(values_.size()) - 1; i >= 0; --i) {
+    const Value& v = values_[static_cast<size_t>(i)];
+    if (v.data != t.data() || v.numel != t.numel()) continue;
+    const std::shared_ptr<Storage> s = v.storage.lock();
+    if (s != nullptr && s == t.storage()) return i;
+  }
+  return kNotAValue;
+}
+
+void Tape::note_unrecorded(const Tensor& t) { add_value(t, kUnrecorded); }
+
+void Tape::record(std::string op, const std::vector<Tensor>& inputs, const Tensor& output, BackwardRule rule) {
+  Node node{std::move(op), {}, 0, std::move(rule)};
+  for (const Tensor& t : inputs) node.inputs.push_back(find(t));
+  node.output = add_value(output, static_cast<int>(nodes_.size()));
+  nodes_.push_back(std::move(node));
+}
+
+void Tape::end(const Tensor& output) { output_ = find(output); }
+
+namespace {
+
+bool shares(const Tensor& a, const Tensor& b) {
+  return a.defined() && b.defined() && a.storage() != nullptr && a.storage() == b.storage();
+}
+
+}  // namespace
+
+Tensor Tape::replay(Context& ctx, const Tensor& dy, const std::string& module) {
+  if (output_ == kNotAValue || values_[static_cast<size_t>(output_)].producer == kUnrecorded) {
+    ctx.note(absl::InvalidArgumentError(cat(
+        module, ": its forward's output was made by an op with no backward rule (a kernel called through "
+                "ctx.ops() records none): build it from graph/functional.h's ops, or write ", module,
+        "::backward")));
+    return Tensor();
+  }
+  std::vector<Tensor> grads(values_.size());
+  std::vector<bool> owned(values_.size(), false);  // ours to add into in place
+  grads[static_cast<size_t>(output_)] = dy;
+  for (int n = static_cast<int>(nodes_.size()) - 1; n >= 0; --n) {
+    // A copy: the rule runs child modules' backwards, and nothing may hold
+    // into nodes_ meanwhile.
+    const Node node{nodes_[static_cast<size_t>(n)].op, nodes_[static_cast<size_t>(n)].inputs,
+                    nodes_[static_cast<size_t>(n)].output, std::move(nodes_[static_cast<size_t>(n)].rule)};
+    Tensor g = std::move(grads[static_cast<size_t>(node.output)]);
+    grads[static_cast<size_t>(node.output)] = Tensor();
+    const bool g_owned = owned[static_cast<size_t>(node.output)];
+    if (!g.defined()) continue;  // nothing flows back through this op (its saved tensors go with `node`)
+    std::vector<Tensor> in = node.rule(ctx, g);
+    ZE_CHECK_EQ(in.size(), node.inputs.size()) << module << ": the rule of " << node.op;
+    for (size_t i = 0; i < in.size(); ++i) {
+      const int v = node.inputs[i];
+      if (v == kNotAValue || !in[i].defined()) continue;
+      const size_t vi = static_cast<size_t>(v);
+      if (values_[vi].producer == kUnrecorded) {
+        ctx.note(absl::InvalidArgumentError(cat(
+            module, ": input ", i, " of ", node.op, " was made inside the forward by an op with no backward rule (a "
+            "kernel called through ctx.ops()), so no gradient can pass it: use graph/functional.h's ops, or write ",
+            module, "::backward")));
+        continue;
+      }
+      // May this gradient be added into in place? Not when it is dy or
+      // shares memory with another gradient alive now.
+      bool fresh = !shares(in[i], dy) && (g_owned || !shares(in[i], g));
+      for (size_t j = 0; fresh && j < in.size(); ++j) fresh = j == i || !shares(in[i], in[j]);
+      for (size_t j = 0; fresh && j < grads.size(); ++j) fresh = j == vi || !shares(in[i], grads[j]);
+      Tensor& acc = grads[vi];
+      if (!acc.defined()) {
+        acc = in[i];
+        owned[vi] = fresh;
+      } else if (owned[vi]) {
+        ctx.ops().add(acc, in[i], acc);
+      } else if (fresh) {
+        ctx.ops().add(in[i], acc, in[i]);
+        acc = in[i];
+        owned[vi] = true;
+      } else {
+        Tensor sum = ctx.activation(acc.shape(), acc.dtype());
+        ctx.ops().add(acc, in[i], sum);
+        acc = sum;
+        owned[vi] = true;
+      }
+    }
+  }
+  nodes_.clear();
+  return grads[0];
+}
+
+}  // namespace zero
