@@ -80,10 +80,20 @@ Tensor swiglu(Context& ctx, const Tensor& gate, const Tensor& up) {
   return h;
 }
 
-Tensor dropout(Context& ctx, const Tensor& x, float p, int64_t site) {
+Tensor add_(Context& ctx, Tensor&& a, const Tensor& b) {
+  ZE_CHECK(a.shape() == b.shape()) << "add_ of " << a.debug_string() << " and " << b.debug_string();
+  Tensor mine = std::move(a);
+  // One owner left (this function): nobody saved it, its buffer is free to take.
+  if (mine.storage() == nullptr || mine.storage().use_count() != 1) return add(ctx, mine, b);
+  ctx.ops().add(mine, b, mine);
+  ctx.record("add_", {mine, b}, mine, [](Context&, const Tensor& dy) { return std::vector<Tensor>{dy, dy}; });
+  return mine;
+}
+
+Tensor dropout(Context& ctx, const Tensor& x, float p, int64_t site, int64_t first_position) {
   ZE_CHECK(p >= 0.0f && p < 1.0f) << "dropout " << p;
-  if (!ctx.grad_enabled() || p == 0.0f) return x;
-  const DropoutKey key{ctx.dropout_seed(), site, ctx.first_sample(), 0};
+  if (!ctx.grad_enabled()) return x;
+  const DropoutKey key{ctx.dropout_seed(), site, ctx.first_sample(), first_position};
   Tensor y = ctx.activation(x.shape(), x.dtype());
   ctx.ops().dropout(x, y, p, key);
   ctx.record("dropout", {x}, y, [p, key](Context& c, const Tensor& dy) {

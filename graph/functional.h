@@ -34,9 +34,15 @@ Tensor layer_norm(Context& ctx, const Tensor& x, Parameter& weight, Parameter& b
 Tensor rms_norm(Context& ctx, const Tensor& x, Parameter& weight, float eps);
 // silu(gate) * up. Saves gate and up.
 Tensor swiglu(Context& ctx, const Tensor& gate, const Tensor& up);
-// Dropout with probability p, its mask a function of the run's seed, the
-// sample and `site` (a number the model gives each dropout site); identity
-// with grad disabled. Saves nothing (backward redraws the mask).
-Tensor dropout(Context& ctx, const Tensor& x, float p, int64_t site);
+// Dropout with probability p of x [B, T, ...], its mask a function of the
+// run's seed, the global sample, the position (counted from first_position:
+// a sequence-parallel shard's first) and `site` (a number the model gives
+// each dropout site; kernels/dropout_mask.h); identity with grad disabled.
+// Saves nothing (backward redraws the mask).
+Tensor dropout(Context& ctx, const Tensor& x, float p, int64_t site, int64_t first_position = 0);
+// a + b into a's buffer, which the caller hands over (an activation nothing
+// saved: the output of a layer that does not keep it, as a residual branch's
+// last); when something else still holds it, into a new buffer. Saves nothing.
+Tensor add_(Context& ctx, Tensor&& a, const Tensor& b);
 
 }  // namespace zero::fn

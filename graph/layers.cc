@@ -2,6 +2,7 @@
 #include "graph/layers.h"
 
 #include "comm/communicator.h"
+#include "graph/functional.h"
 
 namespace zero {
 
@@ -61,11 +62,7 @@ Tensor affine_grads(Context& ctx, const Tensor& dy, const Tensor& x, Parameter& 
   return dx;
 }
 
-Tensor Linear::forward(Context& ctx, const Tensor& x) {
-  return affine_forward(ctx, x, *weight_, bias_ ? bias_->data : Tensor());
-}
-
-Tensor Linear::backward(Context& ctx, const Tensor& dy) { return affine_backward(ctx, dy, *weight_, bias_); }
+Tensor Linear::forward(Context& ctx, const Tensor& x) { return fn::linear(ctx, x, *weight_, bias_); }
 
 // ---- Dropout
 Dropout::Dropout(std::string name, float p, int64_t layer_id, const Communicator* sequence_group)
@@ -73,23 +70,10 @@ Dropout::Dropout(std::string name, float p, int64_t layer_id, const Communicator
   ZE_CHECK(p >= 0.0f && p < 1.0f) << this->name() << ": dropout " << p;
 }
 
-DropoutKey Dropout::key(const Context& ctx, const Tensor& x) const {
+Tensor Dropout::forward(Context& ctx, const Tensor& x) {
   // A sequence-parallel shard holds positions [r S/T, (r + 1) S/T) of each sample.
   const int64_t first_position = sequence_group_ != nullptr ? sequence_group_->rank() * x.dim(1) : 0;
-  return {ctx.dropout_seed(), layer_id_, ctx.first_sample(), first_position};
-}
-
-Tensor Dropout::forward(Context& ctx, const Tensor& x) {
-  if (!ctx.grad_enabled()) return x;
-  Tensor y = ctx.activation(x.shape(), x.dtype());
-  ctx.ops().dropout(x, y, p_, key(ctx, x));
-  return y;
-}
-
-Tensor Dropout::backward(Context& ctx, const Tensor& dy) {
-  Tensor dx = ctx.activation(dy.shape(), dy.dtype());
-  ctx.ops().dropout_backward(dy, dx, p_, key(ctx, dy));
-  return dx;
+  return fn::dropout(ctx, x, p_, layer_id_, first_position);
 }
 
 // ---- LayerNorm
@@ -99,29 +83,7 @@ LayerNorm::LayerNorm(std::string name, int64_t features, float eps)
   bias_ = add_parameter("bias", {features}, ParamInit::zeros());
 }
 
-Tensor LayerNorm::forward(Context& ctx, const Tensor& x) {
-  const Tensor x2 = as_rows(x, features_);
-  const int64_t rows = x2.dim(0);
-  Tensor y = ctx.activation(x.shape());
-  Tensor mean = ctx.activation({rows});
-  Tensor var = ctx.activation({rows});
-  ctx.ops().layernorm_forward(x2, weight_->data, bias_->data, eps_, as_rows(y, features_), mean,
-                              var);
-  ctx.save(x);
-  ctx.save(mean);
-  ctx.save(var);
-  return y;
-}
-
-Tensor LayerNorm::backward(Context& ctx, const Tensor& dy) {
-  const Tensor& x = ctx.saved(0);
-  Tensor dx = ctx.activation(x.shape());
-  ZE_CHECK(weight_->grad.defined() && bias_->grad.defined()) << "frozen layer norm " << name();
-  ctx.ops().layernorm_backward(as_rows(dy, features_), as_rows(x, features_), weight_->data,
-                               ctx.saved(1), ctx.saved(2), eps_, as_rows(dx, features_),
-                               weight_->grad, bias_->grad);
-  return dx;
-}
+Tensor LayerNorm::forward(Context& ctx, const Tensor& x) { return fn::layer_norm(ctx, x, *weight_, *bias_, eps_); }
 
 // ---- RmsNorm
 RmsNorm::RmsNorm(std::string name, int64_t features, float eps)
@@ -129,39 +91,10 @@ RmsNorm::RmsNorm(std::string name, int64_t features, float eps)
   weight_ = add_parameter("weight", {features}, ParamInit::ones());
 }
 
-Tensor RmsNorm::forward(Context& ctx, const Tensor& x) {
-  const Tensor x2 = as_rows(x, features_);
-  Tensor y = ctx.activation(x.shape());
-  Tensor rstd = ctx.activation({x2.dim(0)});
-  ctx.ops().rmsnorm_forward(x2, weight_->data, eps_, as_rows(y, features_), rstd);
-  ctx.save(x);
-  ctx.save(rstd);
-  return y;
-}
-
-Tensor RmsNorm::backward(Context& ctx, const Tensor& dy) {
-  const Tensor& x = ctx.saved(0);
-  Tensor dx = ctx.activation(x.shape());
-  ZE_CHECK(weight_->grad.defined()) << "frozen RMSNorm " << name();
-  ctx.ops().rmsnorm_backward(as_rows(dy, features_), as_rows(x, features_), weight_->data, ctx.saved(1),
-                             as_rows(dx, features_), weight_->grad);
-  return dx;
-}
+Tensor RmsNorm::forward(Context& ctx, const Tensor& x) { return fn::rms_norm(ctx, x, *weight_, eps_); }
 
 // ---- Gelu
-Tensor Gelu::forward(Context& ctx, const Tensor& x) {
-  Tensor y = ctx.activation(x.shape());
-  ctx.ops().gelu_forward(x, y);
-  ctx.save(x);
-  return y;
-}
-
-Tensor Gelu::backward(Context& ctx, const Tensor& dy) {
-  const Tensor& x = ctx.saved(0);
-  Tensor dx = ctx.activation(x.shape());
-  ctx.ops().gelu_backward(x, dy, dx);
-  return dx;
-}
+Tensor Gelu::forward(Context& ctx, const Tensor& x) { return fn::gelu(ctx, x); }
 
 // ---- Embedding
 Embedding::Embedding(std::string name, int64_t num_embeddings, int64_t dim, float init_std)
@@ -221,13 +154,6 @@ Tensor Sequential::forward(Context& ctx, const Tensor& x) {
   Tensor h = x;
   for (Module* m : children()) h = ctx.forward(*m, h);
   return h;
-}
-
-Tensor Sequential::backward(Context& ctx, const Tensor& dy) {
-  Tensor d = dy;
-  const auto& kids = children();
-  for (auto it = kids.rbegin(); it != kids.rend(); ++it) d = ctx.backward(**it, d);
-  return d;
 }
 
 }  // namespace zero

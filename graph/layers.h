@@ -1,7 +1,9 @@
 // The built-in layers: Linear, LayerNorm, RmsNorm, Gelu, Dropout, Embedding,
 // PositionalEmbedding, TiedLMHead, Sequential. Each saves exactly what its
 // backward needs and nothing else (the saved tensors are listed per class).
-// Input tensors are never modified in place.
+// Input tensors are never modified in place. Linear, LayerNorm, RmsNorm,
+// Gelu, Dropout and Sequential write forward only (graph/functional.h's ops
+// record their backward); the others still write theirs.
 #pragma once
 
 #include "graph/context.h"
@@ -15,7 +17,6 @@ class Linear : public Module {
  public:
   Linear(std::string name, int64_t in_features, int64_t out_features, bool bias, float init_std);
   Tensor forward(Context& ctx, const Tensor& x) override;
-  Tensor backward(Context& ctx, const Tensor& dy) override;
   Parameter* weight() const { return weight_; }
   Parameter* bias() const { return bias_; }
 
@@ -30,7 +31,6 @@ class LayerNorm : public Module {
  public:
   LayerNorm(std::string name, int64_t features, float eps = 1e-5f);
   Tensor forward(Context& ctx, const Tensor& x) override;
-  Tensor backward(Context& ctx, const Tensor& dy) override;
   Parameter* weight() const { return weight_; }
   Parameter* bias() const { return bias_; }
 
@@ -47,7 +47,6 @@ class RmsNorm : public Module {
  public:
   RmsNorm(std::string name, int64_t features, float eps);
   Tensor forward(Context& ctx, const Tensor& x) override;
-  Tensor backward(Context& ctx, const Tensor& dy) override;
   Parameter* weight() const { return weight_; }
 
  private:
@@ -61,7 +60,6 @@ class Gelu : public Module {
  public:
   explicit Gelu(std::string name) : Module(std::move(name)) {}
   Tensor forward(Context& ctx, const Tensor& x) override;
-  Tensor backward(Context& ctx, const Tensor& dy) override;
 };
 
 // Dropout with probability p of x [B, T, C]: the mask is a pure function of
@@ -77,10 +75,8 @@ class Dropout : public Module {
   // so t counts from r T' and the masks are the whole sequence's.
   Dropout(std::string name, float p, int64_t layer_id, const Communicator* sequence_group = nullptr);
   Tensor forward(Context& ctx, const Tensor& x) override;
-  Tensor backward(Context& ctx, const Tensor& dy) override;
 
  private:
-  DropoutKey key(const Context& ctx, const Tensor& x) const;
   float p_;
   int64_t layer_id_;
   const Communicator* sequence_group_;
@@ -129,7 +125,7 @@ class TiedLMHead : public Module {
   Parameter* table_;
 };
 
-// Children run in order; backward in reverse.
+// Children run in order (backward, recorded, in reverse).
 class Sequential : public Module {
  public:
   explicit Sequential(std::string name) : Module(std::move(name)) {}
@@ -138,7 +134,6 @@ class Sequential : public Module {
     return add_child<M>(local_name, std::forward<Args>(args)...);
   }
   Tensor forward(Context& ctx, const Tensor& x) override;
-  Tensor backward(Context& ctx, const Tensor& dy) override;
 };
 
 // Flattens all leading dimensions: [..., c] -> [n, c].

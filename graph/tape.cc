@@ -15,7 +15,7 @@ void Tape::begin(const Tensor& input) {
 }
 
 int Tape::add_value(const Tensor& t, int producer) {
-  values_.push_back({t.storage(), t.data(), t.numel(), producer});
+  values_.push_back({t.storage(), t.storage() != nullptr, t.data(), t.numel(), producer});
   return static_cast<int>(values_.size()) - 1;
 }
 
@@ -24,6 +24,13 @@ int Tape::find(const Tensor& t) const {
   for (int i = static_cast<int>(values_.size()) - 1; i >= 0; --i) {
     const Value& v = values_[static_cast<size_t>(i)];
     if (v.data != t.data() || v.numel != t.numel()) continue;
+    // Memory the value owned must still be that value's (not a new buffer
+    // at the same address); wrapped memory (Tensor::wrap, no storage: a
+    // batch's inputs) is matched by its address.
+    if (!v.owned) {
+      if (t.storage() == nullptr) return i;
+      continue;
+    }
     const std::shared_ptr<Storage> s = v.storage.lock();
     if (s != nullptr && s == t.storage()) return i;
   }

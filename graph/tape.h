@@ -62,6 +62,7 @@ class Tape {
 
   struct Value {
     std::weak_ptr<Storage> storage;
+    bool owned = false;  // it had a storage (else wrapped memory)
     const void* data = nullptr;
     int64_t numel = 0;
     int producer = -1;  // node index; -1: the call's input; kUnrecorded

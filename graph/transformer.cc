@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "graph/functional.h"
 #include "graph/parallel_layers.h"
 #include "graph/sequence_parallel.h"
 
@@ -216,30 +217,11 @@ Tensor Mlp::forward(Context& ctx, const Tensor& x) {
   if (gate_proj_ != nullptr) {
     Tensor gate = ctx.forward(*gate_proj_, x);
     Tensor up = ctx.forward(*up_proj_, x);
-    Tensor h = ctx.activation(gate.shape());
-    ctx.ops().swiglu_forward(gate, up, h);
-    ctx.save(gate);
-    ctx.save(up);
-    y = ctx.forward(*c_proj_, h);
+    y = ctx.forward(*c_proj_, fn::swiglu(ctx, gate, up));
   } else {
     y = ctx.forward(*c_proj_, ctx.forward(*gelu_, ctx.forward(*c_fc_, x)));
   }
   return dropout_ != nullptr ? ctx.forward(*dropout_, y) : y;
-}
-
-Tensor Mlp::backward(Context& ctx, const Tensor& dy) {
-  const Tensor d = dropout_ != nullptr ? ctx.backward(*dropout_, dy) : dy;
-  if (gate_proj_ == nullptr) return ctx.backward(*c_fc_, ctx.backward(*gelu_, ctx.backward(*c_proj_, d)));
-  Tensor dh = ctx.backward(*c_proj_, d);
-  const Tensor &gate = ctx.saved(0), &up = ctx.saved(1);
-  Tensor dgate = ctx.activation(gate.shape()), dup = ctx.activation(up.shape());
-  ctx.ops().swiglu_backward(gate, up, dh, dgate, dup);
-  dh = Tensor();
-  Tensor dx = ctx.backward(*up_proj_, dup);  // reverse of forward's order
-  dup = Tensor();
-  Tensor dxg = ctx.backward(*gate_proj_, dgate);
-  ctx.ops().add(dx, dxg, dx);
-  return dx;
 }
 
 TransformerBlock::TransformerBlock(std::string name, const BlockConfig& c) : Module(std::move(name)) {
@@ -250,22 +232,9 @@ TransformerBlock::TransformerBlock(std::string name, const BlockConfig& c) : Mod
 }
 
 Tensor TransformerBlock::forward(Context& ctx, const Tensor& x) {
-  Tensor a = ctx.forward(*attn_, ctx.forward(*ln_1_, x));
-  Tensor x2 = ctx.activation(x.shape());
-  ctx.ops().add(x, a, x2);
-  a = Tensor();
-  Tensor m = ctx.forward(*mlp_, ctx.forward(*ln_2_, x2));
-  ctx.ops().add(m, x2, m);  // m is ours alone: the MLP did not save its output
-  return m;
-}
-
-Tensor TransformerBlock::backward(Context& ctx, const Tensor& dy) {
-  // dx2 = dy + ln_2'(mlp'(dy)); dx = dx2 + ln_1'(attn'(dx2))
-  Tensor dx2 = ctx.backward(*ln_2_, ctx.backward(*mlp_, dy));
-  ctx.ops().add(dx2, dy, dx2);
-  Tensor dx = ctx.backward(*ln_1_, ctx.backward(*attn_, dx2));
-  ctx.ops().add(dx, dx2, dx);
-  return dx;
+  Tensor x2 = fn::add(ctx, x, ctx.forward(*attn_, ctx.forward(*ln_1_, x)));
+  // The MLP's output is ours alone (it does not save it): added into in place.
+  return fn::add_(ctx, ctx.forward(*mlp_, ctx.forward(*ln_2_, x2)), x2);
 }
 
 }  // namespace zero

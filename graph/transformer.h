@@ -92,7 +92,6 @@ class Mlp : public Module {
  public:
   Mlp(std::string name, const BlockConfig& config);
   Tensor forward(Context& ctx, const Tensor& x) override;
-  Tensor backward(Context& ctx, const Tensor& dy) override;
 
  private:
   Module* c_fc_ = nullptr;  // GPT-2
@@ -103,14 +102,14 @@ class Mlp : public Module {
   Dropout* dropout_ = nullptr;
 };
 
-// x + attn(norm_1(x)), then + mlp(norm_2(.)). Saves nothing itself. GPT-2's
+// x + attn(norm_1(x)), then + mlp(norm_2(.)). Saves nothing itself. The
+// MLP and the block write forward only (graph/functional.h). GPT-2's
 // children are ln_1, attn, ln_2, mlp (LayerNorm); Llama's input_layernorm,
 // self_attn, post_attention_layernorm, mlp (RMSNorm).
 class TransformerBlock : public Module {
  public:
   TransformerBlock(std::string name, const BlockConfig& config);
   Tensor forward(Context& ctx, const Tensor& x) override;
-  Tensor backward(Context& ctx, const Tensor& dy) override;
 
  private:
   Module* ln_1_;
