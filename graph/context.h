@@ -154,6 +154,9 @@ class Context {
   }
   // Module::backward's default: this call's dx, replaying its tape.
   Tensor replay(const Module& m, const Tensor& dy);
+  // Whether the rule now running may overwrite its dy (see BackwardRule).
+  bool grad_writable(const Tensor& dy) const { return dy.defined() && dy.data() == writable_grad_; }
+  void set_writable_grad(const void* data) { writable_grad_ = data; }
 
   // Frames not yet consumed by backward (0 after a full forward + backward).
   size_t live_frames() const;
@@ -225,7 +228,8 @@ class Context {
   std::unordered_map<const Module*, size_t> first_of_, last_of_;  // module -> segment it starts / ends
   int no_save_depth_ = 0;  // > 0 inside a checkpointed forward: modules save nothing
   bool recomputing_ = false;
-  size_t recompute_base_ = SIZE_MAX;  // recomputing: the depth of the segment's own calls
+  size_t recompute_base_ = SIZE_MAX;
+  const void* writable_grad_ = nullptr;  // the running rule's dy, when it may overwrite it  // recomputing: the depth of the segment's own calls
   double recompute_seconds_ = 0;
   std::unordered_map<const Module*, std::deque<Frame>> frames_;  // deque: stable frame addresses
   std::vector<Frame*> current_;  // the frame of each module call in progress

@@ -104,4 +104,101 @@ Tensor dropout(Context& ctx, const Tensor& x, float p, int64_t site, int64_t fir
   return y;
 }
 
+Tensor matmul(Context& ctx, const Tensor& a, const Tensor& b, MatmulSpec spec) {
+  ZE_CHECK(!spec.accumulate && a.ndim() == b.ndim() && (a.ndim() == 2 || a.ndim() == 3))
+      << "fn::matmul of " << a.debug_string() << " and " << b.debug_string();
+  const int64_t m = spec.trans_a ? a.dim(-1) : a.dim(-2), n = spec.trans_b ? b.dim(-2) : b.dim(-1);
+  Tensor c = ctx.activation(a.ndim() == 3 ? Shape{a.dim(0), m, n} : Shape{m, n});
+  ctx.ops().matmul(a, b, c, spec);
+  ctx.record("matmul", {a, b}, c, [a, b, spec](Context& cx, const Tensor& dc) {
+    // C = alpha op(A) op(B): dA = alpha dC op(B)^T (stored transposed when
+    // A is), dB = alpha op(A)^T dC (likewise).
+    MatmulSpec sa = spec, sb = spec;
+    Tensor da = cx.activation(a.shape()), db = cx.activation(b.shape());
+    if (!spec.trans_a) {
+      sa.trans_a = false, sa.trans_b = !spec.trans_b;
+      cx.ops().matmul(dc, b, da, sa);
+    } else {
+      sa.trans_a = spec.trans_b, sa.trans_b = true;
+      cx.ops().matmul(b, dc, da, sa);
+    }
+    if (!spec.trans_b) {
+      sb.trans_a = !spec.trans_a, sb.trans_b = false;
+      cx.ops().matmul(a, dc, db, sb);
+    } else {
+      sb.trans_a = true, sb.trans_b = spec.trans_a;
+      cx.ops().matmul(dc, a, db, sb);
+    }
+    return std::vector<Tensor>{da, db};
+  });
+  return c;
+}
+
+Tensor causal_softmax_(Context& ctx, Tensor&& scores, const Shape& shape) {
+  Tensor mine = std::move(scores);
+  Tensor probs = mine.storage() != nullptr && mine.storage().use_count() == 1 ? mine.view(shape)
+                                                                               : ctx.activation(shape);
+  ctx.ops().causal_softmax_forward(mine.view(shape), probs);
+  ctx.record("causal_softmax", {mine}, probs, [probs](Context& c, const Tensor& dp) {
+    const Tensor ds = c.grad_writable(dp) ? dp : c.activation(dp.shape());
+    c.ops().causal_softmax_backward(probs, dp, ds);
+    return std::vector<Tensor>{ds};
+  });
+  return probs;
+}
+
+Tensor transpose12(Context& ctx, const Tensor& x) {
+  ZE_CHECK(x.ndim() == 4) << "transpose12 of " << x.debug_string();
+  Tensor y = ctx.activation({x.dim(0), x.dim(2), x.dim(1), x.dim(3)});
+  ctx.ops().transpose12(x, y);
+  ctx.record("transpose12", {x}, y, [shape = x.shape()](Context& c, const Tensor& dy) {
+    Tensor dx = c.activation(shape);
+    c.ops().transpose12(dy, dx);
+    return std::vector<Tensor>{dx};
+  });
+  return y;
+}
+
+Tensor rope_(Context& ctx, Tensor&& x, const RopeFreqs& freqs) {
+  Tensor mine = std::move(x);
+  Tensor y = mine.storage() != nullptr && mine.storage().use_count() == 1 ? mine : ctx.activation(mine.shape());
+  ctx.ops().rope(mine, y, freqs, 0, false);
+  ctx.record("rope", {mine}, y, [freqs](Context& c, const Tensor& dy) {
+    const Tensor dx = c.grad_writable(dy) ? dy : c.activation(dy.shape());
+    c.ops().rope(dy, dx, freqs, 0, true);  // R^T
+    return std::vector<Tensor>{dx};
+  });
+  return y;
+}
+
+std::array<Tensor, 3> split_qkv(Context& ctx, const Tensor& qkv, int64_t heads, int64_t head_dim) {
+  const Shape shape{qkv.dim(0), heads, qkv.dim(1), head_dim};
+  std::array<Tensor, 3> out{ctx.activation(shape), ctx.activation(shape), ctx.activation(shape)};
+  ctx.ops().split_qkv(qkv, out[0], out[1], out[2]);
+  // v's and k's gradients wait here for q's, which backward reaches last.
+  struct Pending {
+    Tensor dk, dv;
+  };
+  auto pending = std::make_shared<Pending>();
+  ctx.record("split_qkv (q)", {qkv}, out[0], [pending, shape, qkv_shape = qkv.shape()](Context& c, const Tensor& dq) {
+    Tensor dk = pending->dk.defined() ? std::move(pending->dk) : c.backend().zeros(shape, DType::kF32,
+                                                                                   MemCategory::kActivations);
+    Tensor dv = pending->dv.defined() ? std::move(pending->dv) : c.backend().zeros(shape, DType::kF32,
+                                                                                   MemCategory::kActivations);
+    pending->dk = pending->dv = Tensor();
+    Tensor dqkv = c.activation(qkv_shape);
+    c.ops().merge_qkv(dq, dk, dv, dqkv);
+    return std::vector<Tensor>{dqkv};
+  });
+  ctx.record("split_qkv (k)", {}, out[1], [pending](Context&, const Tensor& dk) {
+    pending->dk = dk;
+    return std::vector<Tensor>{};
+  });
+  ctx.record("split_qkv (v)", {}, out[2], [pending](Context&, const Tensor& dv) {
+    pending->dv = dv;
+    return std::vector<Tensor>{};
+  });
+  return out;
+}
+
 }  // namespace zero::fn

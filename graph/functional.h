@@ -15,9 +15,11 @@
 // elsewhere) get no gradient.
 #pragma once
 
+#include <array>
 #include <cstdint>
 
 #include "graph/context.h"
+#include "kernels/rope.h"
 
 namespace zero::fn {
 
@@ -44,5 +46,25 @@ Tensor dropout(Context& ctx, const Tensor& x, float p, int64_t site, int64_t fir
 // saved: the output of a layer that does not keep it, as a residual branch's
 // last); when something else still holds it, into a new buffer. Saves nothing.
 Tensor add_(Context& ctx, Tensor&& a, const Tensor& b);
+
+// C = alpha op(A) op(B), spec as the backend's matmul (no bias, no
+// accumulate): A [G, M, K] (or [G, K, M] with trans_a), B [G, K, N] (or [G,
+// N, K] with trans_b) -> C [G, M, N]; or the same without the batch. Saves A
+// and B; the rule issues the two GEMMs of dA and dB.
+Tensor matmul(Context& ctx, const Tensor& a, const Tensor& b, MatmulSpec spec);
+// Causal softmax of scores viewed as `shape` [N, T, T] (row t sees columns
+// <= t), into the buffer handed over when nothing else holds it. Saves the
+// probabilities; the rule works in place on dy when it may.
+Tensor causal_softmax_(Context& ctx, Tensor&& scores, const Shape& shape);
+// [A, B, C, D] -> [A, C, B, D]. Saves nothing.
+Tensor transpose12(Context& ctx, const Tensor& x);
+// RoPE of x [B, H, T, D] (positions from 0), into the buffer handed over when
+// nothing else holds it. Saves nothing (the rule rotates back, in place on dy
+// when it may).
+Tensor rope_(Context& ctx, Tensor&& x, const RopeFreqs& freqs);
+// GPT-2's fused qkv [B, T, 3 H D] -> q, k, v [B, H, T, D]. Saves nothing; the
+// gradients of q, k and v are merged into qkv's by one kernel when the last of
+// the three (q's, in backward order) arrives.
+std::array<Tensor, 3> split_qkv(Context& ctx, const Tensor& qkv, int64_t heads, int64_t head_dim);
 
 }  // namespace zero::fn

@@ -15,7 +15,7 @@ void Tape::begin(const Tensor& input) {
 }
 
 int Tape::add_value(const Tensor& t, int producer) {
-  values_.push_back({t.storage(), t.storage() != nullptr, t.data(), t.numel(), producer});
+  values_.push_back({t.storage(), t.storage() != nullptr, t.data(), t.numel(), t.shape(), producer});
   return static_cast<int>(values_.size()) - 1;
 }
 
@@ -76,12 +76,16 @@ Tensor Tape::replay(Context& ctx, const Tensor& dy, const std::string& module) {
     grads[static_cast<size_t>(node.output)] = Tensor();
     const bool g_owned = owned[static_cast<size_t>(node.output)];
     if (!g.defined()) continue;  // nothing flows back through this op (its saved tensors go with `node`)
+    g = g.view(values_[static_cast<size_t>(node.output)].shape);
+    ctx.set_writable_grad(g_owned ? g.data() : nullptr);
     std::vector<Tensor> in = node.rule(ctx, g);
+    ctx.set_writable_grad(nullptr);
     ZE_CHECK_EQ(in.size(), node.inputs.size()) << module << ": the rule of " << node.op;
     for (size_t i = 0; i < in.size(); ++i) {
       const int v = node.inputs[i];
       if (v == kNotAValue || !in[i].defined()) continue;
       const size_t vi = static_cast<size_t>(v);
+      in[i] = in[i].view(values_[vi].shape);
       if (values_[vi].producer == kUnrecorded) {
         ctx.note(absl::InvalidArgumentError(cat(
             module, ": input ", i, " of ", node.op, " was made inside the forward by an op with no backward rule (a "

@@ -38,6 +38,10 @@ class Context;
 // An op's backward rule: the gradients of its inputs (in the order they were
 // recorded; an undefined tensor for an input that gets none) from the
 // gradient of its output. Parameter gradients are accumulated by the rule.
+// dy has the output's recorded shape. When Context::grad_writable(dy) holds
+// (asked first thing: it is reset by the next rule), dy belongs to this rule
+// alone and may be overwritten (an in-place backward, as the hand-written
+// layers did).
 using BackwardRule = std::function<std::vector<Tensor>(Context& ctx, const Tensor& dy)>;
 
 class Tape {
@@ -65,6 +69,7 @@ class Tape {
     bool owned = false;  // it had a storage (else wrapped memory)
     const void* data = nullptr;
     int64_t numel = 0;
+    Shape shape;  // as recorded: gradients reaching it are viewed so
     int producer = -1;  // node index; -1: the call's input; kUnrecorded
   };
   struct Node {

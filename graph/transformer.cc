@@ -1,6 +1,7 @@
 // Attention, MLP and transformer block; see transformer.h.
 #include "graph/transformer.h"
 
+#include <array>
 #include <cmath>
 
 #include "graph/functional.h"
@@ -87,20 +88,16 @@ CausalSelfAttention::CausalSelfAttention(std::string name, const BlockConfig& c)
 
 void CausalSelfAttention::project(Context& ctx, const Tensor& x, Tensor& q, Tensor& k, Tensor& v) {
   if (!llama_) {
-    Tensor qkv = ctx.forward(*c_attn_, x);  // the whole sequence (a sequence-parallel input is gathered)
-    const Shape heads{qkv.dim(0), n_head_, qkv.dim(1), head_dim_};
-    q = ctx.activation(heads), k = ctx.activation(heads), v = ctx.activation(heads);
-    ctx.ops().split_qkv(qkv, q, k, v);
+    // The whole sequence (a sequence-parallel input is gathered by c_attn).
+    std::array<Tensor, 3> qkv = fn::split_qkv(ctx, ctx.forward(*c_attn_, x), n_head_, head_dim_);
+    q = std::move(qkv[0]), k = std::move(qkv[1]), v = std::move(qkv[2]);
     return;
   }
   // [B, T, n D] -> [B, n, T, D], rotated in place for q and k.
   auto heads = [&](Module& proj, int64_t n, bool rotate) {
     Tensor lin = ctx.forward(proj, x);
-    const int64_t b = lin.dim(0), t = lin.dim(1);
-    Tensor h = ctx.activation({b, n, t, head_dim_});
-    ctx.ops().transpose12(lin.view({b, t, n, head_dim_}), h);
-    if (rotate) ctx.ops().rope(h, h, rope_, 0, false);
-    return h;
+    Tensor h = fn::transpose12(ctx, lin.view({lin.dim(0), lin.dim(1), n, head_dim_}));
+    return rotate ? fn::rope_(ctx, std::move(h), rope_) : h;
   };
   q = heads(*q_proj_, n_head_, true);
   k = heads(*k_proj_, n_kv_head_, true);
@@ -113,87 +110,21 @@ Tensor CausalSelfAttention::forward(Context& ctx, const Tensor& x) {
   const int64_t b = q.dim(0), t = q.dim(2), groups = b * n_kv_head_, r = n_head_ / n_kv_head_;
   // A group's r query heads against its one key/value head.
   const Shape q3{groups, r * t, head_dim_}, kv3{groups, t, head_dim_};
-  Tensor probs = ctx.activation({b * n_head_, t, t});
   MatmulSpec scores_spec;
   scores_spec.trans_b = true;
   scores_spec.alpha = 1.0f / std::sqrt(static_cast<float>(head_dim_));
   scores_spec.compute = ctx.param_dtype();
-  ctx.ops().matmul(q.view(q3), k.view(kv3), probs.view({groups, r * t, t}), scores_spec);
-  ctx.ops().causal_softmax_forward(probs, probs);
-
-  Tensor yh = ctx.activation(q.shape());
+  Tensor probs = fn::causal_softmax_(ctx, fn::matmul(ctx, q.view(q3), k.view(kv3), scores_spec),
+                                     {b * n_head_, t, t});
+  q = k = Tensor();  // the rules keep what they need
   MatmulSpec pv;
   pv.compute = ctx.param_dtype();
-  ctx.ops().matmul(probs.view({groups, r * t, t}), v.view(kv3), yh.view(q3), pv);
-  Tensor y = ctx.activation({b, t, n_head_, head_dim_});
-  ctx.ops().transpose12(yh, y);
-  ctx.save(q);
-  ctx.save(k);
-  ctx.save(v);
-  ctx.save(probs);
+  Tensor yh = fn::matmul(ctx, probs.view({groups, r * t, t}), v.view(kv3), pv);
+  probs = v = Tensor();
+  Tensor y = fn::transpose12(ctx, yh.view({b, n_head_, t, head_dim_}));
+  yh = Tensor();
   Tensor out = ctx.forward(*c_proj_, y.view({b, t, width()}));
   return resid_dropout_ != nullptr ? ctx.forward(*resid_dropout_, out) : out;
-}
-
-Tensor CausalSelfAttention::backward(Context& ctx, const Tensor& dout) {
-  const Tensor &q = ctx.saved(0), &k = ctx.saved(1), &v = ctx.saved(2), &probs = ctx.saved(3);
-  const int64_t b = q.dim(0), t = q.dim(2), groups = b * n_kv_head_, r = n_head_ / n_kv_head_;
-  const Shape q3{groups, r * t, head_dim_}, kv3{groups, t, head_dim_}, p3{groups, r * t, t};
-  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim_));
-
-  // [B, T, C]
-  Tensor dy = ctx.backward(*c_proj_, resid_dropout_ != nullptr ? ctx.backward(*resid_dropout_, dout) : dout);
-  Tensor dyh = ctx.activation(q.shape());
-  ctx.ops().transpose12(dy.view({b, t, n_head_, head_dim_}), dyh);
-  dy = Tensor();
-
-  MatmulSpec spec;
-  spec.compute = ctx.param_dtype();
-  Tensor dprobs = ctx.activation({b * n_head_, t, t});
-  MatmulSpec nt = spec;
-  nt.trans_b = true;
-  ctx.ops().matmul(dyh.view(q3), v.view(kv3), dprobs.view(p3), nt);  // dP = dY V^T
-  Tensor dv = ctx.activation(v.shape());
-  MatmulSpec tn = spec;
-  tn.trans_a = true;
-  ctx.ops().matmul(probs.view(p3), dyh.view(q3), dv.view(kv3), tn);  // dV = P^T dY (summed over the group)
-  dyh = Tensor();
-  ctx.ops().causal_softmax_backward(probs, dprobs, dprobs);  // dS, in place
-
-  Tensor dq = ctx.activation(q.shape()), dk = ctx.activation(k.shape());
-  MatmulSpec nn = spec;
-  nn.alpha = scale;
-  ctx.ops().matmul(dprobs.view(p3), k.view(kv3), dq.view(q3), nn);  // dQ = dS K / sqrt(D)
-  MatmulSpec tn_scaled = tn;
-  tn_scaled.alpha = scale;
-  ctx.ops().matmul(dprobs.view(p3), q.view(q3), dk.view(kv3), tn_scaled);  // dK = dS^T Q / sqrt(D)
-  dprobs = Tensor();
-  return project_backward(ctx, std::move(dq), std::move(dk), std::move(dv));
-}
-
-Tensor CausalSelfAttention::project_backward(Context& ctx, Tensor dq, Tensor dk, Tensor dv) {
-  const int64_t b = dq.dim(0), t = dq.dim(2);
-  if (!llama_) {
-    Tensor dqkv = ctx.activation({b, t, 3 * width()});
-    ctx.ops().merge_qkv(dq, dk, dv, dqkv);
-    dq = dk = dv = Tensor();
-    return ctx.backward(*c_attn_, dqkv);
-  }
-  // Each projection's dx, in the reverse of forward's order: v, k, q.
-  auto through = [&](Module& proj, Tensor& dh, bool rotated) {
-    const int64_t n = dh.dim(1);
-    if (rotated) ctx.ops().rope(dh, dh, rope_, 0, true);  // R^T
-    Tensor dlin = ctx.activation({b, t, n, head_dim_});
-    ctx.ops().transpose12(dh, dlin);
-    dh = Tensor();
-    return ctx.backward(proj, dlin.view({b, t, n * head_dim_}));
-  };
-  Tensor dx = through(*v_proj_, dv, false);
-  Tensor dxk = through(*k_proj_, dk, true);
-  ctx.ops().add(dx, dxk, dx);
-  dxk = through(*q_proj_, dq, true);
-  ctx.ops().add(dx, dxk, dx);
-  return dx;
 }
 
 Mlp::Mlp(std::string name, const BlockConfig& c) : Module(std::move(name)) {

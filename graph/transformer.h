@@ -65,13 +65,10 @@ class CausalSelfAttention : public Module {
   // kv_heads / T key/value heads (T must divide both).
   CausalSelfAttention(std::string name, const BlockConfig& config);
   Tensor forward(Context& ctx, const Tensor& x) override;
-  Tensor backward(Context& ctx, const Tensor& dy) override;
 
  private:
   // This rank's q, k, v [B, H|G, T, D] from x (rotated for Llama).
   void project(Context& ctx, const Tensor& x, Tensor& q, Tensor& k, Tensor& v);
-  // dx from dq, dk, dv [B, H|G, T, D] (consumed).
-  Tensor project_backward(Context& ctx, Tensor dq, Tensor dk, Tensor dv);
 
   bool llama_;
   int64_t n_head_, n_kv_head_, head_dim_;  // this rank's heads
@@ -103,7 +100,9 @@ class Mlp : public Module {
 };
 
 // x + attn(norm_1(x)), then + mlp(norm_2(.)). Saves nothing itself. The
-// MLP and the block write forward only (graph/functional.h). GPT-2's
+// attention, the MLP and the block write forward only (graph/functional.h):
+// the attention's GEMMs, softmax, transposes and RoPE are recorded ops whose
+// rules issue the kernels the hand-written backward did, in its order. GPT-2's
 // children are ln_1, attn, ln_2, mlp (LayerNorm); Llama's input_layernorm,
 // self_attn, post_attention_layernorm, mlp (RMSNorm).
 class TransformerBlock : public Module {
