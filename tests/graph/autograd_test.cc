@@ -1,7 +1,9 @@
 // Automatic backward (graph/tape.h, graph/functional.h), as a user meets it:
-//  * every op's recorded rule gives the gradients central differences of its
-//    forward give, for the input and every parameter (fp32 forward, the loss
-//    sum(r * y) summed in double, h = 1e-2);
+//  * every op's recorded rule (graph/functional.h: linear, add, gelu, the
+//    norms, swiglu, dropout, matmul, causal softmax, transpose, RoPE, the qkv
+//    split) gives the gradients central differences of its forward give, for
+//    the input and every parameter (fp32 forward, the loss sum(r * y) summed
+//    in double, h = 1e-2);
 //  * a module written with forward only, from recorded ops and from child
 //    modules, computes bit for bit what the same block with a hand-written
 //    backward computes: output, dx and every parameter gradient;
@@ -12,6 +14,7 @@
 //    module and the op, not a crash or a silent zero gradient.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <functional>
 #include <random>
@@ -24,6 +27,7 @@
 #include "graph/layers.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "runtime/engine/engine.h"
+#include "tests/testing/parameters.h"
 
 namespace zero {
 namespace {
@@ -83,7 +87,10 @@ struct OpCase {
   std::string name;
   std::function<void(FnModule&)> params;
   FnModule::Body body;
+  Shape input = {2, 3, 5};
 };
+
+RopeFreqs small_rope() { return rope_frequencies(4, 10000.0, {}).value(); }
 
 constexpr int64_t kRows = 6, kFeatures = 5;
 
@@ -101,6 +108,34 @@ std::vector<OpCase> op_cases() {
       {"swiglu", [](FnModule& m) { m.param("w", {kFeatures, kFeatures}); },
        [](Context& c, const Tensor& x, FnModule& m) { return fn::swiglu(c, fn::linear(c, x, m.p(0)), x); }},
       {"dropout", [](FnModule&) {}, [](Context& c, const Tensor& x, FnModule&) { return fn::dropout(c, x, 0.3f, 4); }},
+      // x against itself: both of the rule's GEMMs, and their gradients meeting at x.
+      {"matmul_nt_scaled", [](FnModule&) {},
+       [](Context& c, const Tensor& x, FnModule&) {
+         MatmulSpec s;
+         s.trans_b = true, s.alpha = 0.7f;
+         return fn::matmul(c, x, x, s);
+       }},
+      {"matmul_tn", [](FnModule&) {},
+       [](Context& c, const Tensor& x, FnModule&) {
+         MatmulSpec s;
+         s.trans_a = true;
+         return fn::matmul(c, x, fn::gelu(c, x), s);
+       }},
+      {"causal_softmax", [](FnModule&) {},
+       [](Context& c, const Tensor& x, FnModule&) { return fn::causal_softmax_(c, fn::add(c, x, x), {2, 4, 4}); },
+       {2, 4, 4}},
+      {"transpose12", [](FnModule&) {}, [](Context& c, const Tensor& x, FnModule&) { return fn::transpose12(c, x); },
+       {2, 3, 2, 5}},
+      {"rope", [](FnModule&) {},
+       [](Context& c, const Tensor& x, FnModule&) { return fn::rope_(c, fn::gelu(c, x), small_rope()); },
+       {1, 2, 3, 4}},
+      // q + gelu(k + gelu(v)): each of q, k, v its own gradient, merged into qkv's.
+      {"split_qkv", [](FnModule&) {},
+       [](Context& c, const Tensor& x, FnModule&) {
+         std::array<Tensor, 3> qkv = fn::split_qkv(c, x, 2, 2);
+         return fn::add(c, qkv[0], fn::gelu(c, fn::add(c, qkv[1], fn::gelu(c, qkv[2]))));
+       },
+       {1, 3, 12}},
   };
 }
 
@@ -114,8 +149,8 @@ TEST_P(OpRuleTest, GradientsMatchCentralDifferences) {
   materialise(m, backend, 11);
   Context ctx(backend, DType::kF32);
   ctx.set_dropout_key(42, 7);
-  std::vector<float> xv = random_values(kRows * kFeatures, 3);
-  const Tensor x = upload(backend, xv, {2, 3, kFeatures});
+  std::vector<float> xv = random_values(static_cast<size_t>(shape_numel(op.input)), 3);
+  const Tensor x = upload(backend, xv, op.input);
   const Tensor y = ctx.forward(m, x);
   const std::vector<float> r = random_values(static_cast<size_t>(y.numel()), 5);
   const Tensor dx = ctx.backward(m, upload(backend, r, y.shape()));
@@ -245,13 +280,7 @@ template <typename BlockT>
 Pass run_block() {
   CpuBackend backend;
   BlockT block("b");
-  for (Parameter* p : block.parameters()) {
-    std::vector<float> v(static_cast<size_t>(p->numel()));
-    init_parameter_values(*p, 9, 0, p->numel(), v.data());
-    p->data = backend.empty(p->shape(), DType::kF32, MemCategory::kParameters);
-    upload_fp32(backend, v, p->data);
-    p->grad = backend.zeros(p->shape(), DType::kF32, MemCategory::kGradients);
-  }
+  testing::materialise_parameters(block, backend, 9);
   Context ctx(backend, DType::kF32);
   const Tensor x = upload(backend, random_values(4 * kWidth, 1), {2, 2, kWidth});
   Pass out;

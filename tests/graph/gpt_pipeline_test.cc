@@ -18,6 +18,7 @@
 #include "graph/init.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "tests/testing/mpi_test_main.h"
+#include "tests/testing/parameters.h"
 
 namespace zero {
 namespace {
@@ -29,15 +30,7 @@ constexpr int64_t kBatch = 3;
 
 // Parameters from their initialisation (by name: a stage's are the whole
 // model's), gradients zero.
-void materialise(Module& m, Backend& backend) {
-  for (Parameter* p : m.parameters()) {
-    std::vector<float> v(static_cast<size_t>(p->numel()));
-    init_parameter_values(*p, 11, 0, p->numel(), v.data());
-    p->data = backend.empty(p->shape(), DType::kF32, MemCategory::kParameters);
-    upload_fp32(backend, v, p->data);
-    p->grad = backend.zeros(p->shape(), DType::kF32, MemCategory::kGradients);
-  }
-}
+void materialise(Module& m, Backend& backend) { testing::materialise_parameters(m, backend, 11); }
 
 void expect_near(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
