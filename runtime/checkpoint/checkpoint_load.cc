@@ -35,28 +35,49 @@ absl::StatusOr<std::string> latest_tag(const std::string& dir) {
   return tag;
 }
 
+namespace {
+
+// The tag directories of `dir` that hold a manifest: those that read
+// (complete, oldest first by step) and those that do not, with why.
+struct CheckpointScan {
+  std::vector<std::string> complete;
+  std::string damaged;  // "tag (reason); ..." in name order
+};
+
+absl::StatusOr<CheckpointScan> scan_checkpoints(const std::string& dir) {
+  ZE_ASSIGN_OR_RETURN(std::vector<std::string> names, list_directory(dir));
+  std::sort(names.begin(), names.end());
+  std::vector<std::pair<int64_t, std::string>> found;
+  CheckpointScan scan;
+  for (const std::string& n : names) {
+    if (n.empty() || n[0] == '.' || !std::filesystem::exists(dir + "/" + n + "/manifest.json")) continue;
+    absl::StatusOr<Manifest> m = read_manifest(dir, n);
+    if (m.ok()) {
+      found.emplace_back(m->progress.global_step, n);
+    } else {
+      scan.damaged += cat(scan.damaged.empty() ? "" : "; ", n, " (", m.status().message(), ")");
+    }
+  }
+  std::sort(found.begin(), found.end());
+  for (auto& [step, n] : found) scan.complete.push_back(n);
+  return scan;
+}
+
+}  // namespace
+
 absl::StatusOr<ResumePoint> resume_point(const std::string& dir) {
-  ZE_ASSIGN_OR_RETURN(std::vector<std::string> complete, list_checkpoints(dir));
+  ZE_ASSIGN_OR_RETURN(CheckpointScan scan, scan_checkpoints(dir));
+  const std::vector<std::string>& complete = scan.complete;
   const absl::StatusOr<std::string> latest = latest_tag(dir);
   if (complete.empty()) {
-    if (!latest.ok()) {
-      // Tag directories with a manifest none of which reads: a damaged
-      // directory, not an empty one ("auto" must not start fresh and then
-      // collide with their names at the first save).
-      ZE_ASSIGN_OR_RETURN(std::vector<std::string> names, list_directory(dir));
-      std::sort(names.begin(), names.end());
-      std::string damaged;
-      for (const std::string& n : names) {
-        if (n.empty() || n[0] == '.' || !std::filesystem::exists(dir + "/" + n + "/manifest.json")) continue;
-        absl::StatusOr<Manifest> m = read_manifest(dir, n);
-        damaged += cat(damaged.empty() ? "" : "; ", n, " (", m.status().message(), ")");
-      }
-      if (!damaged.empty()) {
-        return absl::DataLossError(cat(dir, " holds checkpoints but none is readable and there is no latest file: ",
-                                       damaged, ". Restore one, or move them away to start fresh"));
-      }
-      return latest.status();
+    // Tag directories whose manifests none reads, and no latest: a damaged
+    // directory, not an empty one ("auto" must not start fresh and then
+    // collide with their names at the first save).
+    if (!latest.ok() && !scan.damaged.empty()) {
+      return absl::DataLossError(cat(dir, " holds checkpoints but none is readable and there is no latest file: ",
+                                     scan.damaged, ". Restore one, or move them away to start fresh"));
     }
+    if (!latest.ok()) return latest.status();
     return absl::DataLossError(cat(dir, "/latest names \"", *latest, "\", whose manifest cannot be read: ",
                                    read_manifest(dir, *latest).status().message()));
   }
@@ -77,17 +98,8 @@ absl::StatusOr<ResumePoint> resume_point(const std::string& dir) {
 }
 
 absl::StatusOr<std::vector<std::string>> list_checkpoints(const std::string& dir) {
-  ZE_ASSIGN_OR_RETURN(std::vector<std::string> names, list_directory(dir));
-  std::vector<std::pair<int64_t, std::string>> found;
-  for (const std::string& n : names) {
-    if (n.empty() || n[0] == '.' || !std::filesystem::exists(dir + "/" + n + "/manifest.json")) continue;
-    absl::StatusOr<Manifest> m = read_manifest(dir, n);
-    if (m.ok()) found.emplace_back(m->progress.global_step, n);
-  }
-  std::sort(found.begin(), found.end());
-  std::vector<std::string> tags;
-  for (auto& [step, n] : found) tags.push_back(n);
-  return tags;
+  ZE_ASSIGN_OR_RETURN(CheckpointScan scan, scan_checkpoints(dir));
+  return std::move(scan.complete);
 }
 
 absl::Status read_segment(const FileReader& file, const CheckpointSegment& seg, const std::string& tensor,

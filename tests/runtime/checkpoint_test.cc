@@ -26,6 +26,7 @@
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/engine/engine.h"
 #include "zero/state_buffers.h"
+#include "tests/testing/test_files.h"
 #include "tests/testing/trained_gpt.h"
 
 namespace zero {
@@ -254,8 +255,7 @@ TEST(CheckpointTest, AnEditedManifestIsRefused) {
   Trained a;
   ASSERT_TRUE(save_checkpoint(*a.engine, {dir, "", 0}).ok());
   const std::string path = dir + "/global_step3/manifest.json";
-  std::ifstream in(path);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string text = testing::read_file(path);
   const size_t at = text.find("\"global_step\": 3");
   ASSERT_NE(at, std::string::npos) << text.substr(0, 400);
   text.replace(at, 16, "\"global_step\": 13");
@@ -274,8 +274,7 @@ TEST(CheckpointTest, AManifestClaimingTheUncheckedVersionIsRefused) {
   Trained a;
   ASSERT_TRUE(save_checkpoint(*a.engine, {dir, "", 0}).ok());
   const std::string path = dir + "/global_step3/manifest.json";
-  std::ifstream in(path);
-  Json j = Json::parse(std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()));
+  Json j = Json::parse(testing::read_file(path));
   j["version"] = 1;
   j["progress"]["global_step"] = 13;
   j.erase("crc32c");
