@@ -56,7 +56,7 @@ const GemmShape kShapes[] = {{"qkv", 2304, 768, 12},
 // Every Linear of a model's training step, by shape.
 std::vector<GemmShape> step_shapes(const GptConfig& g) {
   const int64_t c = g.d_model, l = g.n_layer, f = g.ffn_width();
-  if (!g.llama()) return std::vector<GemmShape>(std::begin(kShapes), std::end(kShapes));
+  if (!g.rope()) return std::vector<GemmShape>(std::begin(kShapes), std::end(kShapes));
   const int64_t kv = g.kv_heads() * g.head_dim();
   return {{"q_o", c, c, 2 * l}, {"k_v", kv, c, 2 * l}, {"gate_up", f, c, 2 * l}, {"down", c, f, l},
           {"lm_head", g.vocab_size, c, 1}};

@@ -28,7 +28,7 @@
 
 #include "bench/mpi_bench_main.h"
 #include "comm/device_mesh.h"
-#include "graph/gpt.h"
+#include "graph/build_model.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "runtime/engine/engine.h"
 
@@ -58,10 +58,9 @@ void BM_Pipeline(benchmark::State& state) {
   ec.pipeline.schedule = schedule;
   ec.pipeline.partition_method = PartitionMethod::kUniform;
   CpuBackend backend;
-  const PipelineStage stage =
-      gpt_pipeline_stage(kModel, mesh->coordinates().pipeline, stages, PartitionMethod::kUniform).value();
   std::unique_ptr<Engine> engine =
-      Engine::create(std::make_unique<Gpt>(kModel, &mesh->tensor(), false, stage), ec, backend, *mesh).value();
+      Engine::create(build_model(kModel, *mesh, {false, PartitionMethod::kUniform}).value(), ec, backend, *mesh)
+          .value();
   const int64_t n = kMicroBatch * kModel.seq_len;
   std::vector<int32_t> ids(n), targets(n);
   auto next = [&](int micro) -> absl::StatusOr<Batch> {

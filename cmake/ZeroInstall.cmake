@@ -162,13 +162,15 @@ if(ze_programs)
 endif()
 
 # --- The public headers ------------------------------------------------------
-# What a program using zero::initialize, Engine, Gpt, Module, configs,
+# What a program using zero::initialize, Engine, Gpt, Module (with the
+# recorded ops of a forward-only module: graph/functional.h), configs,
 # checkpoints, data and communicators includes, and every header those include
 # (cmake/ZeroPublicHeaders.cmake computes the closure when installing).
 set(ze_public_entry_headers
   runtime/engine/engine.h
   graph/gpt.h
   graph/layers.h
+  graph/functional.h
   runtime/checkpoint/checkpoint.h
   runtime/checkpoint/hf_weights.h
   runtime/config/run_config.h

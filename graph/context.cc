@@ -142,14 +142,19 @@ Tensor Context::forward(Module& m, const Tensor& x) {
     frame->tape.begin(x);
   }
   current_.push_back(frame);
+  calls_.push_back(&m);
   Tensor y = m.forward(*this, x);
+  calls_.pop_back();
   current_.pop_back();
   if (frame != nullptr) frame->tape.end(y);
   // In the caller's tape the call is one op, whose rule is the module's
   // backward (not again when a checkpoint segment is recomputed: its calls
   // were recorded by the forward, and the caller's tape is being replayed).
-  if (current_.size() != recompute_base_ && recording()) record(cat("module ", m.name().empty() ? "(root)" : m.name()), {x}, y,
-         [&m](Context& ctx, const Tensor& dy) { return std::vector<Tensor>{ctx.backward(m, dy)}; });
+  if (current_.size() != recompute_base_ && recording()) {
+    current_.back()->tape.record(
+        cat("module ", m.name().empty() ? "(root)" : m.name()), {x}, y,
+        [&m](Context& ctx, const Tensor& dy) { return std::vector<Tensor>{ctx.backward(m, dy)}; }, {}, &m);
+  }
   if (hooks_) note(hooks_->post_forward(m));
   if (grad_enabled_ && !recomputing_ && no_save_depth_ > 0) {
     auto seg_last = last_of_.find(&m);
@@ -200,7 +205,9 @@ Tensor Context::backward(Module& m, const Tensor& dy) {
   if (profiler_) profiler_->enter(m, ProfilePhase::kBackward);
   if (hooks_) note(hooks_->pre_backward(m));
   current_.push_back(&it->second.back());
+  calls_.push_back(&m);
   Tensor dx = m.backward(*this, dy);
+  calls_.pop_back();
   current_.pop_back();
   // Re-find: nested calls may have rehashed the map.
   it = frames_.find(&m);
@@ -227,6 +234,11 @@ Tensor Context::replay(const Module& m, const Tensor& dy) {
   return current_.back()->tape.replay(*this, dy, m.name().empty() ? "the model" : m.name());
 }
 
+std::string Context::module_name() const {
+  if (calls_.empty()) return "";
+  return calls_.back()->name().empty() ? "the model" : calls_.back()->name();
+}
+
 void Context::save(const Tensor& t) {
   ZE_CHECK(!current_.empty()) << "save() outside a module call";
   if (current_.back() != nullptr) current_.back()->saved.push_back(t);
@@ -247,6 +259,7 @@ size_t Context::live_frames() const {
 void Context::clear() {
   frames_.clear();
   current_.clear();
+  calls_.clear();
   for (Segment& s : segments_) {
     wait_copies(s);
     s.input = Tensor();

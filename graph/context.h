@@ -58,6 +58,8 @@
 
 namespace zero {
 
+class Communicator;
+
 // What the engine does around each module call (ZeRO-3 gathers and releases
 // parameters here; gradient buckets fill in post_backward). A hook that fails
 // (a gather's collective, a parameter read from NVMe) returns the
@@ -147,13 +149,19 @@ class Context {
   // Whether this module call keeps a tape (grad enabled, not inside a
   // checkpointed forward): only then do ops record.
   bool recording() const { return !current_.empty() && current_.back() != nullptr; }
-  // Records an op of this module call: its inputs, its output and the rule
-  // that gives the inputs' gradients from the output's.
-  void record(std::string op, const std::vector<Tensor>& inputs, const Tensor& output, BackwardRule rule) {
-    if (recording()) current_.back()->tape.record(std::move(op), inputs, output, std::move(rule));
+  // Records an op of this module call: its inputs, its output, the rule
+  // that gives the inputs' gradients from the output's, and the parameters
+  // it uses (warned about when backward never reaches the op: Tape).
+  void record(std::string op, const std::vector<Tensor>& inputs, const Tensor& output, BackwardRule rule,
+              std::vector<Parameter*> params = {}) {
+    if (recording()) current_.back()->tape.record(std::move(op), inputs, output, std::move(rule), std::move(params));
   }
   // Module::backward's default: this call's dx, replaying its tape.
   Tensor replay(const Module& m, const Tensor& dy);
+  // The name of the innermost module call in progress (forward or
+  // backward; "the model" for the unnamed root, "" outside any call): what
+  // ops name in their errors and warnings.
+  std::string module_name() const;
   // Whether the rule now running may overwrite its dy (see BackwardRule).
   bool grad_writable(const Tensor& dy) const { return dy.defined() && dy.data() == writable_grad_; }
   void set_writable_grad(const void* data) { writable_grad_ = data; }
@@ -233,6 +241,7 @@ class Context {
   double recompute_seconds_ = 0;
   std::unordered_map<const Module*, std::deque<Frame>> frames_;  // deque: stable frame addresses
   std::vector<Frame*> current_;  // the frame of each module call in progress
+  std::vector<const Module*> calls_;  // the module of each call in progress
 };
 
 }  // namespace zero

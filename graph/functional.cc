@@ -3,16 +3,58 @@
 // module written with these computes bit for bit what the layer computes.
 #include "graph/functional.h"
 
+#include "comm/communicator.h"
 #include "core/check.h"
+#include "core/status.h"
+#include "core/strings.h"
 #include "graph/layers.h"
 
 namespace zero::fn {
 
+namespace {
+
+// Runs `grads` (a rule's kernels, which add into the parameters' gradients)
+// with the defined gradients of `params` redirected into zeroed buffers, then
+// sums those over `group` and adds them to the real gradients: a contribution
+// computed from this rank's tokens only becomes the whole sequence's on every
+// rank of the group. No group: `grads` alone.
+Tensor summing_gradients(Context& ctx, Communicator* group, std::initializer_list<Parameter*> params,
+                         const std::function<Tensor()>& grads) {
+  if (group == nullptr) return grads();
+  std::vector<std::pair<Parameter*, Tensor>> redirected;  // (parameter, its real gradient)
+  for (Parameter* p : params) {
+    if (p == nullptr || !p->grad.defined()) continue;
+    Tensor mine = ctx.backend().zeros(p->grad.shape(), p->grad.dtype(), MemCategory::kGradients);
+    redirected.emplace_back(p, std::exchange(p->grad, mine));
+  }
+  Tensor dx = grads();
+  for (auto& [p, grad] : redirected) {
+    Tensor mine = std::exchange(p->grad, grad);
+    const absl::Status s = group->all_reduce(mine.data(), mine.numel(), mine.dtype(), ReduceOp::kSum);
+    if (!s.ok()) {
+      ctx.note(annotate(s, cat(ctx.module_name(), ": sequence-parallel all-reduce of a replicated gradient")));
+    }
+    if (mine.dtype() == DType::kF32) {
+      ctx.ops().accumulate(grad, mine);
+    } else {
+      Tensor wide = ctx.activation(mine.shape());
+      ctx.ops().cast(mine, wide);
+      ctx.ops().accumulate(grad, wide);
+    }
+  }
+  return dx;
+}
+
+}  // namespace
+
 Tensor linear(Context& ctx, const Tensor& x, Parameter& weight, Parameter* bias) {
   Tensor y = affine_apply(ctx, x, weight, bias != nullptr ? bias->data : Tensor());
-  ctx.record("linear " + weight.name(), {x}, y, [x, &weight, bias](Context& c, const Tensor& dy) {
-    return std::vector<Tensor>{affine_grads(c, dy, x, weight, bias)};
-  });
+  ctx.record(
+      "linear " + weight.name(), {x}, y,
+      [x, &weight, bias](Context& c, const Tensor& dy) {
+        return std::vector<Tensor>{affine_grads(c, dy, x, weight, bias)};
+      },
+      bias != nullptr ? std::vector<Parameter*>{&weight, bias} : std::vector<Parameter*>{&weight});
   return y;
 }
 
@@ -21,6 +63,62 @@ Tensor add(Context& ctx, const Tensor& a, const Tensor& b) {
   Tensor y = ctx.activation(a.shape());
   ctx.ops().add(a, b, y);
   ctx.record("add", {a, b}, y, [](Context&, const Tensor& dy) { return std::vector<Tensor>{dy, dy}; });
+  return y;
+}
+
+Tensor embedding(Context& ctx, const Tensor& ids, Parameter& weight) {
+  ZE_CHECK(ids.dtype() == DType::kI32) << "embedding " << weight.name() << " of " << ids.debug_string();
+  Shape shape = ids.shape();
+  shape.push_back(weight.shape()[1]);
+  Tensor y = ctx.activation(shape);
+  ctx.ops().embedding_forward(ids, weight.data, y);
+  ctx.record(
+      "embedding " + weight.name(), {ids}, y,
+      [ids, &weight](Context& c, const Tensor& dy) {
+        if (weight.grad.defined()) c.ops().embedding_backward(ids, dy, weight.grad);
+        return std::vector<Tensor>{Tensor()};
+      },
+      {&weight});
+  return y;
+}
+
+Tensor embedding_slice(Context& ctx, const Tensor& ids, Parameter& weight, int64_t first) {
+  ZE_CHECK(ids.dtype() == DType::kI32) << "embedding " << weight.name() << " of " << ids.debug_string();
+  Shape shape = ids.shape();
+  shape.push_back(weight.shape()[1]);
+  Tensor y = ctx.activation(shape);
+  ctx.ops().embedding_slice_forward(ids, first, weight.data, y);
+  ctx.record(
+      "embedding_slice " + weight.name(), {ids}, y,
+      [ids, &weight, first](Context& c, const Tensor& dy) {
+        if (weight.grad.defined()) c.ops().embedding_slice_backward(ids, first, dy, weight.grad);
+        return std::vector<Tensor>{Tensor()};
+      },
+      {&weight});
+  return y;
+}
+
+Tensor add_positional(Context& ctx, const Tensor& x, Parameter& table, int64_t first_row,
+                      Communicator* sum_grads_over) {
+  const int64_t rows = table.shape()[0], dim = table.shape()[1];
+  ZE_CHECK(x.ndim() == 3 && x.dim(2) == dim && first_row >= 0 && first_row + x.dim(1) <= rows)
+      << "positions " << first_row << "+ of " << table.name() << " for " << x.debug_string();
+  Tensor y = ctx.activation(x.shape());
+  // On the compute stream, where the ops run: no host wait (x stays alive
+  // until the copy is done, by the allocator's stream-ordered reuse).
+  ctx.backend().copy_async(y.data(), x.data(), x.nbytes(), kComputeStream);
+  ctx.ops().add_positional(y, table.data.slice(first_row * dim, {rows - first_row, dim}));
+  ctx.record(
+      "add_positional " + table.name(), {x}, y,
+      [&table, first_row, rows, dim, sum_grads_over](Context& c, const Tensor& dy) {
+        return std::vector<Tensor>{summing_gradients(c, sum_grads_over, {&table}, [&] {
+          if (table.grad.defined()) {
+            c.ops().positional_backward(dy, table.grad.slice(first_row * dim, {rows - first_row, dim}));
+          }
+          return dy;
+        })};
+      },
+      {&table});
   return y;
 }
 
@@ -35,36 +133,45 @@ Tensor gelu(Context& ctx, const Tensor& x) {
   return y;
 }
 
-Tensor layer_norm(Context& ctx, const Tensor& x, Parameter& weight, Parameter& bias, float eps) {
+Tensor layer_norm(Context& ctx, const Tensor& x, Parameter& weight, Parameter& bias, float eps,
+                  Communicator* sum_grads_over) {
   const int64_t features = weight.shape()[0];
   const Tensor x2 = as_rows(x, features);
   Tensor y = ctx.activation(x.shape());
   Tensor mean = ctx.activation({x2.dim(0)}), var = ctx.activation({x2.dim(0)});
   ctx.ops().layernorm_forward(x2, weight.data, bias.data, eps, as_rows(y, features), mean, var);
   ctx.record("layer_norm " + weight.name(), {x}, y,
-             [x, mean, var, &weight, &bias, eps, features](Context& c, const Tensor& dy) {
+             [x, mean, var, &weight, &bias, eps, features, sum_grads_over](Context& c, const Tensor& dy) {
                ZE_CHECK(weight.grad.defined() && bias.grad.defined()) << "frozen layer norm " << weight.name();
-               Tensor dx = c.activation(x.shape());
-               c.ops().layernorm_backward(as_rows(dy, features), as_rows(x, features), weight.data, mean, var, eps,
-                                          as_rows(dx, features), weight.grad, bias.grad);
-               return std::vector<Tensor>{dx};
-             });
+               return std::vector<Tensor>{summing_gradients(c, sum_grads_over, {&weight, &bias}, [&] {
+                 Tensor dx = c.activation(x.shape());
+                 c.ops().layernorm_backward(as_rows(dy, features), as_rows(x, features), weight.data, mean, var, eps,
+                                            as_rows(dx, features), weight.grad, bias.grad);
+                 return dx;
+               })};
+             },
+             {&weight, &bias});
   return y;
 }
 
-Tensor rms_norm(Context& ctx, const Tensor& x, Parameter& weight, float eps) {
+Tensor rms_norm(Context& ctx, const Tensor& x, Parameter& weight, float eps, Communicator* sum_grads_over,
+                bool unit_offset) {
   const int64_t features = weight.shape()[0];
   const Tensor x2 = as_rows(x, features);
   Tensor y = ctx.activation(x.shape());
   Tensor rstd = ctx.activation({x2.dim(0)});
-  ctx.ops().rmsnorm_forward(x2, weight.data, eps, as_rows(y, features), rstd);
-  ctx.record("rms_norm " + weight.name(), {x}, y, [x, rstd, &weight, features](Context& c, const Tensor& dy) {
-    ZE_CHECK(weight.grad.defined()) << "frozen RMSNorm " << weight.name();
-    Tensor dx = c.activation(x.shape());
-    c.ops().rmsnorm_backward(as_rows(dy, features), as_rows(x, features), weight.data, rstd, as_rows(dx, features),
-                             weight.grad);
-    return std::vector<Tensor>{dx};
-  });
+  ctx.ops().rmsnorm_forward(x2, weight.data, eps, as_rows(y, features), rstd, unit_offset);
+  ctx.record("rms_norm " + weight.name(), {x}, y,
+             [x, rstd, &weight, features, sum_grads_over, unit_offset](Context& c, const Tensor& dy) {
+               ZE_CHECK(weight.grad.defined()) << "frozen RMSNorm " << weight.name();
+               return std::vector<Tensor>{summing_gradients(c, sum_grads_over, {&weight}, [&] {
+                 Tensor dx = c.activation(x.shape());
+                 c.ops().rmsnorm_backward(as_rows(dy, features), as_rows(x, features), weight.data, rstd,
+                                          as_rows(dx, features), weight.grad, unit_offset);
+                 return dx;
+               })};
+             },
+             {&weight});
   return y;
 }
 
@@ -78,6 +185,42 @@ Tensor swiglu(Context& ctx, const Tensor& gate, const Tensor& up) {
     return std::vector<Tensor>{dgate, dup};
   });
   return h;
+}
+
+Tensor geglu(Context& ctx, const Tensor& gate, const Tensor& up) {
+  ZE_CHECK(gate.shape() == up.shape()) << "geglu of " << gate.debug_string() << " and " << up.debug_string();
+  Tensor h = ctx.activation(gate.shape());
+  ctx.ops().geglu_forward(gate, up, h);
+  ctx.record("geglu", {gate, up}, h, [gate, up](Context& c, const Tensor& dh) {
+    Tensor dgate = c.activation(gate.shape()), dup = c.activation(up.shape());
+    c.ops().geglu_backward(gate, up, dh, dgate, dup);
+    return std::vector<Tensor>{dgate, dup};
+  });
+  return h;
+}
+
+Tensor scale(Context& ctx, const Tensor& x, float s) {
+  Tensor y = ctx.activation(x.shape(), x.dtype());
+  ctx.backend().copy_async(y.data(), x.data(), x.nbytes(), kComputeStream);
+  ctx.ops().scale(y, s);
+  ctx.record("scale", {x}, y, [s](Context& c, const Tensor& dy) {
+    Tensor dx = c.grad_writable(dy) ? dy : c.activation(dy.shape(), dy.dtype());
+    if (dx.data() != dy.data()) c.backend().copy_async(dx.data(), dy.data(), dy.nbytes(), kComputeStream);
+    c.ops().scale(dx, s);
+    return std::vector<Tensor>{dx};
+  });
+  return y;
+}
+
+Tensor softcap(Context& ctx, const Tensor& x, float cap) {
+  Tensor y = ctx.activation(x.shape());
+  ctx.ops().softcap_forward(x, cap, y);
+  ctx.record("softcap", {x}, y, [y, cap](Context& c, const Tensor& dy) {
+    const Tensor dx = c.grad_writable(dy) ? dy : c.activation(dy.shape());
+    c.ops().softcap_backward(y, dy, cap, dx);
+    return std::vector<Tensor>{dx};
+  });
+  return y;
 }
 
 Tensor add_(Context& ctx, Tensor&& a, const Tensor& b) {

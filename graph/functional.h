@@ -28,14 +28,42 @@ namespace zero::fn {
 Tensor linear(Context& ctx, const Tensor& x, Parameter& weight, Parameter* bias = nullptr);
 // a + b, same shapes. Saves nothing.
 Tensor add(Context& ctx, const Tensor& a, const Tensor& b);
+// Rows of the table weight [V, C] for int32 ids [...] -> [..., C]. The ids
+// get no gradient; the rule scatters dy into weight's gradient (when it has
+// one). Saves the ids.
+Tensor embedding(Context& ctx, const Tensor& ids, Parameter& weight);
+// The same with weight [n, C] holding rows [first, first + n) of the table
+// only (a vocabulary-parallel slice): other ids give zero rows and add
+// nothing to the gradient. Saves the ids.
+Tensor embedding_slice(Context& ctx, const Tensor& ids, Parameter& weight, int64_t first);
+// x [B, T, C] + rows [first_row, first_row + T) of the position table [P, C]
+// (first_row: a sequence shard's first position). The rule passes dy through
+// and adds it into the table's rows; sum_grads_over as layer_norm's. Saves
+// nothing.
+Tensor add_positional(Context& ctx, const Tensor& x, Parameter& table, int64_t first_row = 0,
+                      Communicator* sum_grads_over = nullptr);
 // GPT-2's tanh GELU. Saves x.
 Tensor gelu(Context& ctx, const Tensor& x);
 // LayerNorm over the last dimension. Saves x, the mean and the variance.
-Tensor layer_norm(Context& ctx, const Tensor& x, Parameter& weight, Parameter& bias, float eps);
+// sum_grads_over: the weight and bias are replicated over that group but each
+// rank saw other tokens (a sequence shard): the rule computes their gradient
+// contribution into zeroed buffers, sums it over the group and then adds it
+// (a failed all-reduce is noted on the context).
+Tensor layer_norm(Context& ctx, const Tensor& x, Parameter& weight, Parameter& bias, float eps,
+                  Communicator* sum_grads_over = nullptr);
 // RMSNorm over the last dimension (Llama's). Saves x and 1/rms.
-Tensor rms_norm(Context& ctx, const Tensor& x, Parameter& weight, float eps);
+// sum_grads_over: as layer_norm's. unit_offset: Gemma's form, scaling by
+// (1 + weight) (computed in fp32), the weight's gradient the same.
+Tensor rms_norm(Context& ctx, const Tensor& x, Parameter& weight, float eps, Communicator* sum_grads_over = nullptr,
+                bool unit_offset = false);
 // silu(gate) * up. Saves gate and up.
 Tensor swiglu(Context& ctx, const Tensor& gate, const Tensor& up);
+// gelu(gate) * up, GELU's tanh form (Gemma's GeGLU). Saves gate and up.
+Tensor geglu(Context& ctx, const Tensor& gate, const Tensor& up);
+// x * s. Saves nothing.
+Tensor scale(Context& ctx, const Tensor& x, float s);
+// cap * tanh(x / cap): logit soft-capping (Gemma 2's), cap > 0. Saves the output.
+Tensor softcap(Context& ctx, const Tensor& x, float cap);
 // Dropout with probability p of x [B, T, ...], its mask a function of the
 // run's seed, the global sample, the position (counted from first_position:
 // a sequence-parallel shard's first) and `site` (a number the model gives

@@ -10,32 +10,35 @@
 namespace zero {
 
 int64_t GptConfig::ffn_width() const {
-  if (!llama()) return 4 * d_model;
+  if (features().mlp == MlpKind::kGelu) return 4 * d_model;
   if (d_ff > 0) return d_ff;
   const int64_t h = 2 * (4 * d_model) / 3;  // Llama's rule: 2/3 of 4 d, up to a multiple of 256
   return (h + 255) / 256 * 256;
 }
 
+namespace {
+// One norm's parameters over `width` features: LayerNorm's weight and bias, RMSNorm's weight.
+int64_t norm_parameters(const ModelFeatures& f, int64_t width) {
+  return f.norm == NormKind::kLayerNorm ? 2 * width : width;
+}
+}  // namespace
+
 int64_t GptConfig::block_parameters() const {
-  const int64_t c = d_model, f = ffn_width();
-  if (llama()) {
-    const int64_t kv = kv_heads() * head_dim();
-    return 2 * c                      // input_layernorm, post_attention_layernorm
-           + c * c + 2 * c * kv + c * c  // q, k, v, o
-           + 3 * c * f;               // gate, up, down
-  }
-  return 2 * c                  // ln_1
-         + 3 * c * c + 3 * c    // c_attn
-         + c * c + c            // attn c_proj
-         + 2 * c                // ln_2
-         + c * f + f            // c_fc
-         + f * c + c;           // mlp c_proj
+  const ModelFeatures f = features();
+  const int64_t c = d_model, ff = ffn_width(), a = attention_width(), kv = kv_heads() * head_dim();
+  return 2 * norm_parameters(f, c)                   // ln_1 / input_layernorm, ln_2 / post_attention_layernorm
+         + c * (a + 2 * kv) + (f.qkv_bias ? a + 2 * kv : 0)  // q, k, v (GPT-2's fused c_attn)
+         + a * c + (f.o_bias ? c : 0)                // c_proj / o_proj
+         + (f.qk_norm ? 2 * head_dim() : 0)         // q_norm, k_norm
+         + (f.mlp == MlpKind::kGelu ? 2 : 3) * c * ff  // c_fc, c_proj / gate, up, down
+         + (f.mlp_bias ? (f.mlp == MlpKind::kGelu ? 1 : 2) * ff + c : 0);
 }
 
 int64_t GptConfig::num_parameters() const {
+  const ModelFeatures f = features();
   const int64_t c = d_model;
-  if (llama()) return vocab_size * c * (tied_head() ? 1 : 2) + n_layer * block_parameters() + c;
-  return vocab_size * c + positions() * c + n_layer * block_parameters() + 2 * c;
+  return vocab_size * c * (tied_head() ? 1 : 2) + (f.learned_positions ? positions() * c : 0) +
+         n_layer * block_parameters() + norm_parameters(f, c);
 }
 
 absl::StatusOr<PipelineStage> gpt_pipeline_stage(const GptConfig& config, int index, int count,
@@ -44,8 +47,9 @@ absl::StatusOr<PipelineStage> gpt_pipeline_stage(const GptConfig& config, int in
   const std::vector<int64_t> blocks(static_cast<size_t>(config.n_layer), config.block_parameters());
   // The first stage's embeddings; the last stage's final norm and its head
   // (GPT-2's and a tied Llama's: a copy of the token table).
-  const int64_t first_extra = config.vocab_size * c + (config.llama() ? 0 : config.positions() * c);
-  const int64_t last_extra = config.vocab_size * c + (config.llama() ? 1 : 2) * c;
+  const ModelFeatures f = config.features();
+  const int64_t first_extra = config.vocab_size * c + (f.learned_positions ? config.positions() * c : 0);
+  const int64_t last_extra = config.vocab_size * c + norm_parameters(f, c);
   absl::StatusOr<std::vector<SplitRange>> parts = partition_layers(blocks, count, method, first_extra, last_extra);
   if (!parts.ok()) return parts.status();
   if (index < 0 || index >= count) return absl::InvalidArgumentError(cat("pipeline stage ", index, " of ", count));
@@ -55,12 +59,12 @@ absl::StatusOr<PipelineStage> gpt_pipeline_stage(const GptConfig& config, int in
 double GptConfig::flops_per_token(int64_t seq) const {
   // 6 FLOPs per parameter per token (forward multiply-add 2, backward 4; the
   // tied embedding does its multiplies in the LM head; an untied table does
-  // none), plus attention's q k^T and P v: 2 T C multiply-adds per token per
-  // layer forward, x3 with backward, counted unmasked as PaLM and llm.c do:
-  // 12 L C T.
+  // none), plus attention's q k^T and P v: 2 T A multiply-adds per token per
+  // layer forward (A = n_head head_dim, d_model unless head_dim is its own),
+  // x3 with backward, counted unmasked as PaLM and llm.c do: 12 L A T.
   const int64_t lookup_only = tied_head() ? 0 : vocab_size * d_model;
   return 6.0 * static_cast<double>(num_parameters() - lookup_only) +
-         12.0 * static_cast<double>(n_layer) * static_cast<double>(d_model) * static_cast<double>(seq);
+         12.0 * static_cast<double>(n_layer) * static_cast<double>(attention_width()) * static_cast<double>(seq);
 }
 
 absl::Status check_gpt_split(const GptConfig& c, int tensor, bool sequence_parallel) {
@@ -70,14 +74,23 @@ absl::Status check_gpt_split(const GptConfig& c, int tensor, bool sequence_paral
     return bad("model: n_layer ", c.n_layer, ", n_head ", c.n_head, ", d_model ", c.d_model, ", vocab_size ",
                c.vocab_size, " and seq_len ", c.seq_len, " must all be at least 1");
   }
-  if (c.d_model % c.n_head != 0) return bad("model.d_model: ", c.d_model, " is not divisible by n_head ", c.n_head);
+  if (c.d_head < 0) return bad("model.head_dim: ", c.d_head, " must be at least 1 (or 0: d_model / n_head)");
+  if (!(c.logit_softcap >= 0.0f)) return bad("model.logit_softcap: ", c.logit_softcap, " must be >= 0 (0: none)");
+  if (c.d_head == 0 && c.d_model % c.n_head != 0) {
+    return bad("model.d_model: ", c.d_model, " is not divisible by n_head ", c.n_head,
+               " (or set model.head_dim, when the family has heads of their own width)");
+  }
+  if (c.d_head > 0 && c.features().fused_qkv && c.d_head * c.n_head != c.d_model) {
+    return bad("model.head_dim: ", c.d_head, " is not d_model / n_head (", c.d_model / c.n_head, "): ",
+               c.family_name(), "'s fused q/k/v projection has heads of d_model / n_head");
+  }
   if (c.kv_heads() < 1 || c.n_head % c.kv_heads() != 0) {
     return bad("model.n_kv_head: ", c.kv_heads(), " does not divide n_head ", c.n_head);
   }
   if (c.seq_len > c.positions()) {
     return bad("model.seq_len: ", c.seq_len, " is more than the model's ", c.positions(), " positions");
   }
-  if (c.llama()) {
+  if (c.rope()) {
     absl::StatusOr<RopeFreqs> rope = rope_frequencies(c.head_dim(), c.rope_theta, c.rope_scaling);
     if (!rope.ok()) return bad("model: ", rope.status().message());
   }
@@ -108,32 +121,33 @@ Gpt::Gpt(const GptConfig& config, Communicator* tensor_group, bool sequence_para
   ZE_CHECK(stage.count >= 1 && stage.index >= 0 && stage.index < stage.count && stage.count <= config.n_layer)
       << "pipeline stage " << stage.index << " of " << stage.count << " for " << config.n_layer << " layers";
   ZE_CHECK(config.seq_len <= config.positions()) << "seq_len " << config.seq_len << " > " << config.positions();
-  const bool llama = config.llama();
-  const float std = llama ? config.init_std : 0.02f;
+  const ModelFeatures f = config.features();
+  const float std = f.gpt2_init ? 0.02f : config.init_std;
   const bool split = tensor_group != nullptr && tensor_group->world_size() > 1;
   if (!split) tensor_group = nullptr;
   const bool sp = split && sequence_parallel;
   if (sp) sequence_group_ = tensor_group;
 
   BlockConfig block;
-  block.llama = llama;
+  block.features = f;
   block.d_model = config.d_model;
   block.n_head = config.n_head;
   block.n_kv_head = config.kv_heads();
+  block.head_dim = config.head_dim();
   block.d_ff = config.ffn_width();
-  block.norm_eps = llama ? config.norm_eps : 1e-5f;
+  block.norm_eps = f.norm == NormKind::kRmsNorm ? config.norm_eps : 1e-5f;
   block.init_std = std;
   // GPT-2 scales the residual projections by 1/sqrt(2 n_layer); HF's Llama does not.
-  block.proj_std = llama ? std : std / std::sqrt(2.0f * static_cast<float>(config.n_layer));
+  block.proj_std = f.gpt2_init ? std / std::sqrt(2.0f * static_cast<float>(config.n_layer)) : std;
   block.dropout = config.dropout;
   block.tensor_group = tensor_group;
   block.sequence_parallel = sp;
-  if (llama) {
+  if (config.rope()) {
     absl::StatusOr<RopeFreqs> rope = rope_frequencies(config.head_dim(), config.rope_theta, config.rope_scaling);
     ZE_CHECK(rope.ok()) << rope.status().message();  // the config's rules refuse these first
     block.rope = *rope;
   }
-  const std::string table_name = llama ? "embed_tokens" : "wte";
+  const std::string table_name = f.gpt2_names ? "wte" : "embed_tokens";
 
   // The token table: on the first stage, and on the last as the tied head's copy.
   VocabParallelEmbedding* vocab_parallel = nullptr;
@@ -145,17 +159,20 @@ Gpt::Gpt(const GptConfig& config, Communicator* tensor_group, bool sequence_para
     return add_child<Embedding>(name, config.vocab_size, config.d_model, std);
   };
   if (stage.first() || (stage.last() && config.tied_head())) wte_ = add_table(table_name);
-  if (stage.first() && !llama) {
+  if (stage.first() && f.embed_scale) {
+    embed_scale_ = add_child<EmbeddingScale>("embed_scale", std::sqrt(static_cast<float>(config.d_model)));
+  }
+  if (stage.first() && f.learned_positions) {
     if (sp) {
       wpe_ = add_child<SequenceParallelPositionalEmbedding>("wpe", config.positions(), config.d_model, std,
                                                             *tensor_group);
     } else {
       wpe_ = add_child<PositionalEmbedding>("wpe", config.positions(), config.d_model, std);
     }
-    // Dropout sites, each its own mask stream: 0 the embeddings, 1 + 2i and
-    // 2 + 2i block i's attention and MLP outputs.
-    if (config.dropout > 0.0f) drop_ = add_child<Dropout>("drop", config.dropout, 0, sequence_group_);
   }
+  // Dropout sites, each its own mask stream: 0 the embeddings, 1 + 2i and
+  // 2 + 2i block i's attention and MLP outputs.
+  if (stage.first() && config.dropout > 0.0f) drop_ = add_child<Dropout>("drop", config.dropout, 0, sequence_group_);
   const SplitRange layers =
       stage.layers.size >= 0 ? stage.layers : even_split(config.n_layer, stage.count, stage.index);
   ZE_CHECK(layers.size >= 1 && layers.offset >= 0 && layers.offset + layers.size <= config.n_layer)
@@ -163,10 +180,10 @@ Gpt::Gpt(const GptConfig& config, Communicator* tensor_group, bool sequence_para
       << ") of " << config.n_layer;
   for (int64_t i = layers.offset; i < layers.offset + layers.size; ++i) {
     block.dropout_id = 1 + 2 * i;
-    blocks_.push_back(add_child<TransformerBlock>(cat(llama ? "layers." : "h.", i), block));
+    blocks_.push_back(add_child<TransformerBlock>(cat(f.gpt2_names ? "h." : "layers.", i), block));
   }
   if (stage.last()) {
-    ln_f_ = adopt_child(make_norm(llama ? "norm" : "ln_f", block));
+    ln_f_ = adopt_child(make_norm(f.gpt2_names ? "ln_f" : "norm", block));
     if (config.tied_head()) {
       if (split) lm_head_ = add_child<VocabParallelLMHead>("lm_head", *vocab_parallel);
       else lm_head_ = add_child<TiedLMHead>("lm_head", static_cast<Embedding*>(wte_)->weight());
@@ -179,6 +196,7 @@ Gpt::Gpt(const GptConfig& config, Communicator* tensor_group, bool sequence_para
       lm_head_ = add_child<Linear>("lm_head", config.d_model, config.vocab_size, false, std);
     }
     if (split) vocab_slice_ = VocabSlice{tensor_group, vocab_parallel->rows().offset, config.vocab_size};
+    if (config.logit_softcap > 0.0f) softcap_ = add_child<LogitSoftcap>("logit_softcap", config.logit_softcap);
   }
 }
 
@@ -190,21 +208,14 @@ Tensor Gpt::forward(Context& ctx, const Tensor& input) {
         << "sequence parallelism: a sequence of " << input.dim(1) << " tokens does not split over a tensor group of "
         << sequence_group_->world_size();
     x = ctx.forward(*wte_, input);
+    if (embed_scale_ != nullptr) x = ctx.forward(*embed_scale_, x);
     if (wpe_ != nullptr) x = ctx.forward(*wpe_, x);
     if (drop_ != nullptr) x = ctx.forward(*drop_, x);
   }
   for (TransformerBlock* b : blocks_) x = ctx.forward(*b, x);
-  return stage_.last() ? ctx.forward(*lm_head_, ctx.forward(*ln_f_, x)) : x;
-}
-
-Tensor Gpt::backward(Context& ctx, const Tensor& dy) {
-  Tensor d = stage_.last() ? ctx.backward(*ln_f_, ctx.backward(*lm_head_, dy)) : dy;
-  for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) d = ctx.backward(**it, d);
-  if (!stage_.first()) return d;
-  if (drop_ != nullptr) d = ctx.backward(*drop_, d);
-  if (wpe_ != nullptr) d = ctx.backward(*wpe_, d);
-  ctx.backward(*wte_, d);
-  return Tensor();
+  if (!stage_.last()) return x;
+  Tensor logits = ctx.forward(*lm_head_, ctx.forward(*ln_f_, x));
+  return softcap_ != nullptr ? ctx.forward(*softcap_, logits) : logits;
 }
 
 Shape Gpt::stage_output_shape(const Shape& ids) const {

@@ -1,8 +1,9 @@
-// The decoder-only transformer, GPT-2 or the Llama family (GptConfig::arch):
-// token embeddings (GPT-2: plus learned positions), n_layer pre-norm
-// transformer blocks (graph/transformer.h), a final norm and an LM head
-// (GPT-2: tied to the token table; Llama: tied or its own, as the config's
-// tie_word_embeddings says).
+// The decoder-only transformer of every family (GptConfig::arch: GPT-2,
+// Llama, Mistral, Qwen2, Qwen3, Gemma; their features graph/model_features.h):
+// token embeddings (GPT-2: plus learned positions; Gemma: times sqrt(d_model)),
+// n_layer pre-norm transformer blocks (graph/transformer.h), a final norm
+// and an LM head (GPT-2: tied to the token table; the others: tied or
+// their own, as the config's tie_word_embeddings says).
 // forward(ids int32 [B, T]) -> logits fp32 [B, T, vocab_size].
 // Parameter names follow the families' checkpoints: GPT-2's ("wte.weight",
 // "h.0.ln_1.weight", "h.0.attn.c_attn.weight", ...) and Hugging Face's
@@ -30,8 +31,12 @@
 #pragma once
 
 #include <memory>
+#include <optional>
+#include <string_view>
 
 #include "absl/status/statusor.h"
+#include "graph/model_features.h"
+#include "graph/model.h"
 #include "graph/parallel_layers.h"
 #include "graph/pipeline_partition.h"
 #include "graph/transformer.h"
@@ -39,19 +44,23 @@
 
 namespace zero {
 
-// The decoder-only transformer's two families, one class as Megatron's
-// GPTModel covers both:
-//   kGpt2:  learned positions, pre-LN LayerNorm with biases, GELU MLP of
-//           4 d_model, fused QKV, LM head tied to the token table.
-//   kLlama: rotary positions (RoPE), RMSNorm, SwiGLU MLP of d_ff, separate
-//           q/k/v projections with grouped-query attention (n_kv_head key and
-//           value heads shared by n_head / n_kv_head query heads), no biases,
-//           LM head tied or not (tie_word_embeddings). Parameter names are
-//           Hugging Face's LlamaForCausalLM's without the "model." prefix
-//           ("embed_tokens.weight", "layers.0.self_attn.q_proj.weight", ...,
-//           "norm.weight", "lm_head.weight").
-enum class ModelArch { kGpt2, kLlama };
-
+// The decoder-only transformer's families, one class as Megatron's GPTModel
+// covers them; a family is a name for a row of feature flags
+// (graph/model_features.h):
+//   gpt2:    learned positions, pre-LN LayerNorm with biases, GELU MLP of
+//            4 d_model, fused QKV with biases, LM head tied to the token table.
+//   llama:   rotary positions (RoPE), RMSNorm, SwiGLU MLP of d_ff, separate
+//            q/k/v projections with grouped-query attention (n_kv_head key and
+//            value heads shared by n_head / n_kv_head query heads), no biases,
+//            LM head tied or not (tie_word_embeddings). Parameter names are
+//            Hugging Face's LlamaForCausalLM's without the "model." prefix
+//            ("embed_tokens.weight", "layers.0.self_attn.q_proj.weight", ...,
+//            "norm.weight", "lm_head.weight"). mistral: the same layers.
+//   qwen2:   llama with biases on the q, k and v projections.
+//   qwen3:   llama with an RMSNorm of each q and k head ("self_attn.q_norm",
+//            "self_attn.k_norm", weight [head_dim]) before RoPE; head_dim its own.
+//   gemma:   llama with RMSNorm scaling by (1 + w), embeddings times
+//            sqrt(d_model), the GeGLU MLP (tanh GELU), head_dim its own.
 struct GptConfig {
   ModelArch arch = ModelArch::kGpt2;
   int64_t n_layer = 12;
@@ -64,22 +73,34 @@ struct GptConfig {
   int64_t max_positions = 0;
   float dropout = 0.0f;    // probability, 0 <= p < 1 (0: no dropout layers)
 
-  // Llama family (ignored for GPT-2).
+  // The families with RoPE (ignored for GPT-2).
   int64_t n_kv_head = 0;        // key/value heads; 0: n_head (no grouping); must divide n_head
-  int64_t d_ff = 0;             // the SwiGLU MLP's hidden width; 0: Llama's rule from d_model (see ffn_width)
+  int64_t d_ff = 0;             // the gated MLP's hidden width; 0: Llama's rule from d_model (see ffn_width)
   float norm_eps = 1e-5f;       // RMSNorm's eps (GPT-2's LayerNorm always uses 1e-5)
   double rope_theta = 10000.0;  // RoPE base
   RopeScaling rope_scaling{};   // Hugging Face's rope_scaling ("" type: none)
-  bool tie_word_embeddings = false;  // Llama: the LM head is the token table (GPT-2: always)
+  bool tie_word_embeddings = false;  // the LM head is the token table (GPT-2: always)
   float init_std = 0.02f;       // N(0, init_std) for weights and embeddings (HF's initializer_range)
+  // The width of an attention head; 0: d_model / n_head. Qwen3 and Gemma set
+  // their own, so the attention is n_head * head_dim wide, not d_model.
+  int64_t d_head = 0;
+  // The features; unset: the family's (kModelFamilies). A Hugging Face
+  // config.json that turns one on (Llama's attention_bias) sets them.
+  std::optional<ModelFeatures> feature_flags = std::nullopt;
+  // The logits as cap tanh(logits / cap) (Gemma 2's final_logit_softcapping); 0: none.
+  float logit_softcap = 0.0f;
 
-  bool llama() const { return arch == ModelArch::kLlama; }
-  int64_t head_dim() const { return d_model / n_head; }
-  int64_t kv_heads() const { return llama() && n_kv_head > 0 ? n_kv_head : n_head; }
-  // The MLP's hidden width: 4 d_model (GPT-2); d_ff, or when 0 Llama's
-  // 2/3 of 4 d_model rounded up to a multiple of 256.
+  ModelFeatures features() const { return feature_flags ? *feature_flags : model_family(arch).features; }
+  std::string_view family_name() const { return model_family(arch).name; }
+  bool rope() const { return !features().learned_positions; }
+  int64_t head_dim() const { return d_head > 0 ? d_head : d_model / n_head; }
+  // The attention's width, n_head * head_dim (d_model unless head_dim is its own).
+  int64_t attention_width() const { return n_head * head_dim(); }
+  int64_t kv_heads() const { return !features().fused_qkv && n_kv_head > 0 ? n_kv_head : n_head; }
+  // The MLP's hidden width: 4 d_model (GPT-2's GELU MLP); d_ff, or when 0
+  // Llama's 2/3 of 4 d_model rounded up to a multiple of 256.
   int64_t ffn_width() const;
-  bool tied_head() const { return !llama() || tie_word_embeddings; }
+  bool tied_head() const { return features().head_always_tied || tie_word_embeddings; }
   int64_t positions() const { return max_positions > 0 ? max_positions : seq_len; }
 
   // Parameters, counted exactly (tied head counted once).
@@ -87,7 +108,8 @@ struct GptConfig {
   // Of one transformer block.
   int64_t block_parameters() const;
   // Training FLOPs per token at sequence length seq: 6 per parameter plus
-  // 12 n_layer d_model seq for attention (PaLM's and llm.c's accounting).
+  // 12 n_layer attention_width seq for attention (PaLM's and llm.c's
+  // accounting, with d_model the attention's width).
   double flops_per_token(int64_t seq) const;
 };
 
@@ -113,25 +135,26 @@ absl::StatusOr<PipelineStage> gpt_pipeline_stage(const GptConfig& config, int in
                                                  PartitionMethod method);
 
 // Every rule the model's constructor relies on, for a split over a tensor
-// group of `tensor` ranks: heads divide d_model, key/value heads divide the
-// query heads, the tensor size divides both and the Llama MLP width and is
-// at most the vocabulary, seq_len fits the positions, RoPE's frequencies
-// exist, and with sequence parallelism seq_len divides by the tensor size.
+// group of `tensor` ranks: heads divide d_model (unless head_dim is its
+// own; GPT-2's fused q/k/v never), key/value heads divide the query heads,
+// the tensor size divides both and the MLP width and is at most the
+// vocabulary, seq_len fits the positions, RoPE's frequencies exist for
+// head_dim, and with sequence parallelism seq_len divides by the tensor size.
 // INVALID_ARGUMENT naming the model field; what reaches the constructor
 // past it would be a broken internal invariant.
 absl::Status check_gpt_split(const GptConfig& config, int tensor, bool sequence_parallel);
 
-class Gpt : public Module {
+class Gpt : public Module, public Model {
  public:
   // tensor_group: the mesh's tensor group (nullptr or one rank: no split);
   // it must outlive the model.
   // stage: this rank's pipeline stage; forward then takes the previous
   // stage's activations [B, S, C] (the ids on the first stage) and returns
-  // this stage's (the logits on the last), and backward their gradients.
+  // this stage's (the logits on the last), and backward (the recorded
+  // replay) their gradients (none for the ids).
   explicit Gpt(const GptConfig& config, Communicator* tensor_group = nullptr, bool sequence_parallel = false,
                PipelineStage stage = {});
   Tensor forward(Context& ctx, const Tensor& ids) override;
-  Tensor backward(Context& ctx, const Tensor& dlogits) override;
   const PipelineStage& stage() const { return stage_; }
   const GptConfig& config() const { return config_; }
   std::vector<Module*> checkpointable_layers() override {
@@ -151,12 +174,14 @@ class Gpt : public Module {
   PipelineStage stage_;
   std::optional<VocabSlice> vocab_slice_;  // tensor-parallel: this rank's logits
   Module* wte_ = nullptr;  // stage 0 (and the last stage's tied copy, never called)
-  Module* wpe_ = nullptr;  // stage 0, GPT-2
+  Module* embed_scale_ = nullptr;  // stage 0, embed_scale
+  Module* wpe_ = nullptr;  // stage 0, learned positions
   Dropout* drop_ = nullptr;  // dropout > 0 only
   std::vector<TransformerBlock*> blocks_;
   Module* ln_f_ = nullptr;  // last stage
   Communicator* sequence_group_ = nullptr;  // sequence parallelism: the tensor group
   Module* lm_head_ = nullptr;  // last stage
+  Module* softcap_ = nullptr;  // last stage, logit_softcap > 0
 };
 
 // A plain MLP classifier for small tests: Linear(in, h) GELU ... Linear(h, classes).

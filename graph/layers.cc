@@ -35,16 +35,6 @@ Tensor affine_apply(Context& ctx, const Tensor& x, const Parameter& weight, cons
   return y;
 }
 
-Tensor affine_forward(Context& ctx, const Tensor& x, const Parameter& weight, const Tensor& bias) {
-  Tensor y = affine_apply(ctx, x, weight, bias);
-  ctx.save(x);
-  return y;
-}
-
-Tensor affine_backward(Context& ctx, const Tensor& dy, Parameter& weight, Parameter* bias) {
-  return affine_grads(ctx, dy, ctx.saved(0), weight, bias);
-}
-
 Tensor affine_grads(Context& ctx, const Tensor& dy, const Tensor& x, Parameter& weight, Parameter* bias) {
   const int64_t out = weight.shape()[0], in = weight.shape()[1];
   const Tensor dy2 = as_rows(dy, out);
@@ -102,52 +92,24 @@ Embedding::Embedding(std::string name, int64_t num_embeddings, int64_t dim, floa
   weight_ = add_parameter("weight", {num_, dim_}, ParamInit::normal(init_std));
 }
 
-Tensor Embedding::forward(Context& ctx, const Tensor& ids) {
-  ZE_CHECK(ids.dtype() == DType::kI32) << ids.debug_string();
-  Shape out_shape = ids.shape();
-  out_shape.push_back(dim_);
-  Tensor y = ctx.activation(out_shape);
-  ctx.ops().embedding_forward(ids, weight_->data, y);
-  ctx.save(ids);
-  return y;
-}
-
-Tensor Embedding::backward(Context& ctx, const Tensor& dy) {
-  if (weight_->grad.defined()) ctx.ops().embedding_backward(ctx.saved(0), dy, weight_->grad);
-  return Tensor();
-}
+Tensor Embedding::forward(Context& ctx, const Tensor& ids) { return fn::embedding(ctx, ids, *weight_); }
 
 // ---- PositionalEmbedding
 PositionalEmbedding::PositionalEmbedding(std::string name, int64_t max_positions, int64_t dim,
                                          float init_std)
-    : Module(std::move(name)), max_positions_(max_positions), dim_(dim) {
-  weight_ = add_parameter("weight", {max_positions_, dim_}, ParamInit::normal(init_std));
+    : Module(std::move(name)) {
+  weight_ = add_parameter("weight", {max_positions, dim}, ParamInit::normal(init_std));
 }
 
-Tensor PositionalEmbedding::forward(Context& ctx, const Tensor& x) {
-  ZE_CHECK(x.ndim() == 3 && x.dim(2) == dim_ && x.dim(1) <= max_positions_) << x.debug_string();
-  Tensor y = ctx.activation(x.shape());
-  // On the compute stream, where the ops run: no host wait (x stays alive
-  // until the copy is done, by the allocator's stream-ordered reuse).
-  ctx.backend().copy_async(y.data(), x.data(), x.nbytes(), kComputeStream);
-  ctx.ops().add_positional(y, weight_->data);
-  return y;
-}
-
-Tensor PositionalEmbedding::backward(Context& ctx, const Tensor& dy) {
-  if (weight_->grad.defined()) ctx.ops().positional_backward(dy, weight_->grad);
-  return dy;
-}
+Tensor PositionalEmbedding::forward(Context& ctx, const Tensor& x) { return fn::add_positional(ctx, x, *weight_); }
 
 // ---- TiedLMHead
 TiedLMHead::TiedLMHead(std::string name, Parameter* table) : Module(std::move(name)), table_(table) {
   use_parameter(table);
 }
 
-// logits = x E^T: the affine map with the table as its weight, no bias.
-Tensor TiedLMHead::forward(Context& ctx, const Tensor& x) { return affine_forward(ctx, x, *table_, Tensor()); }
-
-Tensor TiedLMHead::backward(Context& ctx, const Tensor& dy) { return affine_backward(ctx, dy, *table_, nullptr); }
+// logits = x E^T: a linear map with the table as its weight, no bias.
+Tensor TiedLMHead::forward(Context& ctx, const Tensor& x) { return fn::linear(ctx, x, *table_); }
 
 // ---- Sequential
 Tensor Sequential::forward(Context& ctx, const Tensor& x) {

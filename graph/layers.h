@@ -1,9 +1,8 @@
 // The built-in layers: Linear, LayerNorm, RmsNorm, Gelu, Dropout, Embedding,
 // PositionalEmbedding, TiedLMHead, Sequential. Each saves exactly what its
 // backward needs and nothing else (the saved tensors are listed per class).
-// Input tensors are never modified in place. Linear, LayerNorm, RmsNorm,
-// Gelu, Dropout and Sequential write forward only (graph/functional.h's ops
-// record their backward); the others still write theirs.
+// Input tensors are never modified in place. All write forward only:
+// graph/functional.h's ops record their backward.
 #pragma once
 
 #include "graph/context.h"
@@ -33,6 +32,7 @@ class LayerNorm : public Module {
   Tensor forward(Context& ctx, const Tensor& x) override;
   Parameter* weight() const { return weight_; }
   Parameter* bias() const { return bias_; }
+  float eps() const { return eps_; }
 
  private:
   int64_t features_;
@@ -48,6 +48,7 @@ class RmsNorm : public Module {
   RmsNorm(std::string name, int64_t features, float eps);
   Tensor forward(Context& ctx, const Tensor& x) override;
   Parameter* weight() const { return weight_; }
+  float eps() const { return eps_; }
 
  private:
   int64_t features_;
@@ -88,7 +89,6 @@ class Embedding : public Module {
  public:
   Embedding(std::string name, int64_t num_embeddings, int64_t dim, float init_std);
   Tensor forward(Context& ctx, const Tensor& ids) override;
-  Tensor backward(Context& ctx, const Tensor& dy) override;
   Parameter* weight() const { return weight_; }
 
  private:
@@ -102,10 +102,8 @@ class PositionalEmbedding : public Module {
  public:
   PositionalEmbedding(std::string name, int64_t max_positions, int64_t dim, float init_std);
   Tensor forward(Context& ctx, const Tensor& x) override;
-  Tensor backward(Context& ctx, const Tensor& dy) override;
 
  private:
-  int64_t max_positions_, dim_;
   Parameter* weight_;
 };
 
@@ -116,7 +114,6 @@ class TiedLMHead : public Module {
  public:
   TiedLMHead(std::string name, Parameter* table);
   Tensor forward(Context& ctx, const Tensor& x) override;
-  Tensor backward(Context& ctx, const Tensor& dy) override;
 
  protected:
   Parameter& table() const { return *table_; }
@@ -141,16 +138,11 @@ Tensor as_rows(const Tensor& t, int64_t cols);
 // s with its last dimension replaced by `last`.
 Shape with_last_dim(const Shape& s, int64_t last);
 
-// The affine map of every Linear (the tensor-parallel ones and the tied LM
-// head too), over the last dimension of x: y = x W^T + b with W [out, in]
-// (bias may be undefined). Saves x.
-Tensor affine_forward(Context& ctx, const Tensor& x, const Parameter& weight, const Tensor& bias);
-// dx = dy W from the saved x, and dW += dy^T x, db += sum(dy) into whichever
-// gradients are defined (bias may be null).
-Tensor affine_backward(Context& ctx, const Tensor& dy, Parameter& weight, Parameter* bias);
-// The two halves without the save, for a layer that keeps something else
-// (a sequence-parallel layer keeps its input shard and gathers it again):
-// y = x W^T + b, and the gradients of the map at input x.
+// The affine map of every linear op (graph/functional.h's and
+// graph/collective_ops.h's), over the last dimension of x: y = x W^T + b with
+// W [out, in] (bias may be undefined); and its gradients at input x: dx = dy
+// W returned, dW += dy^T x, db += sum(dy) into whichever gradients are
+// defined (bias may be null).
 Tensor affine_apply(Context& ctx, const Tensor& x, const Parameter& weight, const Tensor& bias);
 Tensor affine_grads(Context& ctx, const Tensor& dy, const Tensor& x, Parameter& weight, Parameter* bias);
 

@@ -29,19 +29,7 @@
 
 namespace zero {
 
-class Communicator;
 class Context;
-
-// Logits split by vocabulary over a tensor group (Megatron's
-// vocabulary-parallel output layer): this rank's logits are the columns
-// [first, first + local) of a vocabulary of `vocab` entries, the other
-// columns on the group's other ranks. The loss is then the
-// vocabulary-parallel cross-entropy (graph/vocab_parallel.h).
-struct VocabSlice {
-  Communicator* group = nullptr;
-  int64_t first = 0;
-  int64_t vocab = 0;
-};
 
 // How a parameter's initial values are drawn (see graph/init.h).
 struct ParamInit {
@@ -142,24 +130,6 @@ class Module {
   // called once per forward with the previous one's output (a GPT's blocks).
   // Empty: the model offers none (segments can still be set by hand).
   virtual std::vector<Module*> checkpointable_layers() { return {}; }
-  // Set when forward's logits are this rank's vocabulary slice (see VocabSlice).
-  virtual std::optional<VocabSlice> logits_vocab_slice() const { return std::nullopt; }
-  // Whether the activations between its tensor-parallel layers (and so its
-  // checkpoint segments' inputs) are sequence shards, different on each
-  // tensor rank (graph/sequence_parallel.h), rather than the same on all.
-  virtual bool sequence_parallel() const { return false; }
-  // ---- pipeline parallelism: a model built as one stage of several
-  // This module's stage and the number of stages (0 of 1: the whole model).
-  virtual int pipeline_stage_index() const { return 0; }
-  virtual int pipeline_stages() const { return 1; }
-  // The activation (fp32) this stage hands the next for a micro-batch whose
-  // inputs (the first stage's) have shape `inputs`; the next stage's input.
-  virtual Shape stage_output_shape(const Shape& inputs) const { return inputs; }
-  // Parameters this stage holds a copy of that another stage holds too (a
-  // token table tied to the head on the last stage): their gradients are
-  // summed between the stages holding them. The stage that owns the
-  // original is the first; a later stage's are its copies.
-  virtual std::vector<Parameter*> parameters_tied_across_stages() { return {}; }
 
  protected:
   Parameter* add_parameter(const std::string& local_name, Shape shape, ParamInit init);

@@ -4,10 +4,8 @@
 #include <algorithm>
 
 #include "core/check.h"
-#include "core/status.h"
-#include "core/strings.h"
-#include "graph/layers.h"
-#include "graph/sequence_parallel.h"
+#include "graph/collective_ops.h"
+#include "graph/functional.h"
 
 namespace zero {
 
@@ -21,12 +19,6 @@ int64_t share(const std::string& name, int64_t n, const Communicator& group, con
 }
 
 }  // namespace
-
-void sum_over(Context& ctx, Communicator& group, const Tensor& t, const std::string& name) {
-  if (group.world_size() == 1) return;
-  absl::Status s = group.all_reduce(t.data(), t.numel(), t.dtype(), ReduceOp::kSum);
-  if (!s.ok()) ctx.note(annotate(s, cat(name, ": tensor-parallel all-reduce")));
-}
 
 SplitRange even_split(int64_t n, int parts, int index) {
   ZE_CHECK(parts > 0 && index >= 0 && index < parts && n >= 0) << n << " / " << parts << " part " << index;
@@ -51,21 +43,9 @@ ColumnParallelLinear::ColumnParallelLinear(std::string name, int64_t in_features
 }
 
 Tensor ColumnParallelLinear::forward(Context& ctx, const Tensor& x) {
-  const Tensor bias = bias_ ? bias_->data : Tensor();
-  if (!sequence_parallel_) return affine_forward(ctx, x, *weight_, bias);
-  Tensor y = affine_apply(ctx, gather_sequence(ctx, group_, x, name()), *weight_, bias);
-  ctx.save(x);  // the shard; backward gathers it again
-  return y;
-}
-
-Tensor ColumnParallelLinear::backward(Context& ctx, const Tensor& dy) {
-  if (sequence_parallel_) {
-    const Tensor x = gather_sequence(ctx, group_, ctx.saved(0), name());
-    return scatter_sequence(ctx, group_, affine_grads(ctx, dy, x, *weight_, bias_), name());
-  }
-  Tensor dx = affine_backward(ctx, dy, *weight_, bias_);  // this rank's part of dx = dy W
-  sum_over(ctx, group_, dx, name());
-  return dx;
+  // With sequence parallelism the shard is what is kept; backward gathers it again.
+  if (sequence_parallel_) return fn::linear_gathered(ctx, x, group_, *weight_, bias_);
+  return fn::linear(ctx, fn::copy_to_group(ctx, x, group_), *weight_, bias_);
 }
 
 // ---- RowParallelLinear
@@ -78,19 +58,12 @@ RowParallelLinear::RowParallelLinear(std::string name, int64_t in_features, int6
   if (bias) bias_ = add_parameter("bias", {out_features}, ParamInit::zeros());
 }
 
-Tensor RowParallelLinear::forward(Context& ctx, const Tensor& x) {
-  // The bias joins on the group's first rank only, so the sum holds it once.
-  Tensor y = affine_forward(ctx, x, *weight_, bias_ != nullptr && group_.rank() == 0 ? bias_->data : Tensor());
-  if (sequence_parallel_) return scatter_sequence(ctx, group_, y, name());
-  sum_over(ctx, group_, y, name());
-  return y;
-}
-
 // dx_r = dy W_r; dy is the same on every rank of the group (with sequence
 // parallelism once gathered), so is the bias gradient.
-Tensor RowParallelLinear::backward(Context& ctx, const Tensor& dy) {
-  if (sequence_parallel_) return affine_backward(ctx, gather_sequence(ctx, group_, dy, name()), *weight_, bias_);
-  return affine_backward(ctx, dy, *weight_, bias_);
+Tensor RowParallelLinear::forward(Context& ctx, const Tensor& x) {
+  Tensor partial = fn::linear_partial(ctx, x, group_, *weight_, bias_);
+  if (sequence_parallel_) return fn::scatter_sequence(ctx, partial, group_);
+  return fn::reduce_from_group(ctx, std::move(partial), group_);
 }
 
 }  // namespace zero

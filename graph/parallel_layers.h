@@ -11,14 +11,18 @@
 //   RowParallelLinear     y   = sum_r x_r W_r^T + b  W_r: columns [r in/T, (r+1) in/T) of W
 //                         dx_r = dy W_r            (no communication: Megatron's g)
 //
-// A failed all-reduce is noted on the Context (Context::take_status) and the
-// pass goes on with the local values, as a failed gather does.
+// Both write forward only: the communication is graph/collective_ops.h's
+// ops (copy_to_group before the column layer's linear, reduce_from_group
+// after the row layer's), whose rules do the backward's. A failed all-reduce
+// is noted on the Context (Context::take_status) and the pass goes on with
+// the local values, as a failed gather does.
 //
 // With sequence_parallel (graph/sequence_parallel.h) the activations between
 // the pair are sequence shards: the column-parallel layer all-gathers its
 // input along the sequence (keeping only the shard for backward, where it
-// gathers it again) and reduce-scatters dx; the row-parallel layer
-// reduce-scatters its output instead of all-reducing it and all-gathers dy.
+// gathers it again: fn::linear_gathered) and reduce-scatters dx; the
+// row-parallel layer reduce-scatters its output instead of all-reducing it
+// (fn::scatter_sequence) and all-gathers dy.
 #pragma once
 
 #include <string>
@@ -37,10 +41,6 @@ struct SplitRange {
 };
 SplitRange even_split(int64_t n, int parts, int index);
 
-// Sums t over the tensor group in place (Megatron's all-reduce); a failure
-// is noted on the Context as the pass's error (`name`: the module).
-void sum_over(Context& ctx, Communicator& group, const Tensor& t, const std::string& name);
-
 // Output features split across the group: this rank computes out/T of them.
 // With blocks > 1 the output features are that many equal blocks, each split
 // across the group (attention's fused QKV: blocks 3, so each rank computes
@@ -51,7 +51,6 @@ class ColumnParallelLinear : public Module {
   ColumnParallelLinear(std::string name, int64_t in_features, int64_t out_features, bool bias, float init_std,
                        Communicator& group, int64_t blocks = 1, bool sequence_parallel = false);
   Tensor forward(Context& ctx, const Tensor& x) override;
-  Tensor backward(Context& ctx, const Tensor& dy) override;
   Parameter* weight() const { return weight_; }
   Parameter* bias() const { return bias_; }
   int64_t local_out() const { return weight_->shape()[0]; }
@@ -73,7 +72,6 @@ class RowParallelLinear : public Module {
   RowParallelLinear(std::string name, int64_t in_features, int64_t out_features, bool bias, float init_std,
                     Communicator& group, bool sequence_parallel = false);
   Tensor forward(Context& ctx, const Tensor& x) override;
-  Tensor backward(Context& ctx, const Tensor& dy) override;
   Parameter* weight() const { return weight_; }
   Parameter* bias() const { return bias_; }
   int64_t local_in() const { return weight_->shape()[1]; }

@@ -11,7 +11,10 @@
 //
 // The layer norms and the position table are whole on every rank but see
 // only this rank's tokens, so their gradients are summed over the group
-// (in their backward, before the engine reduces them over the data group).
+// (in their ops' rules, graph/functional.h's sum_grads_over, before the
+// engine reduces them over the data group). The collectives along the
+// sequence are graph/collective_ops.h's gather_sequence / scatter_sequence.
+// All write forward only.
 #pragma once
 
 #include <string>
@@ -22,19 +25,13 @@
 
 namespace zero {
 
-// shard [B, S/T, C] of every rank -> [B, S, C] (all-gather along the sequence).
-Tensor gather_sequence(Context& ctx, Communicator& group, const Tensor& shard, const std::string& name);
-// full [B, S, C] partial sums of every rank -> this rank's shard of their sum
-// [B, S/T, C] (reduce-scatter along the sequence).
-Tensor scatter_sequence(Context& ctx, Communicator& group, const Tensor& full, const std::string& name);
-
 // LayerNorm on a sequence shard: its weight and bias gradients are summed
 // over the group. Saves: x (the shard), mean, var.
 class SequenceParallelLayerNorm : public LayerNorm {
  public:
   SequenceParallelLayerNorm(std::string name, int64_t features, Communicator& group)
       : LayerNorm(std::move(name), features), group_(group) {}
-  Tensor backward(Context& ctx, const Tensor& dy) override;
+  Tensor forward(Context& ctx, const Tensor& x) override;
 
  private:
   Communicator& group_;
@@ -45,7 +42,7 @@ class SequenceParallelRmsNorm : public RmsNorm {
  public:
   SequenceParallelRmsNorm(std::string name, int64_t features, float eps, Communicator& group)
       : RmsNorm(std::move(name), features, eps), group_(group) {}
-  Tensor backward(Context& ctx, const Tensor& dy) override;
+  Tensor forward(Context& ctx, const Tensor& x) override;
 
  private:
   Communicator& group_;
@@ -59,19 +56,10 @@ class SequenceParallelPositionalEmbedding : public Module {
   SequenceParallelPositionalEmbedding(std::string name, int64_t max_positions, int64_t dim, float init_std,
                                       Communicator& group);
   Tensor forward(Context& ctx, const Tensor& x) override;
-  Tensor backward(Context& ctx, const Tensor& dy) override;
 
  private:
   Communicator& group_;
-  int64_t max_positions_, dim_;
   Parameter* weight_;
 };
-
-// Runs `backward` with the gradients of `params` (those defined) redirected
-// into zeroed buffers of their dtype, sums those over the group and adds them
-// to the gradients: a gradient computed from this rank's tokens only becomes
-// the whole sequence's on every rank of the group.
-Tensor backward_summing_gradients(Context& ctx, Communicator& group, std::initializer_list<Parameter*> params,
-                                  const std::string& name, const std::function<Tensor()>& backward);
 
 }  // namespace zero

@@ -1,6 +1,10 @@
 // The per-call tape; see tape.h.
 #include "graph/tape.h"
 
+#include <cstdio>
+#include <mutex>
+#include <set>
+
 #include "core/check.h"
 #include "core/strings.h"
 #include "graph/context.h"
@@ -39,8 +43,9 @@ int Tape::find(const Tensor& t) const {
 
 void Tape::note_unrecorded(const Tensor& t) { add_value(t, kUnrecorded); }
 
-void Tape::record(std::string op, const std::vector<Tensor>& inputs, const Tensor& output, BackwardRule rule) {
-  Node node{std::move(op), {}, 0, std::move(rule)};
+void Tape::record(std::string op, const std::vector<Tensor>& inputs, const Tensor& output, BackwardRule rule,
+                  std::vector<Parameter*> params, Module* module) {
+  Node node{std::move(op), {}, 0, std::move(rule), std::move(params), module};
   for (const Tensor& t : inputs) node.inputs.push_back(find(t));
   node.output = add_value(output, static_cast<int>(nodes_.size()));
   nodes_.push_back(std::move(node));
@@ -56,6 +61,32 @@ bool shares(const Tensor& a, const Tensor& b) {
 
 }  // namespace
 
+void Tape::warn_unreached(const Node& node, const std::string& module) {
+  // A skipped child call's own hooks never ran, so its gradients may not be
+  // placed yet: requires_grad alone decides there.
+  std::vector<std::pair<Parameter*, std::string>> used;  // (parameter, the module using it)
+  for (Parameter* p : node.params) {
+    if (p->requires_grad && p->grad.defined()) used.emplace_back(p, module);
+  }
+  if (node.module != nullptr) {
+    for (Module* m : node.module->modules()) {
+      for (Parameter* p : m->direct_parameters()) {
+        if (p->requires_grad) used.emplace_back(p, m->name().empty() ? "the model" : m->name());
+      }
+    }
+  }
+  static std::mutex mu;
+  static std::set<std::string> warned;  // parameter names
+  const std::lock_guard<std::mutex> lock(mu);
+  for (const auto& [p, user] : used) {
+    if (!warned.insert(p->name()).second) continue;
+    std::fprintf(stderr,
+                 "warning: parameter %s is used by %s (%s) but backward never reaches that use: its output gets no "
+                 "gradient, so neither does the parameter from it\n",
+                 p->name().c_str(), user.c_str(), node.op.c_str());
+  }
+}
+
 Tensor Tape::replay(Context& ctx, const Tensor& dy, const std::string& module) {
   if (output_ == kNotAValue || values_[static_cast<size_t>(output_)].producer == kUnrecorded) {
     ctx.note(absl::InvalidArgumentError(cat(
@@ -68,14 +99,16 @@ Tensor Tape::replay(Context& ctx, const Tensor& dy, const std::string& module) {
   std::vector<bool> owned(values_.size(), false);  // ours to add into in place
   grads[static_cast<size_t>(output_)] = dy;
   for (int n = static_cast<int>(nodes_.size()) - 1; n >= 0; --n) {
-    // A copy: the rule runs child modules' backwards, and nothing may hold
-    // into nodes_ meanwhile.
-    const Node node{nodes_[static_cast<size_t>(n)].op, nodes_[static_cast<size_t>(n)].inputs,
-                    nodes_[static_cast<size_t>(n)].output, std::move(nodes_[static_cast<size_t>(n)].rule)};
+    // Moved out: the rule runs child modules' backwards, and nothing may
+    // hold into nodes_ meanwhile.
+    const Node node = std::move(nodes_[static_cast<size_t>(n)]);
     Tensor g = std::move(grads[static_cast<size_t>(node.output)]);
     grads[static_cast<size_t>(node.output)] = Tensor();
     const bool g_owned = owned[static_cast<size_t>(node.output)];
-    if (!g.defined()) continue;  // nothing flows back through this op (its saved tensors go with `node`)
+    if (!g.defined()) {  // nothing flows back through this op (its saved tensors go with `node`)
+      if (!node.params.empty() || node.module != nullptr) warn_unreached(node, module);
+      continue;
+    }
     g = g.view(values_[static_cast<size_t>(node.output)].shape);
     ctx.set_writable_grad(g_owned ? g.data() : nullptr);
     std::vector<Tensor> in = node.rule(ctx, g);

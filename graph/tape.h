@@ -16,11 +16,13 @@
 // naming the module and the op that consumed it.
 //
 // Replay: the gradient of the call's output starts at dy; each node, last
-// first, turns its output's gradient into its inputs' (a node whose output
-// got no gradient is skipped); gradients meeting at one value add up, into
-// the first one when it is not shared with another value (as the
-// hand-written backward passes add in place), else into a new buffer. The
-// result is the gradient of value 0, the module's dx.
+// first, turns its output's gradient into its inputs'; gradients meeting at
+// one value add up, into the first one when it is not shared with another
+// value (as the hand-written backward passes add in place), else into a new
+// buffer. The result is the gradient of value 0, the module's dx. A node
+// whose output got no gradient is skipped, and each parameter its op (or its
+// child call) uses that wants a gradient is named in a warning on stderr,
+// once per process: backward never reaches that use of it.
 #pragma once
 
 #include <functional>
@@ -34,6 +36,8 @@
 namespace zero {
 
 class Context;
+class Module;
+class Parameter;
 
 // An op's backward rule: the gradients of its inputs (in the order they were
 // recorded; an undefined tensor for an input that gets none) from the
@@ -49,8 +53,11 @@ class Tape {
   // The call's input (value 0). Called once, before any op.
   void begin(const Tensor& input);
   // Records `op` with its inputs (any tensors; those that are values get
-  // gradients) and its output.
-  void record(std::string op, const std::vector<Tensor>& inputs, const Tensor& output, BackwardRule rule);
+  // gradients), its output, the parameters it uses (named by the warning when
+  // backward skips it) and, for a child module's call, that module (its
+  // subtree's parameters are the ones it uses).
+  void record(std::string op, const std::vector<Tensor>& inputs, const Tensor& output, BackwardRule rule,
+              std::vector<Parameter*> params = {}, Module* module = nullptr);
   // Notes a buffer made inside the call by an op that records nothing.
   void note_unrecorded(const Tensor& t);
   // The call's output (after its forward returned).
@@ -77,7 +84,11 @@ class Tape {
     std::vector<int> inputs;  // value ids, or kNotAValue
     int output = 0;
     BackwardRule rule;
+    std::vector<Parameter*> params;
+    Module* module = nullptr;
   };
+  // The warning for a node backward skips (see the top of this file).
+  static void warn_unreached(const Node& node, const std::string& module);
   // The value `t` is, or kNotAValue.
   int find(const Tensor& t) const;
   int add_value(const Tensor& t, int producer);

@@ -26,59 +26,91 @@ int64_t local_heads(int64_t count, const char* what, const Communicator* group) 
 bool sequence_sharded(const BlockConfig& c) { return c.sequence_parallel && split(c.tensor_group); }
 
 // The column-parallel (input) and row-parallel (output) projections of a
-// block, or plain Linears without a tensor group; biases for GPT-2 only.
+// block, or plain Linears without a tensor group, with or without a bias.
 // blocks: the column layer's equal parts that split separately (GPT-2's
 // fused q, k, v).
 struct Projections {
   const BlockConfig& c;
-  bool bias() const { return !c.llama; }
-  std::unique_ptr<Module> column(std::string name, int64_t in, int64_t out, int64_t blocks = 1) const {
+  std::unique_ptr<Module> column(std::string name, int64_t in, int64_t out, bool bias, int64_t blocks = 1) const {
     if (split(c.tensor_group)) {
-      return std::make_unique<ColumnParallelLinear>(std::move(name), in, out, bias(), c.init_std, *c.tensor_group,
+      return std::make_unique<ColumnParallelLinear>(std::move(name), in, out, bias, c.init_std, *c.tensor_group,
                                                     blocks, sequence_sharded(c));
     }
-    return std::make_unique<Linear>(std::move(name), in, out, bias(), c.init_std);
+    return std::make_unique<Linear>(std::move(name), in, out, bias, c.init_std);
   }
-  std::unique_ptr<Module> row(std::string name, int64_t in, int64_t out) const {
+  std::unique_ptr<Module> row(std::string name, int64_t in, int64_t out, bool bias) const {
     if (split(c.tensor_group)) {
-      return std::make_unique<RowParallelLinear>(std::move(name), in, out, bias(), c.proj_std, *c.tensor_group,
+      return std::make_unique<RowParallelLinear>(std::move(name), in, out, bias, c.proj_std, *c.tensor_group,
                                                  sequence_sharded(c));
     }
-    return std::make_unique<Linear>(std::move(name), in, out, bias(), c.proj_std);
+    return std::make_unique<Linear>(std::move(name), in, out, bias, c.proj_std);
   }
 };
 
 }  // namespace
 
+GroupRmsNorm::GroupRmsNorm(std::string name, int64_t features, float eps, bool unit_offset,
+                           Communicator* sum_grads_over)
+    : Module(std::move(name)),
+      eps_(eps),
+      unit_offset_(unit_offset),
+      sum_grads_over_(split(sum_grads_over) ? sum_grads_over : nullptr),
+      weight_(add_parameter("weight", {features}, unit_offset ? ParamInit::zeros() : ParamInit::ones())) {}
+
+Tensor GroupRmsNorm::forward(Context& ctx, const Tensor& x) {
+  return fn::rms_norm(ctx, x, *weight_, eps_, sum_grads_over_, unit_offset_);
+}
+
+Tensor LogitSoftcap::forward(Context& ctx, const Tensor& x) { return fn::softcap(ctx, x, cap_); }
+
+Tensor EmbeddingScale::forward(Context& ctx, const Tensor& x) {
+  // Hugging Face multiplies by the normaliser as a tensor of the hidden dtype.
+  uint32_t stored = 0;  // room for one element of any dtype
+  store_from_float(&stored, ctx.param_dtype(), 0, scale_);
+  return fn::scale(ctx, x, load_as_float(&stored, ctx.param_dtype(), 0));
+}
+
 std::unique_ptr<Module> make_norm(std::string name, const BlockConfig& c) {
+  const bool rms = c.features.norm == NormKind::kRmsNorm;
+  if (rms && c.features.norm_unit_offset) {
+    return std::make_unique<GroupRmsNorm>(std::move(name), c.d_model, c.norm_eps, true,
+                                          sequence_sharded(c) ? c.tensor_group : nullptr);
+  }
   if (sequence_sharded(c)) {
-    if (c.llama) return std::make_unique<SequenceParallelRmsNorm>(std::move(name), c.d_model, c.norm_eps, *c.tensor_group);
+    if (rms) return std::make_unique<SequenceParallelRmsNorm>(std::move(name), c.d_model, c.norm_eps, *c.tensor_group);
     return std::make_unique<SequenceParallelLayerNorm>(std::move(name), c.d_model, *c.tensor_group);
   }
-  if (c.llama) return std::make_unique<RmsNorm>(std::move(name), c.d_model, c.norm_eps);
+  if (rms) return std::make_unique<RmsNorm>(std::move(name), c.d_model, c.norm_eps);
   return std::make_unique<LayerNorm>(std::move(name), c.d_model);
 }
 
 CausalSelfAttention::CausalSelfAttention(std::string name, const BlockConfig& c)
     : Module(std::move(name)),
-      llama_(c.llama),
+      rotary_(!c.features.learned_positions),
       n_head_(local_heads(c.n_head, "attention heads", c.tensor_group)),
       n_kv_head_(local_heads(c.kv_heads(), "key/value heads", c.tensor_group)),
-      head_dim_(c.d_model / c.n_head),
+      head_dim_(c.head_width()),
       rope_(c.rope) {
-  ZE_CHECK(c.d_model % c.n_head == 0) << c.d_model << " % " << c.n_head;
+  const ModelFeatures& f = c.features;
+  ZE_CHECK(c.head_dim > 0 || c.d_model % c.n_head == 0) << c.d_model << " % " << c.n_head;
+  ZE_CHECK(!f.fused_qkv || head_dim_ * c.n_head == c.d_model) << "fused q/k/v with heads of " << head_dim_;
   ZE_CHECK(c.n_head % c.kv_heads() == 0) << c.kv_heads() << " key/value heads for " << c.n_head << " query heads";
-  ZE_CHECK(!llama_ || rope_.half * 2 == head_dim_) << "RoPE frequencies for head_dim " << 2 * rope_.half;
+  ZE_CHECK(!rotary_ || rope_.half * 2 == head_dim_) << "RoPE frequencies for head_dim " << 2 * rope_.half;
   const Projections p{c};
-  const int64_t d = c.d_model, kv = c.kv_heads() * head_dim_;
-  if (llama_) {
-    q_proj_ = adopt_child(p.column(child_name("q_proj"), d, d));
-    k_proj_ = adopt_child(p.column(child_name("k_proj"), d, kv));
-    v_proj_ = adopt_child(p.column(child_name("v_proj"), d, kv));
-    c_proj_ = adopt_child(p.row(child_name("o_proj"), d, d));
+  const int64_t d = c.d_model, a = c.n_head * head_dim_, kv = c.kv_heads() * head_dim_;
+  if (!f.fused_qkv) {
+    q_proj_ = adopt_child(p.column(child_name("q_proj"), d, a, f.qkv_bias));
+    k_proj_ = adopt_child(p.column(child_name("k_proj"), d, kv, f.qkv_bias));
+    v_proj_ = adopt_child(p.column(child_name("v_proj"), d, kv, f.qkv_bias));
+    c_proj_ = adopt_child(p.row(child_name("o_proj"), a, d, f.o_bias));
+    if (f.qk_norm) {
+      // Each rank's heads, normalised with the one weight: summed over the tensor group.
+      q_norm_ = add_child<GroupRmsNorm>("q_norm", head_dim_, c.norm_eps, f.norm_unit_offset, c.tensor_group);
+      k_norm_ = add_child<GroupRmsNorm>("k_norm", head_dim_, c.norm_eps, f.norm_unit_offset, c.tensor_group);
+    }
   } else {
-    c_attn_ = adopt_child(p.column(child_name("c_attn"), d, 3 * d, 3));
-    c_proj_ = adopt_child(p.row(child_name("c_proj"), d, d));
+    c_attn_ = adopt_child(p.column(child_name("c_attn"), d, 3 * d, f.qkv_bias, 3));
+    c_proj_ = adopt_child(p.row(child_name("c_proj"), d, d, f.o_bias));
   }
   if (c.dropout > 0.0f) {
     resid_dropout_ = add_child<Dropout>("resid_dropout", c.dropout, c.dropout_id,
@@ -87,21 +119,23 @@ CausalSelfAttention::CausalSelfAttention(std::string name, const BlockConfig& c)
 }
 
 void CausalSelfAttention::project(Context& ctx, const Tensor& x, Tensor& q, Tensor& k, Tensor& v) {
-  if (!llama_) {
+  if (c_attn_ != nullptr) {
     // The whole sequence (a sequence-parallel input is gathered by c_attn).
     std::array<Tensor, 3> qkv = fn::split_qkv(ctx, ctx.forward(*c_attn_, x), n_head_, head_dim_);
     q = std::move(qkv[0]), k = std::move(qkv[1]), v = std::move(qkv[2]);
     return;
   }
-  // [B, T, n D] -> [B, n, T, D], rotated in place for q and k.
-  auto heads = [&](Module& proj, int64_t n, bool rotate) {
+  // [B, T, n D] -> (normalised per head) [B, n, T, D], rotated in place for q and k.
+  auto heads = [&](Module& proj, int64_t n, Module* norm, bool rotate) {
     Tensor lin = ctx.forward(proj, x);
-    Tensor h = fn::transpose12(ctx, lin.view({lin.dim(0), lin.dim(1), n, head_dim_}));
+    Tensor h = lin.view({lin.dim(0), lin.dim(1), n, head_dim_});
+    if (norm != nullptr) h = ctx.forward(*norm, h);
+    h = fn::transpose12(ctx, h);
     return rotate ? fn::rope_(ctx, std::move(h), rope_) : h;
   };
-  q = heads(*q_proj_, n_head_, true);
-  k = heads(*k_proj_, n_kv_head_, true);
-  v = heads(*v_proj_, n_kv_head_, false);
+  q = heads(*q_proj_, n_head_, q_norm_, rotary_);
+  k = heads(*k_proj_, n_kv_head_, k_norm_, rotary_);
+  v = heads(*v_proj_, n_kv_head_, nullptr, false);
 }
 
 Tensor CausalSelfAttention::forward(Context& ctx, const Tensor& x) {
@@ -127,16 +161,17 @@ Tensor CausalSelfAttention::forward(Context& ctx, const Tensor& x) {
   return resid_dropout_ != nullptr ? ctx.forward(*resid_dropout_, out) : out;
 }
 
-Mlp::Mlp(std::string name, const BlockConfig& c) : Module(std::move(name)) {
+Mlp::Mlp(std::string name, const BlockConfig& c) : Module(std::move(name)), kind_(c.features.mlp) {
   const Projections p{c};
-  if (c.llama) {
-    gate_proj_ = adopt_child(p.column(child_name("gate_proj"), c.d_model, c.d_ff));
-    up_proj_ = adopt_child(p.column(child_name("up_proj"), c.d_model, c.d_ff));
-    c_proj_ = adopt_child(p.row(child_name("down_proj"), c.d_ff, c.d_model));
+  const bool bias = c.features.mlp_bias;
+  if (c.gated_mlp()) {
+    gate_proj_ = adopt_child(p.column(child_name("gate_proj"), c.d_model, c.d_ff, bias));
+    up_proj_ = adopt_child(p.column(child_name("up_proj"), c.d_model, c.d_ff, bias));
+    c_proj_ = adopt_child(p.row(child_name("down_proj"), c.d_ff, c.d_model, bias));
   } else {
-    c_fc_ = adopt_child(p.column(child_name("c_fc"), c.d_model, c.d_ff));
+    c_fc_ = adopt_child(p.column(child_name("c_fc"), c.d_model, c.d_ff, bias));
     gelu_ = add_child<Gelu>("gelu");
-    c_proj_ = adopt_child(p.row(child_name("c_proj"), c.d_ff, c.d_model));
+    c_proj_ = adopt_child(p.row(child_name("c_proj"), c.d_ff, c.d_model, bias));
   }
   if (c.dropout > 0.0f) {
     dropout_ = add_child<Dropout>("dropout", c.dropout, c.dropout_id + 1, sequence_sharded(c) ? c.tensor_group : nullptr);
@@ -148,7 +183,7 @@ Tensor Mlp::forward(Context& ctx, const Tensor& x) {
   if (gate_proj_ != nullptr) {
     Tensor gate = ctx.forward(*gate_proj_, x);
     Tensor up = ctx.forward(*up_proj_, x);
-    y = ctx.forward(*c_proj_, fn::swiglu(ctx, gate, up));
+    y = ctx.forward(*c_proj_, kind_ == MlpKind::kGeGlu ? fn::geglu(ctx, gate, up) : fn::swiglu(ctx, gate, up));
   } else {
     y = ctx.forward(*c_proj_, ctx.forward(*gelu_, ctx.forward(*c_fc_, x)));
   }
@@ -156,9 +191,10 @@ Tensor Mlp::forward(Context& ctx, const Tensor& x) {
 }
 
 TransformerBlock::TransformerBlock(std::string name, const BlockConfig& c) : Module(std::move(name)) {
-  ln_1_ = adopt_child(make_norm(child_name(c.llama ? "input_layernorm" : "ln_1"), c));
-  attn_ = add_child<CausalSelfAttention>(c.llama ? "self_attn" : "attn", c);
-  ln_2_ = adopt_child(make_norm(child_name(c.llama ? "post_attention_layernorm" : "ln_2"), c));
+  const bool gpt2 = c.features.gpt2_names;
+  ln_1_ = adopt_child(make_norm(child_name(gpt2 ? "ln_1" : "input_layernorm"), c));
+  attn_ = add_child<CausalSelfAttention>(gpt2 ? "attn" : "self_attn", c);
+  ln_2_ = adopt_child(make_norm(child_name(gpt2 ? "ln_2" : "post_attention_layernorm"), c));
   mlp_ = add_child<Mlp>("mlp", c);
 }
 

@@ -1,14 +1,18 @@
-// The transformer pieces of GPT-2 and the Llama family: causal
-// self-attention, the MLP and the pre-norm block.
+// The transformer pieces of every family (graph/model_features.h): causal
+// self-attention, the MLP and the pre-norm block, built from the feature
+// flags of BlockConfig, never from a family's name.
 //
-// CausalSelfAttention, for x [B, T, C] with H query heads of D = C / H and
-// G key/value heads (G = H for GPT-2; G divides H for Llama's grouped-query
-// attention, r = H / G query heads per key/value head):
-//   GPT-2:  qkv = c_attn(x) [B, T, 3C] -> q, k, v [B, H, T, D]
-//   Llama:  q = q_proj(x) [B, T, H D], k = k_proj(x), v = v_proj(x) [B, T, G D]
-//           -> [B, H|G, T, D]; q and k rotated by RoPE (kernels/rope.h)
+// CausalSelfAttention, for x [B, T, C] with H query heads of D (head_dim;
+// C / H unless the family sets its own) and G key/value heads (G = H for
+// GPT-2; G divides H for grouped-query attention, r = H / G query heads per
+// key/value head):
+//   fused:  qkv = c_attn(x) [B, T, 3C] -> q, k, v [B, H, T, D]   (GPT-2)
+//   else:   q = q_proj(x) [B, T, H D], k = k_proj(x), v = v_proj(x) [B, T, G D]
+//           (biases per qkv_bias), with qk_norm each head RMS-normalised
+//           (q_norm, k_norm, weight [D]), -> [B, H|G, T, D]; q and k rotated
+//           by RoPE (kernels/rope.h)
 //   P = causal_softmax(q k^T / sqrt(D)) [B*H, T, T];  y = P v -> [B, T, H D]
-//   out = c_proj(y) / o_proj(y)
+//   out = c_proj(y) / o_proj(y) [B, T, C] (bias per o_bias)
 // Grouped-query attention needs no copy of k and v: the r query heads of a
 // group are adjacent in [B, H, T, D], so q viewed as [B G, r T, D] against k
 // [B G, T, D] is one batched GEMM per group, and the backward's dk and dv sum
@@ -22,7 +26,9 @@
 // computes q, k, v of H/T query and G/T key/value heads: GPT-2's fused c_attn
 // as ParamSlice blocks 3, Llama's q/k/v_proj each column-parallel) and the
 // output projection row-parallel; the MLP's c_fc (GPT-2) or gate_proj and
-// up_proj (Llama) column-parallel and c_proj / down_proj row-parallel. Each
+// up_proj (gated) column-parallel and c_proj / down_proj row-parallel. The
+// q/k norms' weights are whole on every rank, which normalises other heads
+// with them: their gradients are summed over the group. Each
 // sublayer then costs one all-reduce of [B, T, C] forward (the row-parallel
 // layer's) and one backward per column-parallel layer's dx; the norms,
 // residuals and dropouts run on the full, identical activations of every
@@ -36,6 +42,7 @@
 
 #include "comm/communicator.h"
 #include "graph/layers.h"
+#include "graph/model_features.h"
 #include "kernels/rope.h"
 
 namespace zero {
@@ -43,20 +50,64 @@ namespace zero {
 // What one block is: the family's choices and the sizes (graph/gpt.h builds
 // it from GptConfig).
 struct BlockConfig {
-  bool llama = false;      // RMSNorm, RoPE, SwiGLU, separate q/k/v, no biases, Hugging Face's names
+  ModelFeatures features;  // norms, biases, MLP, q/k norms, RoPE or not, names
   int64_t d_model = 0;
   int64_t n_head = 0;
   int64_t n_kv_head = 0;   // 0: n_head
+  int64_t head_dim = 0;    // 0: d_model / n_head
   int64_t d_ff = 0;        // the MLP's hidden width
-  float norm_eps = 1e-5f;
+  float norm_eps = 1e-5f;  // RMSNorm's (LayerNorm's is 1e-5)
   float init_std = 0.02f;  // weights N(0, init_std)
   float proj_std = 0.02f;  // the output projections' (GPT-2 scales it by 1/sqrt(2 n_layer))
   float dropout = 0.0f;    // GPT-2: residual dropout (mask streams dropout_id, dropout_id + 1)
   int64_t dropout_id = 0;
-  RopeFreqs rope;          // Llama
+  RopeFreqs rope;          // without learned positions
   Communicator* tensor_group = nullptr;  // T > 1 ranks: this rank's heads and features
   bool sequence_parallel = false;
   int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
+  int64_t head_width() const { return head_dim > 0 ? head_dim : d_model / n_head; }
+  bool gated_mlp() const { return features.mlp != MlpKind::kGelu; }
+};
+
+// RMSNorm over the last dimension, weight [features], for what the plain
+// RmsNorm layer does not do: Gemma's (1 + w) form (w starts at 0), and a
+// weight whole on every rank of `sum_grads_over` whose ranks normalise other
+// rows with it (other heads: Qwen3's q/k norms under tensor parallelism;
+// other tokens: a sequence shard), its gradient summed over that group.
+// Saves x and 1/rms (fn::rms_norm).
+class GroupRmsNorm : public Module {
+ public:
+  GroupRmsNorm(std::string name, int64_t features, float eps, bool unit_offset, Communicator* sum_grads_over);
+  Tensor forward(Context& ctx, const Tensor& x) override;
+  Parameter* weight() const { return weight_; }
+
+ private:
+  float eps_;
+  bool unit_offset_;
+  Communicator* sum_grads_over_;
+  Parameter* weight_;
+};
+
+// The logits as cap tanh(logits / cap), cap > 0 (logit soft-capping, Gemma
+// 2's final_logit_softcapping). Saves its output.
+class LogitSoftcap : public Module {
+ public:
+  LogitSoftcap(std::string name, float cap) : Module(std::move(name)), cap_(cap) {}
+  Tensor forward(Context& ctx, const Tensor& x) override;
+
+ private:
+  float cap_;
+};
+
+// Token embeddings times a constant (Gemma's sqrt(d_model)), rounded to the
+// model dtype first as Hugging Face's normaliser is. Saves nothing.
+class EmbeddingScale : public Module {
+ public:
+  EmbeddingScale(std::string name, float scale) : Module(std::move(name)), scale_(scale) {}
+  Tensor forward(Context& ctx, const Tensor& x) override;
+
+ private:
+  float scale_;
 };
 
 class CausalSelfAttention : public Module {
@@ -67,44 +118,49 @@ class CausalSelfAttention : public Module {
   Tensor forward(Context& ctx, const Tensor& x) override;
 
  private:
-  // This rank's q, k, v [B, H|G, T, D] from x (rotated for Llama).
+  // This rank's q, k, v [B, H|G, T, D] from x (normalised and rotated as
+  // the features say).
   void project(Context& ctx, const Tensor& x, Tensor& q, Tensor& k, Tensor& v);
 
-  bool llama_;
+  bool rotary_;
   int64_t n_head_, n_kv_head_, head_dim_;  // this rank's heads
   RopeFreqs rope_;
   int64_t width() const { return n_head_ * head_dim_; }
-  Module* c_attn_ = nullptr;  // GPT-2
-  Module* q_proj_ = nullptr;  // Llama
+  Module* c_attn_ = nullptr;  // fused (GPT-2)
+  Module* q_proj_ = nullptr;  // separate
   Module* k_proj_ = nullptr;
   Module* v_proj_ = nullptr;
-  Module* c_proj_;            // o_proj for Llama
+  Module* q_norm_ = nullptr;  // qk_norm
+  Module* k_norm_ = nullptr;
+  Module* c_proj_;            // o_proj when separate
   Dropout* resid_dropout_ = nullptr;
 };
 
-// GPT-2: c_fc (C -> 4C), GELU, c_proj (4C -> C), then with dropout > 0 a
-// Dropout "dropout" (mask stream dropout_id). Llama: down_proj(silu(gate_proj
-// x) * up_proj x), hidden width d_ff; saves the gate and up activations.
+// GELU MLP (GPT-2): c_fc (C -> 4C), GELU, c_proj (4C -> C), then with
+// dropout > 0 a Dropout "dropout" (mask stream dropout_id). Gated:
+// down_proj(act(gate_proj x) * up_proj x), hidden width d_ff, act SiLU
+// (SwiGLU) or the tanh GELU (GeGLU); saves the gate and up activations.
 class Mlp : public Module {
  public:
   Mlp(std::string name, const BlockConfig& config);
   Tensor forward(Context& ctx, const Tensor& x) override;
 
  private:
-  Module* c_fc_ = nullptr;  // GPT-2
+  MlpKind kind_;
+  Module* c_fc_ = nullptr;  // GELU MLP
   Gelu* gelu_ = nullptr;
-  Module* gate_proj_ = nullptr;  // Llama
+  Module* gate_proj_ = nullptr;  // gated
   Module* up_proj_ = nullptr;
-  Module* c_proj_;  // down_proj for Llama
+  Module* c_proj_;  // down_proj when gated
   Dropout* dropout_ = nullptr;
 };
 
 // x + attn(norm_1(x)), then + mlp(norm_2(.)). Saves nothing itself. The
 // attention, the MLP and the block write forward only (graph/functional.h):
 // the attention's GEMMs, softmax, transposes and RoPE are recorded ops whose
-// rules issue the kernels the hand-written backward did, in its order. GPT-2's
-// children are ln_1, attn, ln_2, mlp (LayerNorm); Llama's input_layernorm,
-// self_attn, post_attention_layernorm, mlp (RMSNorm).
+// rules issue the kernels the hand-written backward did, in its order. With
+// GPT-2's names the children are ln_1, attn, ln_2, mlp; otherwise
+// input_layernorm, self_attn, post_attention_layernorm, mlp.
 class TransformerBlock : public Module {
  public:
   TransformerBlock(std::string name, const BlockConfig& config);
@@ -117,8 +173,9 @@ class TransformerBlock : public Module {
   Mlp* mlp_;
 };
 
-// The norm of this config's family, named `name`: LayerNorm or RMSNorm, the
-// sequence-parallel one when the activations are sequence shards.
+// The norm the features ask for, named `name`: LayerNorm or RMSNorm (its
+// (1 + w) form a GroupRmsNorm), the sequence-parallel one when the
+// activations are sequence shards.
 std::unique_ptr<Module> make_norm(std::string name, const BlockConfig& config);
 
 }  // namespace zero

@@ -3,7 +3,8 @@
 
 #include "core/status.h"
 #include "core/strings.h"
-#include "graph/sequence_parallel.h"
+#include "graph/collective_ops.h"
+#include "graph/functional.h"
 
 namespace zero {
 
@@ -13,7 +14,6 @@ VocabParallelEmbedding::VocabParallelEmbedding(std::string name, int64_t vocab, 
     : Module(std::move(name)),
       group_(group),
       sequence_parallel_(sequence_parallel),
-      dim_(dim),
       rows_(even_split(vocab, group.world_size(), group.rank())) {
   ZE_CHECK(rows_.size > 0) << this->name() << ": a vocabulary of " << vocab << " over a tensor group of "
                            << group.world_size() << " leaves rank " << group.rank() << " no rows";
@@ -22,22 +22,9 @@ VocabParallelEmbedding::VocabParallelEmbedding(std::string name, int64_t vocab, 
 }
 
 Tensor VocabParallelEmbedding::forward(Context& ctx, const Tensor& ids) {
-  ZE_CHECK(ids.dtype() == DType::kI32) << ids.debug_string();
-  Shape out_shape = ids.shape();
-  out_shape.push_back(dim_);
-  Tensor y = ctx.activation(out_shape);
-  ctx.ops().embedding_slice_forward(ids, rows_.offset, weight_->data, y);
-  ctx.save(ids);
-  if (sequence_parallel_) return scatter_sequence(ctx, group_, y, name());
-  sum_over(ctx, group_, y, name());
-  return y;
-}
-
-Tensor VocabParallelEmbedding::backward(Context& ctx, const Tensor& dy) {
-  if (!weight_->grad.defined()) return Tensor();
-  const Tensor d = sequence_parallel_ ? gather_sequence(ctx, group_, dy, name()) : dy;
-  ctx.ops().embedding_slice_backward(ctx.saved(0), rows_.offset, d, weight_->grad);
-  return Tensor();
+  Tensor rows = fn::embedding_slice(ctx, ids, *weight_, rows_.offset);
+  if (sequence_parallel_) return fn::scatter_sequence(ctx, rows, group_);
+  return fn::reduce_from_group(ctx, std::move(rows), group_);
 }
 
 // ---- VocabParallelLMHead
@@ -47,20 +34,9 @@ VocabParallelLMHead::VocabParallelLMHead(std::string name, const VocabParallelEm
       sequence_parallel_(embedding.sequence_parallel()) {}
 
 Tensor VocabParallelLMHead::forward(Context& ctx, const Tensor& x) {
-  if (!sequence_parallel_) return TiedLMHead::forward(ctx, x);
-  Tensor logits = affine_apply(ctx, gather_sequence(ctx, group_, x, name()), table(), Tensor());
-  ctx.save(x);
-  return logits;
-}
-
-Tensor VocabParallelLMHead::backward(Context& ctx, const Tensor& dy) {
-  if (sequence_parallel_) {
-    const Tensor x = gather_sequence(ctx, group_, ctx.saved(0), name());
-    return scatter_sequence(ctx, group_, affine_grads(ctx, dy, x, table(), nullptr), name());
-  }
-  Tensor dx = TiedLMHead::backward(ctx, dy);  // this slice's part of dlogits E
-  sum_over(ctx, group_, dx, name());
-  return dx;
+  // Each rank's dx is its slice's part of dlogits E: summed over the group.
+  if (!sequence_parallel_) return fn::linear(ctx, fn::copy_to_group(ctx, x, group_), table());
+  return fn::linear_gathered(ctx, x, group_, table());
 }
 
 // ---- the loss

@@ -10,6 +10,8 @@
 //                           dE_r += scatter_r(dy)     (dy is the same on every rank)
 //   VocabParallelLMHead     logits_r = x E_r^T        (tied to the embedding's slice)
 //                           dx = sum_r dlogits_r E_r  (one all-reduce backward)
+//   (both write forward only: graph/collective_ops.h's ops do the
+//   communication of both passes)
 //   vocab_parallel_cross_entropy: per row, the max over the group, then the
 //                           sum of exp and the target's logit over the group
 //                           (two all-reduces of N and 2N floats), then each
@@ -33,7 +35,6 @@ class VocabParallelEmbedding : public Module {
   VocabParallelEmbedding(std::string name, int64_t vocab, int64_t dim, float init_std, Communicator& group,
                          bool sequence_parallel = false);
   Tensor forward(Context& ctx, const Tensor& ids) override;
-  Tensor backward(Context& ctx, const Tensor& dy) override;
   Parameter* weight() const { return weight_; }
   // This rank's rows of the vocabulary.
   const SplitRange& rows() const { return rows_; }
@@ -43,7 +44,6 @@ class VocabParallelEmbedding : public Module {
  private:
   Communicator& group_;
   bool sequence_parallel_;
-  int64_t dim_;
   SplitRange rows_;
   Parameter* weight_;
 };
@@ -57,7 +57,6 @@ class VocabParallelLMHead : public TiedLMHead {
  public:
   VocabParallelLMHead(std::string name, const VocabParallelEmbedding& embedding);
   Tensor forward(Context& ctx, const Tensor& x) override;
-  Tensor backward(Context& ctx, const Tensor& dy) override;
 
  private:
   Communicator& group_;

@@ -81,12 +81,15 @@ class Ops {
   // RMSNorm over the last dimension of x [N, C] (Llama's; T5's layer norm
   // without the mean), in fp32:
   //   rstd[n] = 1 / sqrt(mean_c x[n, c]^2 + eps);  y[n, c] = x[n, c] rstd[n] gamma[c]
-  // rstd [N] (fp32) is written for the backward pass. y may not alias x.
+  // or with unit_offset (Gemma's) y[n, c] = x[n, c] rstd[n] (1 + gamma[c]),
+  // the 1 + gamma in fp32. rstd [N] (fp32) is written for the backward pass.
+  // y may not alias x.
   virtual void rmsnorm_forward(const Tensor& x, const Tensor& gamma, float eps, const Tensor& y,
-                               const Tensor& rstd) = 0;
-  // dx is overwritten; dgamma accumulates (dgamma[c] += sum_n dy x rstd).
+                               const Tensor& rstd, bool unit_offset = false) = 0;
+  // dx is overwritten; dgamma accumulates (dgamma[c] += sum_n dy x rstd, with
+  // or without the offset).
   virtual void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& rstd,
-                                const Tensor& dx, const Tensor& dgamma) = 0;
+                                const Tensor& dx, const Tensor& dgamma, bool unit_offset = false) = 0;
 
   // Rotary position embedding (kernels/rope.h) of x [B, H, T, D] (fp32),
   // row t of every head at position first_position + t: y = R(p) x, or with
@@ -102,6 +105,18 @@ class Ops {
   // (they may alias gate and up, which are then consumed).
   virtual void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dh, const Tensor& dgate,
                                const Tensor& dup) = 0;
+  // GeGLU's gate (the same paper; Gemma's MLP), fp32, same shapes:
+  // h = gelu(gate) * up with GELU's tanh form (below).
+  virtual void geglu_forward(const Tensor& gate, const Tensor& up, const Tensor& h) = 0;
+  // dgate = dh * up * gelu'(gate), dup = dh * gelu(gate); both overwritten
+  // (they may alias gate and up, which are then consumed).
+  virtual void geglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dh, const Tensor& dgate,
+                              const Tensor& dup) = 0;
+  // Logit soft-capping (Gemma 2's), fp32, same shapes: y = cap tanh(x / cap)
+  // (y may alias x); its backward from y: dx = dy (1 - (y / cap)^2) (dx may
+  // alias dy).
+  virtual void softcap_forward(const Tensor& x, float cap, const Tensor& y) = 0;
+  virtual void softcap_backward(const Tensor& y, const Tensor& dy, float cap, const Tensor& dx) = 0;
 
   // GELU, GPT-2's tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
   virtual void gelu_forward(const Tensor& x, const Tensor& y) = 0;

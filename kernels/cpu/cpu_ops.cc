@@ -90,22 +90,24 @@ void CpuOps::gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) 
   gelu_.backward(x, dy, dx);
 }
 
-void CpuOps::rmsnorm_forward(const Tensor& x, const Tensor& gamma, float eps, const Tensor& y,
-                             const Tensor& rstd) {
+void CpuOps::rmsnorm_forward(const Tensor& x, const Tensor& gamma, float eps, const Tensor& y, const Tensor& rstd,
+                             bool unit_offset) {
   check_f32(x), check_f32(y), check_f32(rstd), check_float(gamma), check_same_numel(x, y);
   const int64_t cols = x.dim(-1), rows = x.numel() / cols;
   ZE_CHECK(gamma.numel() == cols && rstd.numel() == rows) << x.debug_string() << " " << gamma.debug_string()
                                                           << " " << rstd.debug_string();
-  simd_.rmsnorm_forward(x.f32(), gamma.data(), gamma.dtype(), eps, y.f32(), rstd.f32(), rows, cols);
+  simd_.rmsnorm_forward(x.f32(), gamma.data(), gamma.dtype(), unit_offset ? 1.0f : 0.0f, eps, y.f32(), rstd.f32(),
+                        rows, cols);
 }
 
 void CpuOps::rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& rstd,
-                              const Tensor& dx, const Tensor& dgamma) {
+                              const Tensor& dx, const Tensor& dgamma, bool unit_offset) {
   check_f32(dy), check_f32(x), check_f32(rstd), check_f32(dx), check_float(gamma), check_float(dgamma);
   check_same_numel(x, dy), check_same_numel(x, dx), check_same_numel(gamma, dgamma);
   const int64_t cols = x.dim(-1), rows = x.numel() / cols;
   ZE_CHECK(gamma.numel() == cols && rstd.numel() == rows) << x.debug_string() << " " << gamma.debug_string();
-  simd_.rmsnorm_backward(dy.f32(), x.f32(), gamma.data(), gamma.dtype(), rstd.f32(), dx.f32(), dgamma.data(),
+  simd_.rmsnorm_backward(dy.f32(), x.f32(), gamma.data(), gamma.dtype(), unit_offset ? 1.0f : 0.0f, rstd.f32(),
+                         dx.f32(), dgamma.data(),
                          dgamma.dtype(), rows, cols);
 }
 
@@ -128,6 +130,30 @@ void CpuOps::swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor&
   check_f32(gate), check_f32(up), check_f32(dh), check_f32(dgate), check_f32(dup);
   check_same_numel(gate, up), check_same_numel(gate, dh), check_same_numel(gate, dgate), check_same_numel(gate, dup);
   simd_.swiglu_backward(gate.f32(), up.f32(), dh.f32(), dgate.f32(), dup.f32(), gate.numel());
+}
+
+void CpuOps::geglu_forward(const Tensor& gate, const Tensor& up, const Tensor& h) {
+  check_f32(gate), check_f32(up), check_f32(h), check_same_numel(gate, up), check_same_numel(gate, h);
+  simd_.geglu_forward(gate.f32(), up.f32(), h.f32(), gate.numel());
+}
+
+void CpuOps::geglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dh, const Tensor& dgate,
+                            const Tensor& dup) {
+  check_f32(gate), check_f32(up), check_f32(dh), check_f32(dgate), check_f32(dup);
+  check_same_numel(gate, up), check_same_numel(gate, dh), check_same_numel(gate, dgate), check_same_numel(gate, dup);
+  simd_.geglu_backward(gate.f32(), up.f32(), dh.f32(), dgate.f32(), dup.f32(), gate.numel());
+}
+
+void CpuOps::softcap_forward(const Tensor& x, float cap, const Tensor& y) {
+  check_f32(x), check_f32(y), check_same_numel(x, y);
+  ZE_CHECK(cap > 0.0f) << "soft-cap " << cap;
+  simd_.softcap_forward(x.f32(), cap, y.f32(), x.numel());
+}
+
+void CpuOps::softcap_backward(const Tensor& y, const Tensor& dy, float cap, const Tensor& dx) {
+  check_f32(y), check_f32(dy), check_f32(dx), check_same_numel(y, dy), check_same_numel(y, dx);
+  ZE_CHECK(cap > 0.0f) << "soft-cap " << cap;
+  simd_.softcap_backward(y.f32(), dy.f32(), cap, dx.f32(), y.numel());
 }
 
 void CpuOps::causal_softmax_forward(const Tensor& scores, const Tensor& probs) {

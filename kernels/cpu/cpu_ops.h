@@ -24,15 +24,20 @@ class CpuOps final : public Ops {
   void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
                           const Tensor& mean, const Tensor& var, float eps, const Tensor& dx,
                           const Tensor& dgamma, const Tensor& dbeta) override;
-  void rmsnorm_forward(const Tensor& x, const Tensor& gamma, float eps, const Tensor& y,
-                       const Tensor& rstd) override;
+  void rmsnorm_forward(const Tensor& x, const Tensor& gamma, float eps, const Tensor& y, const Tensor& rstd,
+                       bool unit_offset = false) override;
   void rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& rstd,
-                        const Tensor& dx, const Tensor& dgamma) override;
+                        const Tensor& dx, const Tensor& dgamma, bool unit_offset = false) override;
   void rope(const Tensor& x, const Tensor& y, const RopeFreqs& freqs, int64_t first_position,
             bool inverse) override;
   void swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& h) override;
   void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dh, const Tensor& dgate,
                        const Tensor& dup) override;
+  void geglu_forward(const Tensor& gate, const Tensor& up, const Tensor& h) override;
+  void geglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dh, const Tensor& dgate,
+                      const Tensor& dup) override;
+  void softcap_forward(const Tensor& x, float cap, const Tensor& y) override;
+  void softcap_backward(const Tensor& y, const Tensor& dy, float cap, const Tensor& dx) override;
   void gelu_forward(const Tensor& x, const Tensor& y) override;
   void gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) override;
   void causal_softmax_forward(const Tensor& scores, const Tensor& probs) override;

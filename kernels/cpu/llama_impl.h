@@ -1,6 +1,7 @@
 // The Llama family's kernels as templates over the ISA V: RMSNorm forward
 // and backward, rotary embeddings, the SwiGLU gate. Included only by the
-// per-ISA kernel files; see kernel_common_impl.h. The arithmetic follows
+// per-ISA kernel files; see kernel_common_impl.h. Also Gemma's GeGLU gate
+// and its (1 + gamma) RMSNorm, and logit soft-capping. The arithmetic follows
 // Hugging Face's modules operation for operation (RMSNorm: (x * rstd) *
 // gamma; RoPE: x cos + rotate_half(x) sin; SwiGLU: (g sigmoid(g)) u), so an
 // fp32 run reproduces theirs to rounding.
@@ -29,8 +30,8 @@ float dot_row(const float* a, const float* b, int64_t n) {
 }
 
 template <class V>
-void rmsnorm_forward_impl(const float* x, const void* gamma, DType gdt, float eps, float* y, float* rstd,
-                          int64_t rows, int64_t cols) {
+void rmsnorm_forward_impl(const float* x, const void* gamma, DType gdt, float offset, float eps, float* y,
+                          float* rstd, int64_t rows, int64_t cols) {
   with_float_dtype(gdt, [&](auto tag) {
     constexpr DType T = decltype(tag)::value;
     parallel_rows(rows, cols, [&](int64_t r) {
@@ -40,18 +41,18 @@ void rmsnorm_forward_impl(const float* x, const void* gamma, DType gdt, float ep
       rstd[r] = s;
       auto body = [&](auto w, int64_t c) {
         using W = decltype(w);
-        W::store(yr + c, W::mul(W::mul(W::load(xr + c), W::set1(s)), vload<W, T>(gamma, c)));
+        W::store(yr + c, W::mul(W::mul(W::load(xr + c), W::set1(s)), W::add(vload<W, T>(gamma, c), W::set1(offset))));
       };
       for_lanes<V>(0, cols, body);
     });
   });
 }
 
-// With xh = x rstd and g = dy gamma:
+// With xh = x rstd and g = dy (gamma + offset):
 //   dx = rstd (g - xh mean_c(g xh)),  dgamma[c] += sum_n dy xh.
 template <class V>
-void rmsnorm_backward_impl(const float* dy, const float* x, const void* gamma, DType gdt, const float* rstd,
-                           float* dx, void* dgamma, DType dgdt, int64_t rows, int64_t cols) {
+void rmsnorm_backward_impl(const float* dy, const float* x, const void* gamma, DType gdt, float offset,
+                           const float* rstd, float* dx, void* dgamma, DType dgdt, int64_t rows, int64_t cols) {
   with_float_dtype(gdt, [&](auto tag) {
     constexpr DType T = decltype(tag)::value;
     parallel_rows(rows, cols, [&](int64_t r) {
@@ -64,7 +65,7 @@ void rmsnorm_backward_impl(const float* dy, const float* x, const void* gamma, D
       float tail = 0.0f;
       auto sum = [&](auto w, int64_t c) {
         using W = decltype(w);
-        typename W::F g = W::mul(W::load(dyr + c), vload<W, T>(gamma, c));
+        typename W::F g = W::mul(W::load(dyr + c), W::add(vload<W, T>(gamma, c), W::set1(offset)));
         if constexpr (W::kWidth == 1) tail = W::fmadd(g, W::load(xr + c), tail);
         else acc = W::fmadd(g, W::load(xr + c), acc);
       };
@@ -72,7 +73,7 @@ void rmsnorm_backward_impl(const float* dy, const float* x, const void* gamma, D
       const float m = (V::reduce_add(acc) + tail) * s / static_cast<float>(cols);
       auto body = [&](auto w, int64_t c) {
         using W = decltype(w);
-        typename W::F g = W::mul(W::load(dyr + c), vload<W, T>(gamma, c));
+        typename W::F g = W::mul(W::load(dyr + c), W::add(vload<W, T>(gamma, c), W::set1(offset)));
         typename W::F xh = W::mul(W::load(xr + c), W::set1(s));
         W::store(dxr + c, W::mul(W::set1(s), W::sub(g, W::mul(xh, W::set1(m)))));
       };
@@ -149,6 +150,67 @@ void swiglu_backward_impl(const float* gate, const float* up, const float* dh, f
     const typename W::F ds = W::mul(s, W::add(W::set1(1.0f), W::mul(g, W::sub(W::set1(1.0f), s))));
     W::store(dgate + i, W::mul(W::mul(d, u), ds));
     W::store(dup + i, W::mul(d, silu));
+  });
+}
+
+// tanh(u) = 1 - 2 / (e^{2u} + 1) (simd_exp clamps, so it saturates to +-1).
+template <class W>
+typename W::F simd_tanh(typename W::F u) {
+  const typename W::F e = simd_exp<W>(W::add(u, u));
+  return W::sub(W::set1(1.0f), W::div(W::set1(2.0f), W::add(e, W::set1(1.0f))));
+}
+
+// GELU's tanh form as torch's gelu(approximate="tanh"): 0.5 x (1 + t) with
+// t = tanh(u), u = sqrt(2/pi) (x + 0.044715 x^3). Returns gelu(x) and t.
+template <class W>
+typename W::F gelu_tanh(typename W::F x, typename W::F& t) {
+  const typename W::F x3 = W::mul(W::mul(x, x), x);
+  t = simd_tanh<W>(W::mul(W::set1(0.7978845608028654f), W::fmadd(W::set1(0.044715f), x3, x)));
+  return W::mul(W::mul(W::set1(0.5f), x), W::add(W::set1(1.0f), t));
+}
+
+// Logit soft-capping as Hugging Face's Gemma 2: ((x / cap).tanh()) * cap.
+template <class V>
+void softcap_forward_impl(const float* x, float cap, float* y, int64_t n) {
+  parallel_lanes<V>(n, [&](auto w, int64_t i) {
+    using W = decltype(w);
+    W::store(y + i, W::mul(simd_tanh<W>(W::div(W::load(x + i), W::set1(cap))), W::set1(cap)));
+  });
+}
+
+// dx = dy (1 - t^2), t = y / cap.
+template <class V>
+void softcap_backward_impl(const float* y, const float* dy, float cap, float* dx, int64_t n) {
+  parallel_lanes<V>(n, [&](auto w, int64_t i) {
+    using W = decltype(w);
+    const typename W::F t = W::div(W::load(y + i), W::set1(cap));
+    W::store(dx + i, W::mul(W::load(dy + i), W::sub(W::set1(1.0f), W::mul(t, t))));
+  });
+}
+
+template <class V>
+void geglu_forward_impl(const float* gate, const float* up, float* h, int64_t n) {
+  parallel_lanes<V>(n, [&](auto w, int64_t i) {
+    using W = decltype(w);
+    typename W::F t;
+    W::store(h + i, W::mul(gelu_tanh<W>(W::load(gate + i), t), W::load(up + i)));
+  });
+}
+
+// gelu'(x) = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 0.044715 x^2).
+template <class V>
+void geglu_backward_impl(const float* gate, const float* up, const float* dh, float* dgate, float* dup, int64_t n) {
+  parallel_lanes<V>(n, [&](auto w, int64_t i) {
+    using W = decltype(w);
+    const typename W::F g = W::load(gate + i), u = W::load(up + i), d = W::load(dh + i);
+    typename W::F t;
+    const typename W::F gelu = gelu_tanh<W>(g, t);
+    const typename W::F du = W::mul(W::set1(0.7978845608028654f),
+                                    W::fmadd(W::set1(3.0f * 0.044715f), W::mul(g, g), W::set1(1.0f)));
+    const typename W::F dgelu = W::fmadd(W::mul(W::mul(W::set1(0.5f), g), W::sub(W::set1(1.0f), W::mul(t, t))), du,
+                                         W::mul(W::set1(0.5f), W::add(W::set1(1.0f), t)));
+    W::store(dgate + i, W::mul(W::mul(d, u), dgelu));
+    W::store(dup + i, W::mul(d, gelu));
   });
 }
 

@@ -57,17 +57,23 @@ struct SimdKernels {
                                      float* losses);
 
   // ---- the Llama family (llama_impl.h); see Ops for the contracts
-  void (*rmsnorm_forward)(const float* x, const void* gamma, DType gamma_dtype, float eps, float* y, float* rstd,
-                          int64_t rows, int64_t cols);
+  // gamma_offset: 0, or 1 for Gemma's (1 + gamma).
+  void (*rmsnorm_forward)(const float* x, const void* gamma, DType gamma_dtype, float gamma_offset, float eps,
+                          float* y, float* rstd, int64_t rows, int64_t cols);
   void (*rmsnorm_backward)(const float* dy, const float* x, const void* gamma, DType gamma_dtype,
-                           const float* rstd, float* dx, void* dgamma, DType dgamma_dtype, int64_t rows,
-                           int64_t cols);
+                           float gamma_offset, const float* rstd, float* dx, void* dgamma, DType dgamma_dtype,
+                           int64_t rows, int64_t cols);
   // x, y [bh, seq, 2 half]; inv_freq [half], half <= 256.
   void (*rope)(const float* x, float* y, int64_t bh, int64_t seq, int64_t half, const float* inv_freq,
                int64_t first_position, bool inverse);
   void (*swiglu_forward)(const float* gate, const float* up, float* h, int64_t n);
   void (*swiglu_backward)(const float* gate, const float* up, const float* dh, float* dgate, float* dup,
                           int64_t n);
+  void (*geglu_forward)(const float* gate, const float* up, float* h, int64_t n);
+  void (*geglu_backward)(const float* gate, const float* up, const float* dh, float* dgate, float* dup,
+                         int64_t n);
+  void (*softcap_forward)(const float* x, float cap, float* y, int64_t n);
+  void (*softcap_backward)(const float* y, const float* dy, float cap, float* dx, int64_t n);
 
   // ---- optimizers (adamw_impl.h, lion_impl.h)
   void (*adamw)(float* master, const void* grad, DType grad_dtype, float* m, float* v,

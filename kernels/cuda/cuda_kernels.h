@@ -58,13 +58,14 @@ void launch_gelu_backward(const float* x, const float* dy, float* dx, int64_t n,
 
 // ---- llama_ops.cu: RMSNorm, rotary embeddings, SwiGLU (fp32 activations).
 // rstd [rows] is written by the forward and read by the backward.
-void launch_rmsnorm_forward(const float* x, const void* gamma, DType gamma_dtype, float eps, int64_t rows,
-                            int64_t cols, float* y, float* rstd, cudaStream_t stream);
+// gamma_offset: 0, or 1 for Gemma's (1 + gamma).
+void launch_rmsnorm_forward(const float* x, const void* gamma, DType gamma_dtype, float gamma_offset, float eps,
+                            int64_t rows, int64_t cols, float* y, float* rstd, cudaStream_t stream);
 size_t rmsnorm_backward_workspace_bytes(int64_t rows, int64_t cols);
 // dx overwritten (it may be dy or x); dgamma accumulated (any float dtype).
 void launch_rmsnorm_backward(const float* dy, const float* x, const void* gamma, DType gamma_dtype,
-                             const float* rstd, int64_t rows, int64_t cols, float* dx, void* dgamma,
-                             DType dgamma_dtype, void* workspace, cudaStream_t stream);
+                             float gamma_offset, const float* rstd, int64_t rows, int64_t cols, float* dx,
+                             void* dgamma, DType dgamma_dtype, void* workspace, cudaStream_t stream);
 // x, y [rows, 2 * freqs.half] with rows = B * H * T, row r at position
 // first_position + r % seq; inverse rotates by -angle. y may be x.
 void launch_rope(const float* x, float* y, int64_t rows, int64_t seq, const RopeFreqs& freqs,
@@ -74,6 +75,13 @@ void launch_swiglu_forward(const float* gate, const float* up, float* h, int64_t
 // dgate = dh * up * silu'(gate), dup = dh * silu(gate); the outputs may alias the inputs.
 void launch_swiglu_backward(const float* gate, const float* up, const float* dh, float* dgate, float* dup,
                             int64_t n, cudaStream_t stream);
+// h = gelu_tanh(gate) * up, and its backward (as the SwiGLU pair; may alias).
+void launch_geglu_forward(const float* gate, const float* up, float* h, int64_t n, cudaStream_t stream);
+void launch_geglu_backward(const float* gate, const float* up, const float* dh, float* dgate, float* dup,
+                           int64_t n, cudaStream_t stream);
+// y = cap tanh(x / cap) (y may be x); dx = dy (1 - (y / cap)^2) (dx may be dy).
+void launch_softcap_forward(const float* x, float cap, float* y, int64_t n, cudaStream_t stream);
+void launch_softcap_backward(const float* y, const float* dy, float cap, float* dx, int64_t n, cudaStream_t stream);
 
 // ---- reduce.cu
 // dst[c] += sum_r x[r, c] over a row-major fp32 [rows, cols] matrix; rows are

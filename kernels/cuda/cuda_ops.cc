@@ -124,19 +124,19 @@ void CudaOps::layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor
 }
 
 void CudaOps::rmsnorm_forward(const Tensor& x, const Tensor& gamma, float eps, const Tensor& y,
-                              const Tensor& rstd) {
+                              const Tensor& rstd, bool unit_offset) {
   enter();
   check_f32(x), check_f32(y), check_f32(rstd), check_float(gamma);
   const int64_t cols = x.dim(-1), rows = cols == 0 ? 0 : x.numel() / cols;
   ZE_CHECK(y.numel() == x.numel() && rstd.numel() == rows && gamma.numel() == cols)
       << "rmsnorm " << x.debug_string() << " gamma " << gamma.debug_string() << " y " << y.debug_string()
       << " rstd " << rstd.debug_string();
-  launch_rmsnorm_forward(f32_ptr(x), gamma.data(), gamma.dtype(), eps, rows, cols, f32_ptr(y), f32_ptr(rstd),
-                         stream_);
+  launch_rmsnorm_forward(f32_ptr(x), gamma.data(), gamma.dtype(), unit_offset ? 1.0f : 0.0f, eps, rows, cols,
+                         f32_ptr(y), f32_ptr(rstd), stream_);
 }
 
 void CudaOps::rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& rstd,
-                               const Tensor& dx, const Tensor& dgamma) {
+                               const Tensor& dx, const Tensor& dgamma, bool unit_offset) {
   enter();
   check_f32(dy), check_f32(x), check_f32(rstd), check_f32(dx);
   check_float(gamma), check_float(dgamma);
@@ -145,8 +145,8 @@ void CudaOps::rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& 
            gamma.numel() == cols && dgamma.numel() == cols)
       << "rmsnorm backward " << x.debug_string() << " dgamma " << dgamma.debug_string();
   void* ws = workspace_.reserve(rmsnorm_backward_workspace_bytes(rows, cols));
-  launch_rmsnorm_backward(f32_ptr(dy), f32_ptr(x), gamma.data(), gamma.dtype(), f32_ptr(rstd), rows, cols,
-                          f32_ptr(dx), dgamma.data(), dgamma.dtype(), ws, stream_);
+  launch_rmsnorm_backward(f32_ptr(dy), f32_ptr(x), gamma.data(), gamma.dtype(), unit_offset ? 1.0f : 0.0f,
+                          f32_ptr(rstd), rows, cols, f32_ptr(dx), dgamma.data(), dgamma.dtype(), ws, stream_);
 }
 
 void CudaOps::rope(const Tensor& x, const Tensor& y, const RopeFreqs& freqs, int64_t first_position,
@@ -174,6 +174,36 @@ void CudaOps::swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor
       check_same_numel(gate, dup);
   launch_swiglu_backward(f32_ptr(gate), f32_ptr(up), f32_ptr(dh), f32_ptr(dgate), f32_ptr(dup), gate.numel(),
                          stream_);
+}
+
+void CudaOps::geglu_forward(const Tensor& gate, const Tensor& up, const Tensor& h) {
+  enter();
+  check_f32(gate), check_f32(up), check_f32(h), check_same_numel(gate, up), check_same_numel(gate, h);
+  launch_geglu_forward(f32_ptr(gate), f32_ptr(up), f32_ptr(h), gate.numel(), stream_);
+}
+
+void CudaOps::geglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dh, const Tensor& dgate,
+                             const Tensor& dup) {
+  enter();
+  check_f32(gate), check_f32(up), check_f32(dh), check_f32(dgate), check_f32(dup);
+  check_same_numel(gate, up), check_same_numel(gate, dh), check_same_numel(gate, dgate),
+      check_same_numel(gate, dup);
+  launch_geglu_backward(f32_ptr(gate), f32_ptr(up), f32_ptr(dh), f32_ptr(dgate), f32_ptr(dup), gate.numel(),
+                        stream_);
+}
+
+void CudaOps::softcap_forward(const Tensor& x, float cap, const Tensor& y) {
+  enter();
+  check_f32(x), check_f32(y), check_same_numel(x, y);
+  ZE_CHECK(cap > 0.0f) << "soft-cap " << cap;
+  launch_softcap_forward(f32_ptr(x), cap, f32_ptr(y), x.numel(), stream_);
+}
+
+void CudaOps::softcap_backward(const Tensor& y, const Tensor& dy, float cap, const Tensor& dx) {
+  enter();
+  check_f32(y), check_f32(dy), check_f32(dx), check_same_numel(y, dy), check_same_numel(y, dx);
+  ZE_CHECK(cap > 0.0f) << "soft-cap " << cap;
+  launch_softcap_backward(f32_ptr(y), f32_ptr(dy), cap, f32_ptr(dx), y.numel(), stream_);
 }
 
 void CudaOps::gelu_forward(const Tensor& x, const Tensor& y) {

@@ -1,5 +1,6 @@
-// Llama's ops: RMSNorm (forward and backward), rotary position embeddings and
-// the SwiGLU gate. All arithmetic in fp32; gamma and dgamma in any float dtype.
+// Llama's ops: RMSNorm (forward and backward; Gemma's (1 + gamma) with
+// gamma_offset 1), rotary position embeddings, the SwiGLU gate, Gemma's
+// GeGLU gate and logit soft-capping. All arithmetic in fp32; gamma and dgamma in any float dtype.
 //
 // RMSNorm: one warp per row (8 rows per 256-thread block), lanes striding the
 // columns lane, lane+32, ... as layer norm does (norm_activation.cu). With
@@ -36,7 +37,7 @@ namespace {
 
 // No __restrict__ on x and y: the row is reduced before any of it is written,
 // and each lane reads its element before writing it, so the kernel is safe in place.
-__global__ void rmsnorm_forward_kernel(const float* x, const void* gamma, DType gamma_dtype, float eps,
+__global__ void rmsnorm_forward_kernel(const float* x, const void* gamma, DType gamma_dtype, float offset, float eps,
                                        int64_t rows, int64_t cols, float* y, float* __restrict__ rstd_out) {
   const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + (threadIdx.x >> 5);
   if (row >= rows) return;  // whole warps leave together
@@ -49,14 +50,14 @@ __global__ void rmsnorm_forward_kernel(const float* x, const void* gamma, DType 
   const float mean_sq = warp_sum(sq) / static_cast<float>(cols);
   const float rstd = 1.0f / sqrtf(mean_sq + eps);
 
-  for (int64_t c = lane; c < cols; c += 32) yr[c] = xr[c] * rstd * load_any(gamma, gamma_dtype, c);
+  for (int64_t c = lane; c < cols; c += 32) yr[c] = xr[c] * rstd * (load_any(gamma, gamma_dtype, c) + offset);
   if (lane == 0) rstd_out[row] = rstd;
 }
 
 // No __restrict__ on dy, x, dx: see the file comment (dx may alias either).
 __global__ void rmsnorm_backward_dx_kernel(const float* dy, const float* x, const void* gamma, DType gamma_dtype,
-                                           const float* __restrict__ rstd, int64_t rows, int64_t cols,
-                                           float* dx) {
+                                           float offset, const float* __restrict__ rstd, int64_t rows,
+                                           int64_t cols, float* dx) {
   const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + (threadIdx.x >> 5);
   if (row >= rows) return;
   const int lane = threadIdx.x & 31;
@@ -67,13 +68,13 @@ __global__ void rmsnorm_backward_dx_kernel(const float* dy, const float* x, cons
 
   float sum_gx = 0.0f;
   for (int64_t c = lane; c < cols; c += 32) {
-    sum_gx = fmaf(dyr[c] * load_any(gamma, gamma_dtype, c), xr[c], sum_gx);
+    sum_gx = fmaf(dyr[c] * (load_any(gamma, gamma_dtype, c) + offset), xr[c], sum_gx);
   }
   // mean_c(g xhat) = rstd mean_c(g x)
   const float m = warp_sum(sum_gx) * r / static_cast<float>(cols);
 
   for (int64_t c = lane; c < cols; c += 32) {
-    const float g = dyr[c] * load_any(gamma, gamma_dtype, c);
+    const float g = dyr[c] * (load_any(gamma, gamma_dtype, c) + offset);
     const float xhat = xr[c] * r;
     dxr[c] = r * (g - xhat * m);
   }
@@ -145,29 +146,79 @@ __global__ void swiglu_backward_kernel(const float* gate, const float* up, const
   }
 }
 
+// ---- GeGLU (Gemma's gate): h = gelu_tanh(gate) * up, as torch's
+// gelu(approximate="tanh"): 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))).
+
+__device__ __forceinline__ float gelu_tanh_t(float g) {
+  return tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g));
+}
+
+// No __restrict__: h may alias gate or up.
+__global__ void geglu_forward_kernel(const float* gate, const float* up, float* h, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float g = gate[i];
+    h[i] = 0.5f * g * (1.0f + gelu_tanh_t(g)) * up[i];
+  }
+}
+
+// No __restrict__: as swiglu_backward_kernel.
+__global__ void geglu_backward_kernel(const float* gate, const float* up, const float* dh, float* dgate,
+                                      float* dup, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float g = gate[i], u = up[i], d = dh[i];
+    const float t = gelu_tanh_t(g);
+    const float gelu = 0.5f * g * (1.0f + t);
+    const float du = 0.7978845608028654f * (1.0f + 3.0f * 0.044715f * g * g);
+    const float dgelu = 0.5f * (1.0f + t) + 0.5f * g * (1.0f - t * t) * du;
+    dgate[i] = d * u * dgelu;
+    dup[i] = d * gelu;
+  }
+}
+
+// ---- Logit soft-capping: y = cap tanh(x / cap); dx = dy (1 - (y / cap)^2).
+
+// No __restrict__: y may alias x.
+__global__ void softcap_forward_kernel(const float* x, float cap, float* y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    y[i] = tanhf(x[i] / cap) * cap;
+  }
+}
+
+// No __restrict__: dx may alias dy.
+__global__ void softcap_backward_kernel(const float* y, const float* dy, float cap, float* dx, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float t = y[i] / cap;
+    dx[i] = dy[i] * (1.0f - t * t);
+  }
+}
+
 }  // namespace
 
-void launch_rmsnorm_forward(const float* x, const void* gamma, DType gamma_dtype, float eps, int64_t rows,
-                            int64_t cols, float* y, float* rstd, cudaStream_t stream) {
+void launch_rmsnorm_forward(const float* x, const void* gamma, DType gamma_dtype, float gamma_offset, float eps,
+                            int64_t rows, int64_t cols, float* y, float* rstd, cudaStream_t stream) {
   if (rows == 0) return;
-  rmsnorm_forward_kernel<<<row_blocks(rows), kBlockThreads, 0, stream>>>(x, gamma, gamma_dtype, eps, rows, cols,
-                                                                         y, rstd);
+  rmsnorm_forward_kernel<<<row_blocks(rows), kBlockThreads, 0, stream>>>(x, gamma, gamma_dtype, gamma_offset, eps,
+                                                                         rows, cols, y, rstd);
   ZE_CUDA_CHECK_LAUNCH();
 }
 
 size_t rmsnorm_backward_workspace_bytes(int64_t rows, int64_t cols) { return column_partials_bytes(1, rows, cols); }
 
 void launch_rmsnorm_backward(const float* dy, const float* x, const void* gamma, DType gamma_dtype,
-                             const float* rstd, int64_t rows, int64_t cols, float* dx, void* dgamma,
-                             DType dgamma_dtype, void* workspace, cudaStream_t stream) {
+                             float gamma_offset, const float* rstd, int64_t rows, int64_t cols, float* dx,
+                             void* dgamma, DType dgamma_dtype, void* workspace, cudaStream_t stream) {
   if (rows == 0) return;
   ColumnDsts<1> dsts;
   dsts.ptr[0] = dgamma;
   dsts.dtype[0] = dgamma_dtype;
   run_column_sums<1>(RmsNormGammaGrad{dy, x, rstd, cols}, rows, cols, dsts, static_cast<float*>(workspace),
                      stream);
-  rmsnorm_backward_dx_kernel<<<row_blocks(rows), kBlockThreads, 0, stream>>>(dy, x, gamma, gamma_dtype, rstd,
-                                                                             rows, cols, dx);
+  rmsnorm_backward_dx_kernel<<<row_blocks(rows), kBlockThreads, 0, stream>>>(dy, x, gamma, gamma_dtype,
+                                                                             gamma_offset, rstd, rows, cols, dx);
   ZE_CUDA_CHECK_LAUNCH();
 }
 
@@ -190,6 +241,31 @@ void launch_swiglu_backward(const float* gate, const float* up, const float* dh,
                             int64_t n, cudaStream_t stream) {
   if (n == 0) return;
   swiglu_backward_kernel<<<grid_blocks(n), kBlockThreads, 0, stream>>>(gate, up, dh, dgate, dup, n);
+  ZE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_geglu_forward(const float* gate, const float* up, float* h, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  geglu_forward_kernel<<<grid_blocks(n), kBlockThreads, 0, stream>>>(gate, up, h, n);
+  ZE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_geglu_backward(const float* gate, const float* up, const float* dh, float* dgate, float* dup,
+                           int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  geglu_backward_kernel<<<grid_blocks(n), kBlockThreads, 0, stream>>>(gate, up, dh, dgate, dup, n);
+  ZE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_softcap_forward(const float* x, float cap, float* y, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  softcap_forward_kernel<<<grid_blocks(n), kBlockThreads, 0, stream>>>(x, cap, y, n);
+  ZE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_softcap_backward(const float* y, const float* dy, float cap, float* dx, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  softcap_backward_kernel<<<grid_blocks(n), kBlockThreads, 0, stream>>>(y, dy, cap, dx, n);
   ZE_CUDA_CHECK_LAUNCH();
 }
 

@@ -30,12 +30,16 @@ class DryRunOps final : public Ops {
   void gelu_forward(const Tensor& x, const Tensor& y) override { gelu_.forward(x, y); }
   void gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) override { gelu_.backward(x, dy, dx); }
 
-  void rmsnorm_forward(const Tensor&, const Tensor&, float, const Tensor&, const Tensor&) override {}
-  void rmsnorm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                        const Tensor&) override {}
+  void rmsnorm_forward(const Tensor&, const Tensor&, float, const Tensor&, const Tensor&, bool = false) override {}
+  void rmsnorm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                        bool = false) override {}
   void rope(const Tensor&, const Tensor&, const RopeFreqs&, int64_t, bool) override {}
   void swiglu_forward(const Tensor&, const Tensor&, const Tensor&) override {}
   void swiglu_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
+  void geglu_forward(const Tensor&, const Tensor&, const Tensor&) override {}
+  void geglu_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
+  void softcap_forward(const Tensor&, float, const Tensor&) override {}
+  void softcap_backward(const Tensor&, const Tensor&, float, const Tensor&) override {}
   void causal_softmax_forward(const Tensor&, const Tensor&) override {}
   void causal_softmax_backward(const Tensor&, const Tensor&, const Tensor&) override {}
   void split_qkv(const Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}

@@ -154,7 +154,7 @@ absl::Status check_model(const Manifest& m, Module& model, const std::string& wh
   }
   // A pipeline stage holds part of the model: the checkpoint's other
   // tensors are other stages'.
-  if (saved.size() != params.size() && model.pipeline_stages() == 1) {
+  if (saved.size() != params.size() && model_of(model).pipeline_stages() == 1) {
     for (const auto& [name, shape] : m.parameters) {
       const bool known = std::any_of(params.begin(), params.end(), [&](Parameter* p) { return p->name() == name; });
       if (!known) {

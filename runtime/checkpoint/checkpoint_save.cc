@@ -200,7 +200,7 @@ absl::StatusOr<std::string> save_checkpoint(Engine& engine, const SaveOptions& o
   const bool later_stage = engine.mesh().coordinates().pipeline > 0;
   const std::vector<PlannedSegment> mine =
       plan(state, kinds, engine.mesh().coordinates().data, engine.mesh().coordinates().tensor == 0,
-           later_stage ? engine.model().parameters_tied_across_stages() : std::vector<Parameter*>{});
+           later_stage ? model_of(engine.model()).parameters_tied_across_stages() : std::vector<Parameter*>{});
   absl::StatusOr<std::vector<uint32_t>> crcs =
       write_shard(state.state_store(), mine, partial + "/" + shard_name(rank), rank, world, tag);
   absl::Status written = agree(crcs.status(), "to write its shard");

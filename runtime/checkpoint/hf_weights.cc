@@ -271,7 +271,7 @@ absl::StatusOr<std::map<std::string, Matched>> match_tensors(const HfWeights& w,
   std::map<std::string, Shape> expected;
   for (const auto& [name, shape] : gpt_parameter_shapes(config)) expected.emplace(name, shape);
   const auto file_of = [&](const HfTensor& t) { return w.files().at(static_cast<size_t>(t.file)); };
-  const std::string model = cat(config.llama() ? "a Llama" : "a GPT-2", " model of ", config.n_layer, " layers, d_model ",
+  const std::string model = cat("a ", model_family(config.arch).display, " model of ", config.n_layer, " layers, d_model ",
                                 config.d_model, ", vocabulary ", config.vocab_size);
   std::map<std::string, const HfTensor*> by_ours;
   for (const auto& [name, t] : w.tensors()) {
@@ -282,7 +282,8 @@ absl::StatusOr<std::map<std::string, Matched>> match_tensors(const HfWeights& w,
         return absl::FailedPreconditionError(cat(w.path(), ": tensors ", it->second->name, " and ", name,
                                                  " are both the model's ", ours));
       }
-    } else if ((!config.llama() && is_gpt2_mask_buffer(ours)) || (ours == "lm_head.weight" && config.tied_head())) {
+    } else if ((config.features().gpt2_names && is_gpt2_mask_buffer(ours)) ||
+               (ours == "lm_head.weight" && config.tied_head())) {
       continue;  // a buffer, or the tied head's copy of the token table
     } else {
       return absl::FailedPreconditionError(cat(file_of(t), ": tensor ", name, " ", shape_string(t.shape),

@@ -16,7 +16,9 @@ namespace zero {
 
 namespace {
 
-constexpr const char* kSupported = "supported: \"gpt2\", \"llama\", \"mistral\" (without sliding-window attention)";
+constexpr const char* kSupported =
+    "supported: \"gpt2\", \"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"gemma\" (without sliding-window "
+    "attention)";
 
 bool ends_with(const std::string& s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -206,33 +208,99 @@ absl::StatusOr<HfRope> rope_from_hf(const Json& hf, const std::string& path) {
   return new_form;
 }
 
-absl::StatusOr<GptConfig> llama_from_hf(const Json& hf, const std::string& path, const std::string& model_type) {
+// The families with RoPE, one row each: what their config.json says (and,
+// when a key is absent, what transformers assumes), read by one function and
+// written by another. The layers' features come from kModelFamilies
+// (graph/model_features.h); a row only says how Hugging Face spells them.
+struct HfFamily {
+  ModelArch arch;
+  const char* architecture;           // "architectures"' class
+  int64_t default_positions;          // max_position_embeddings when absent
+  bool default_tied;                  // tie_word_embeddings when absent
+  int64_t default_head_dim;           // head_dim when absent (0: hidden_size / num_attention_heads)
+  const char* activation;             // hidden_act, what the MLP's gate computes
+  const char* legacy_activation;      // another hidden_act transformers reads as the same ("" none)
+  bool attention_bias_key;            // "attention_bias" puts biases on q, k, v and o
+  bool mlp_bias_key;                  // "mlp_bias" puts biases on the MLP
+  enum Window { kNoWindow, kMistralWindow, kQwenWindow } window;  // how a sliding window is asked for
+};
+
+// transformers 5.24's defaults (LlamaConfig, MistralConfig, Qwen2Config,
+// Qwen3Config, GemmaConfig).
+constexpr HfFamily kHfFamilies[] = {
+    {ModelArch::kLlama, "LlamaForCausalLM", 2048, false, 0, "silu", "", true, true, HfFamily::kNoWindow},
+    {ModelArch::kMistral, "MistralForCausalLM", 4096 * 32, false, 0, "silu", "", false, false,
+     HfFamily::kMistralWindow},
+    {ModelArch::kQwen2, "Qwen2ForCausalLM", 32768, false, 0, "silu", "", false, false, HfFamily::kQwenWindow},
+    {ModelArch::kQwen3, "Qwen3ForCausalLM", 32768, false, 128, "silu", "", true, false, HfFamily::kQwenWindow},
+    {ModelArch::kGemma, "GemmaForCausalLM", 8192, true, 256, "gelu_pytorch_tanh", "gelu", true, false,
+     HfFamily::kNoWindow},
+};
+
+const HfFamily* hf_family(std::string_view model_type) {
+  for (const HfFamily& f : kHfFamilies)
+    if (model_family(f.arch).name == model_type) return &f;
+  return nullptr;
+}
+
+const HfFamily& hf_family(ModelArch arch) {
+  for (const HfFamily& f : kHfFamilies)
+    if (f.arch == arch) return f;
+  ZE_CHECK(false) << "no Hugging Face row for " << model_family(arch).name;
+  return kHfFamilies[0];
+}
+
+// The attention pattern: full attention in every layer (sliding windows are
+// not implemented), as each family asks for a window.
+absl::Status check_full_attention(const HfKeys& keys, const Json& hf, const HfFamily& f, int64_t positions) {
+  if (f.window == HfFamily::kMistralWindow && keys.has("sliding_window")) {
+    ZE_ASSIGN_OR_RETURN(const int64_t window, keys.integer("sliding_window"));
+    if (window < positions) {
+      return keys.bad("sliding_window", cat("sliding-window attention is not implemented (a window of at least "
+                                            "max_position_embeddings, ", positions, ", or null is full "
+                                            "attention and loads)"));
+    }
+  }
+  if (f.window == HfFamily::kQwenWindow) {
+    ZE_ASSIGN_OR_RETURN(const bool sliding, keys.boolean("use_sliding_window", false));
+    if (sliding) return keys.bad("use_sliding_window", "sliding-window attention is not implemented");
+  }
+  if (keys.has("layer_types")) {
+    const Json& types = hf.at("layer_types");
+    if (!types.is_array()) return keys.bad("layer_types", "expected a list");
+    for (const Json& t : types) {
+      if (t != "full_attention") {
+        return keys.bad("layer_types", cat("only \"full_attention\" layers are implemented, not ", t.dump()));
+      }
+    }
+  }
+  ZE_ASSIGN_OR_RETURN(const bool bidirectional, keys.boolean("use_bidirectional_attention", false));
+  if (bidirectional) return keys.bad("use_bidirectional_attention", "only causal attention is implemented");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<GptConfig> rope_family_from_hf(const Json& hf, const std::string& path, const HfFamily& family) {
   const HfKeys keys(hf, path);
   GptConfig c;
-  c.arch = ModelArch::kLlama;
+  c.arch = family.arch;
   ZE_ASSIGN_OR_RETURN(c.d_model, keys.size("hidden_size", kWidthLimit));
   ZE_ASSIGN_OR_RETURN(c.d_ff, keys.size("intermediate_size", kFfnWidthLimit));
   ZE_ASSIGN_OR_RETURN(c.n_layer, keys.size("num_hidden_layers", kLayerLimit));
   ZE_ASSIGN_OR_RETURN(c.n_head, keys.size("num_attention_heads", kHeadLimit));
   ZE_ASSIGN_OR_RETURN(c.n_kv_head, keys.size("num_key_value_heads", kKvHeadLimit, c.n_head));
   ZE_ASSIGN_OR_RETURN(c.vocab_size, keys.size("vocab_size", kVocabLimit));
-  // transformers' defaults: Llama 2048 positions, Mistral 4096 * 32.
-  ZE_ASSIGN_OR_RETURN(c.max_positions, keys.size("max_position_embeddings", kPositionsLimit,
-                                                 model_type == "mistral" ? 131072 : 2048));
+  ZE_ASSIGN_OR_RETURN(c.max_positions, keys.size("max_position_embeddings", kPositionsLimit, family.default_positions));
   c.seq_len = c.max_positions;
-  if (c.d_model % c.n_head != 0) {
-    return keys.bad("hidden_size", cat("not a multiple of num_attention_heads (", c.n_head, ")"));
-  }
   if (c.n_head % c.n_kv_head != 0) {
     return keys.bad("num_key_value_heads",
                     cat("must divide num_attention_heads (", c.n_head, ") for grouped-query attention"));
   }
-  if (keys.has("head_dim")) {
-    ZE_ASSIGN_OR_RETURN(const int64_t head_dim, keys.integer("head_dim"));
-    if (head_dim != c.d_model / c.n_head) {
-      return keys.bad("head_dim", cat("only hidden_size / num_attention_heads (", c.d_model / c.n_head,
-                                      ") is implemented"));
-    }
+  // head_dim: its own width (Qwen3, Gemma, Mistral-Nemo), or hidden_size / num_attention_heads.
+  if (keys.has("head_dim") || family.default_head_dim > 0) {
+    ZE_ASSIGN_OR_RETURN(c.d_head, keys.size("head_dim", kHeadDimLimit, family.default_head_dim));
+    if (c.d_head * c.n_head == c.d_model) c.d_head = 0;  // the derived width: nothing to say
+  } else if (c.d_model % c.n_head != 0) {
+    return keys.bad("hidden_size", cat("not a multiple of num_attention_heads (", c.n_head, "), and no head_dim"));
   }
   ZE_ASSIGN_OR_RETURN(const double eps, keys.number("rms_norm_eps", 1e-6));
   if (!(eps > 0.0)) return keys.bad("rms_norm_eps", "must be > 0");
@@ -242,27 +310,30 @@ absl::StatusOr<GptConfig> llama_from_hf(const Json& hf, const std::string& path,
   c.rope_scaling = rope.scaling;
   const absl::StatusOr<RopeFreqs> freqs = rope_frequencies(c.head_dim(), c.rope_theta, c.rope_scaling);
   if (!freqs.ok()) return annotate(freqs.status(), path);
-  ZE_ASSIGN_OR_RETURN(c.tie_word_embeddings, keys.boolean("tie_word_embeddings", false));
+  ZE_ASSIGN_OR_RETURN(c.tie_word_embeddings, keys.boolean("tie_word_embeddings", family.default_tied));
   ZE_ASSIGN_OR_RETURN(const double init, keys.number("initializer_range", 0.02));
   if (!(init > 0.0)) return keys.bad("initializer_range", "must be > 0");
   c.init_std = static_cast<float>(init);
 
-  ZE_ASSIGN_OR_RETURN(const std::string act, keys.string("hidden_act", "silu"));
-  if (act != "silu") return keys.bad("hidden_act", "only \"silu\" (SwiGLU) is implemented");
-  for (const char* k : {"attention_bias", "mlp_bias"}) {
-    ZE_ASSIGN_OR_RETURN(const bool bias, keys.boolean(k, false));
-    if (bias) return keys.bad(k, "projection biases are not implemented in the Llama layers");
+  // The gate's activation; older Gemma files say it again as hidden_activation.
+  const std::string only = cat("only \"", family.activation, "\" is implemented for ", model_family(family.arch).name);
+  ZE_ASSIGN_OR_RETURN(const std::string act, keys.string("hidden_act", family.activation));
+  const bool legacy = *family.legacy_activation != '\0' && act == family.legacy_activation;
+  if (act != family.activation && !legacy) return keys.bad("hidden_act", only);
+  ZE_ASSIGN_OR_RETURN(const std::string act2, keys.string("hidden_activation", family.activation));
+  if (act2 != family.activation) return keys.bad("hidden_activation", only);
+  ModelFeatures features = model_family(family.arch).features;
+  if (family.attention_bias_key) {
+    ZE_ASSIGN_OR_RETURN(const bool bias, keys.boolean("attention_bias", false));
+    if (bias) features.qkv_bias = features.o_bias = true;
   }
+  if (family.mlp_bias_key) {
+    ZE_ASSIGN_OR_RETURN(features.mlp_bias, keys.boolean("mlp_bias", false));
+  }
+  if (features.qkv_bias != model_family(family.arch).features.qkv_bias || features.mlp_bias) c.feature_flags = features;
   ZE_ASSIGN_OR_RETURN(const double attn_dropout, keys.number("attention_dropout", 0.0));
   if (attn_dropout != 0.0) return keys.bad("attention_dropout", "dropout on attention probabilities is not implemented");
-  if (model_type == "mistral" && keys.has("sliding_window")) {
-    ZE_ASSIGN_OR_RETURN(const int64_t window, keys.integer("sliding_window"));
-    if (window < c.max_positions) {
-      return keys.bad("sliding_window", cat("sliding-window attention is not implemented (a window of at least "
-                                            "max_position_embeddings, ", c.max_positions, ", or null is full "
-                                            "attention and loads)"));
-    }
-  }
+  ZE_RETURN_IF_ERROR(check_full_attention(keys, hf, family, c.max_positions));
   return c;
 }
 
@@ -319,28 +390,26 @@ absl::StatusOr<GptConfig> gpt_config_from_hf(const Json& hf, const std::string& 
   if (!torch_dtype.empty() && !dtype.empty() && torch_dtype != dtype) {
     return keys.bad("dtype", cat("contradicts \"torch_dtype\" (\"", torch_dtype, "\")"));
   }
-  if (type == "llama" || type == "mistral") return llama_from_hf(hf, path, type);
   if (type == "gpt2") return gpt2_from_hf(hf, path);
-  if (type == "qwen2") {
-    return keys.bad("model_type", cat("Qwen2 has biases on its q/k/v projections, which our Llama layers do not "
-                                      "implement (", kSupported, ")"));
-  }
+  if (const HfFamily* family = hf_family(type)) return rope_family_from_hf(hf, path, *family);
   return keys.bad("model_type", cat("not implemented (", kSupported, ")"));
 }
 
 Json hf_config_json(const GptConfig& c, DType dtype) {
   const char* torch_dtype = dtype == DType::kBF16 ? "bfloat16" : dtype == DType::kF16 ? "float16" : "float32";
   Json j = Json::object();
-  if (c.llama()) {
-    j["architectures"] = {"LlamaForCausalLM"};
-    j["model_type"] = "llama";
+  if (c.rope()) {
+    const HfFamily& family = hf_family(c.arch);
+    const ModelFeatures f = c.features();
+    j["architectures"] = {family.architecture};
+    j["model_type"] = c.family_name();
     j["hidden_size"] = c.d_model;
     j["intermediate_size"] = c.ffn_width();
     j["num_hidden_layers"] = c.n_layer;
     j["num_attention_heads"] = c.n_head;
     j["num_key_value_heads"] = c.kv_heads();
     j["head_dim"] = c.head_dim();
-    j["hidden_act"] = "silu";
+    j["hidden_act"] = family.activation;
     j["max_position_embeddings"] = c.positions();
     j["vocab_size"] = c.vocab_size;
     j["rms_norm_eps"] = shortest(c.norm_eps);
@@ -357,9 +426,14 @@ Json hf_config_json(const GptConfig& c, DType dtype) {
       j["rope_scaling"] = r;
     }
     j["tie_word_embeddings"] = c.tie_word_embeddings;
-    j["attention_bias"] = false;
-    j["mlp_bias"] = false;
+    if (family.attention_bias_key) j["attention_bias"] = f.o_bias;
+    if (family.mlp_bias_key) j["mlp_bias"] = f.mlp_bias;
+    if (family.window == HfFamily::kMistralWindow) j["sliding_window"] = nullptr;
+    if (family.window == HfFamily::kQwenWindow) j["use_sliding_window"] = false;
     j["attention_dropout"] = 0.0;
+    // Not GemmaConfig's defaults (pad 0, eos 1, bos 2): its pad id becomes the
+    // embedding's padding_idx, whose row transformers never trains (ours does).
+    if (c.arch == ModelArch::kGemma) j["pad_token_id"] = j["bos_token_id"] = j["eos_token_id"] = nullptr;
     j["initializer_range"] = shortest(c.init_std);
   } else {
     j["architectures"] = {"GPT2LMHeadModel"};
@@ -394,35 +468,45 @@ bool is_gpt2_conv1d_weight(const std::string& name) {
 }
 
 std::string hf_tensor_name(const GptConfig& c, const std::string& ours) {
-  if (!c.llama()) return "transformer." + ours;
+  if (c.features().gpt2_names) return "transformer." + ours;
   return ours == "lm_head.weight" ? ours : "model." + ours;
 }
 
 std::string ours_from_hf_tensor_name(const GptConfig& c, const std::string& hf) {
-  const std::string_view prefix = c.llama() ? "model." : "transformer.";
+  const std::string_view prefix = c.features().gpt2_names ? "transformer." : "model.";
   return starts_with(hf, prefix) ? hf.substr(prefix.size()) : hf;
 }
 
 bool hf_stores_transposed(const GptConfig& c, const std::string& ours) {
-  return !c.llama() && is_gpt2_conv1d_weight(ours);
+  return c.features().gpt2_names && is_gpt2_conv1d_weight(ours);
 }
 
 std::vector<std::pair<std::string, Shape>> gpt_parameter_shapes(const GptConfig& c) {
   const int64_t C = c.d_model, F = c.ffn_width(), D = c.head_dim();
+  const ModelFeatures f = c.features();
   std::vector<std::pair<std::string, Shape>> out;
-  if (c.llama()) {
+  if (!f.gpt2_names) {
+    // A Linear's weight [out, in] and, with a bias, its bias [out].
+    auto linear = [&](const std::string& name, int64_t rows, int64_t cols, bool bias) {
+      out.emplace_back(name + ".weight", Shape{rows, cols});
+      if (bias) out.emplace_back(name + ".bias", Shape{rows});
+    };
     out.emplace_back("embed_tokens.weight", Shape{c.vocab_size, C});
     for (int64_t i = 0; i < c.n_layer; ++i) {
       const std::string b = cat("layers.", i, ".");
       out.emplace_back(b + "input_layernorm.weight", Shape{C});
-      out.emplace_back(b + "self_attn.q_proj.weight", Shape{c.n_head * D, C});
-      out.emplace_back(b + "self_attn.k_proj.weight", Shape{c.kv_heads() * D, C});
-      out.emplace_back(b + "self_attn.v_proj.weight", Shape{c.kv_heads() * D, C});
-      out.emplace_back(b + "self_attn.o_proj.weight", Shape{C, c.n_head * D});
+      linear(b + "self_attn.q_proj", c.n_head * D, C, f.qkv_bias);
+      linear(b + "self_attn.k_proj", c.kv_heads() * D, C, f.qkv_bias);
+      linear(b + "self_attn.v_proj", c.kv_heads() * D, C, f.qkv_bias);
+      linear(b + "self_attn.o_proj", C, c.n_head * D, f.o_bias);
+      if (f.qk_norm) {
+        out.emplace_back(b + "self_attn.q_norm.weight", Shape{D});
+        out.emplace_back(b + "self_attn.k_norm.weight", Shape{D});
+      }
       out.emplace_back(b + "post_attention_layernorm.weight", Shape{C});
-      out.emplace_back(b + "mlp.gate_proj.weight", Shape{F, C});
-      out.emplace_back(b + "mlp.up_proj.weight", Shape{F, C});
-      out.emplace_back(b + "mlp.down_proj.weight", Shape{C, F});
+      linear(b + "mlp.gate_proj", F, C, f.mlp_bias);
+      linear(b + "mlp.up_proj", F, C, f.mlp_bias);
+      linear(b + "mlp.down_proj", C, F, f.mlp_bias);
     }
     out.emplace_back("norm.weight", Shape{C});
     if (!c.tied_head()) out.emplace_back("lm_head.weight", Shape{c.vocab_size, C});

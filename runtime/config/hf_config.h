@@ -3,12 +3,16 @@
 // the GptConfig written back as the config.json transformers loads, and our
 // parameter names mapped to the tensor names of its checkpoints.
 //
-// Supported: model_type "gpt2" (GPT2LMHeadModel), "llama" (LlamaForCausalLM)
-// and "mistral" without sliding-window attention (the Llama architecture).
-// Tensor names are ours with Hugging Face's prefix: "transformer." (GPT-2),
-// "model." (Llama; its untied "lm_head.weight" has none). GPT-2's Conv1D
-// weights (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj) are stored
-// [in, out], transposed from our Linear's [out, in]; Llama's are not.
+// Supported: model_type "gpt2" (GPT2LMHeadModel), "llama" (LlamaForCausalLM),
+// "mistral" without sliding-window attention, "qwen2", "qwen3" and "gemma"
+// (Qwen2/Qwen3/GemmaForCausalLM); each family with RoPE is one row of a
+// table (hf_config.cc's kHfFamilies: its class, its keys' defaults, its
+// activation, how it asks for biases and sliding windows), its layers'
+// features graph/model_features.h's. Tensor names are ours with Hugging
+// Face's prefix: "transformer." (GPT-2), "model." (the others; an untied
+// "lm_head.weight" has none). GPT-2's Conv1D weights (attn.c_attn,
+// attn.c_proj, mlp.c_fc, mlp.c_proj) are stored [in, out], transposed from
+// our Linear's [out, in]; the others' are not.
 #pragma once
 
 #include <string>
@@ -34,8 +38,9 @@ namespace zero {
 // (INVALID_ARGUMENT naming both otherwise).
 absl::StatusOr<GptConfig> gpt_config_from_hf(const Json& hf, const std::string& path);
 
-// GptConfig -> the config.json transformers needs to load the model, with
-// torch_dtype "float32" or "bfloat16" (`dtype`). Written in transformers
+// GptConfig -> the config.json transformers needs to load the model, of the
+// family's model_type and class, with torch_dtype "float32" or "bfloat16"
+// (`dtype`). Written in transformers
 // 4.x's form ("torch_dtype", "rope_theta", "rope_scaling"), which 4.x and
 // 5.x both load (5.x converts it to its "rope_parameters"); 4.x would
 // ignore 5.x's "rope_parameters" and run plain RoPE of theta 10000.

@@ -22,11 +22,20 @@ namespace zero {
 namespace {
 
 // The keys that say what the architecture is (a Hugging Face config.json
-// says it all), and those only the Llama family has.
+// says it all), and those only the families with RoPE have.
 constexpr std::string_view kArchitectureKeys[] = {"arch", "n_layer", "n_head", "d_model", "vocab_size",
                                                   "n_kv_head", "d_ff", "norm_eps", "rope_theta",
-                                                  "tie_word_embeddings", "max_positions"};
-constexpr std::string_view kLlamaKeys[] = {"n_kv_head", "d_ff", "norm_eps", "rope_theta", "tie_word_embeddings"};
+                                                  "tie_word_embeddings", "max_positions", "head_dim",
+                                                  "logit_softcap"};
+constexpr std::string_view kRopeFamilyKeys[] = {"n_kv_head", "d_ff",  "norm_eps",
+                                                "rope_theta", "tie_word_embeddings", "head_dim"};
+
+// model.arch's values: every family of graph/model_features.h.
+std::vector<std::pair<std::string, ModelArch>> family_choices() {
+  std::vector<std::pair<std::string, ModelArch>> out;
+  for (const ModelFamily& f : kModelFamilies) out.emplace_back(std::string(f.name), f.arch);
+  return out;
+}
 
 // model.hf_config: the architecture from the file; the section may still set
 // seq_len (at most max_position_embeddings) and nothing that contradicts it.
@@ -50,20 +59,22 @@ void read_hf_config(ConfigReader& r, RunConfig& c) {
   g = *hf;
   g.seq_len = r.has("seq_len") ? seq_len : std::min(seq_len, g.positions());
   g.dropout = dropout;
-  r.set_effective("arch", g.llama() ? "llama" : "gpt2");
+  r.set_effective("arch", std::string(g.family_name()));
   r.set_effective("n_layer", g.n_layer);
   r.set_effective("n_head", g.n_head);
   r.set_effective("d_model", g.d_model);
   r.set_effective("vocab_size", g.vocab_size);
   r.set_effective("seq_len", g.seq_len);
   r.set_effective("max_positions", g.positions());
-  if (g.llama()) {
+  if (g.rope()) {
     r.set_effective("n_kv_head", g.kv_heads());
+    r.set_effective("head_dim", g.head_dim());
     r.set_effective("d_ff", g.ffn_width());
     r.set_effective("norm_eps", g.norm_eps);
     r.set_effective("rope_theta", g.rope_theta);
     r.set_effective("tie_word_embeddings", g.tie_word_embeddings);
   }
+  r.set_effective("logit_softcap", g.logit_softcap);
 }
 
 void parse_model(ConfigReader r, RunConfig& c) {
@@ -81,27 +92,31 @@ void parse_model(ConfigReader r, RunConfig& c) {
   }
   if (!c.model.hf_config.empty()) {
     read_hf_config(r, c);
-  } else if (g.llama()) {
+  } else if (g.rope()) {
     if (g.n_kv_head > g.n_head || (g.n_kv_head > 0 && g.n_head % g.n_kv_head != 0)) {
       r.error("n_kv_head", cat(g.n_kv_head, " key/value heads do not divide n_head ", g.n_head));
     }
-    if (absl::StatusOr<RopeFreqs> f = rope_frequencies(g.d_model / g.n_head, g.rope_theta, g.rope_scaling); !f.ok()) {
-      r.error("rope_theta", std::string(f.status().message()));
+    if (g.d_head == 0 && g.d_model % g.n_head != 0) {
+      r.error("d_model", cat(g.d_model, " is not divisible by n_head ", g.n_head, " (or set model.head_dim)"));
+    } else if (absl::StatusOr<RopeFreqs> f = rope_frequencies(g.head_dim(), g.rope_theta, g.rope_scaling); !f.ok()) {
+      r.error(g.d_head > 0 ? "head_dim" : "rope_theta", std::string(f.status().message()));
     }
   } else {
-    for (std::string_view key : kLlamaKeys) {
-      if (r.has(key)) r.error(key, "is a Llama-family setting; set model.arch to \"llama\" (or remove it)");
+    for (std::string_view key : kRopeFamilyKeys) {
+      if (r.has(key)) {
+        r.error(key, cat("is a setting of the families with RoPE; set model.arch to one of them (\"llama\", "
+                         "\"mistral\", \"qwen2\", \"qwen3\", \"gemma\") or remove it"));
+      }
     }
-  }
-  if (g.d_model % g.n_head != 0) {
-    r.error("d_model", cat(g.d_model, " is not divisible by n_head ", g.n_head));
+    if (g.d_model % g.n_head != 0) r.error("d_model", cat(g.d_model, " is not divisible by n_head ", g.n_head));
   }
   if (g.seq_len > g.positions()) {
     r.error("seq_len", cat(g.seq_len, " is longer than the model's ", g.positions(), " positions (",
                            c.model.hf_config.empty() ? "model.max_positions" : "max_position_embeddings", ")"));
   }
-  if (g.llama() && g.dropout > 0.0f) {
-    r.error("dropout", "the Llama family has no dropout sites here (Hugging Face's attention_dropout is 0)");
+  if (g.rope() && g.dropout > 0.0f) {
+    r.error("dropout", cat("the ", model_family(g.arch).display, " family has no dropout sites here (Hugging Face's "
+                           "attention_dropout is 0)"));
   }
   r.finish();
 }
@@ -404,12 +419,13 @@ std::vector<ConfigKey> run_config_keys() {
   std::vector<ConfigKey> k;
   // ---- ZeroEngine's sections.
   k.push_back(text_choice("model.type", ZE_FIELD(model.type), {"gpt"}, "the network (a decoder-only transformer)"));
-  k.push_back(choice("model.arch", ZE_FIELD(model.gpt.arch), {{"gpt2", ModelArch::kGpt2}, {"llama", ModelArch::kLlama}},
-                     "the family: GPT-2, or Llama (RMSNorm, RoPE, SwiGLU, grouped-query attention; also Mistral "
-                     "without sliding windows)"));
+  k.push_back(choice("model.arch", ZE_FIELD(model.gpt.arch), family_choices(),
+                     "the family: GPT-2, or Llama (RMSNorm, RoPE, SwiGLU, grouped-query attention), Mistral "
+                     "(Llama's layers, no sliding windows), Qwen2 (Llama with q/k/v biases), Qwen3 (Llama with "
+                     "q/k norms), Gemma (RMSNorm (1+w), embeddings x sqrt(d_model), GeGLU, tied head)"));
   k.push_back(text("model.hf_config", ZE_FIELD(model.hf_config),
-                   "a Hugging Face config.json (llama, mistral, gpt2) the architecture is read from; the other "
-                   "architecture keys may not be set beside it"));
+                   "a Hugging Face config.json (gpt2, llama, mistral, qwen2, qwen3, gemma) the architecture is read "
+                   "from; the other architecture keys may not be set beside it"));
   k.push_back(integer(kLayerLimit.key, ZE_FIELD(model.gpt.n_layer), kLayerLimit.min, kLayerLimit.max,
                       "transformer blocks"));
   k.push_back(integer(kHeadLimit.key, ZE_FIELD(model.gpt.n_head), kHeadLimit.min, kHeadLimit.max,
@@ -424,13 +440,18 @@ std::vector<ConfigKey> run_config_keys() {
                       kPositionsLimit.max,
                       "GPT-2's position table rows / Llama's max_position_embeddings (0: seq_len)"));
   k.push_back(integer(kKvHeadLimit.key, ZE_FIELD(model.gpt.n_kv_head), kKvHeadLimit.min, kKvHeadLimit.max,
-                      "llama: key/value heads, dividing n_head (0: n_head; fewer: grouped-query attention)"));
+                      "RoPE families: key/value heads, dividing n_head (0: n_head; fewer: grouped-query attention)"));
+  k.push_back(integer(kHeadDimLimit.key, ZE_FIELD(model.gpt.d_head), kHeadDimLimit.min, kHeadDimLimit.max,
+                      "RoPE families: an attention head's width (0: d_model / n_head; the attention is n_head "
+                      "head_dim wide)"));
   k.push_back(integer(kFfnWidthLimit.key, ZE_FIELD(model.gpt.d_ff), kFfnWidthLimit.min, kFfnWidthLimit.max,
-                      "llama: the SwiGLU MLP's width (0: 8/3 d_model rounded up to a multiple of 256)"));
-  k.push_back(number("model.norm_eps", ZE_FIELD(model.gpt.norm_eps), kPositive, "llama: RMSNorm's eps"));
-  k.push_back(number("model.rope_theta", ZE_FIELD(model.gpt.rope_theta), kPositive, "llama: the RoPE base"));
+                      "RoPE families: the gated MLP's width (0: 8/3 d_model rounded up to a multiple of 256)"));
+  k.push_back(number("model.norm_eps", ZE_FIELD(model.gpt.norm_eps), kPositive, "RoPE families: RMSNorm's eps"));
+  k.push_back(number("model.rope_theta", ZE_FIELD(model.gpt.rope_theta), kPositive, "RoPE families: the RoPE base"));
   k.push_back(boolean("model.tie_word_embeddings", ZE_FIELD(model.gpt.tie_word_embeddings),
-                      "llama: the LM head is the token table (GPT-2's always is)"));
+                      "RoPE families: the LM head is the token table (GPT-2's always is)"));
+  k.push_back(number("model.logit_softcap", ZE_FIELD(model.gpt.logit_softcap), kNonNegative,
+                     "the logits as cap tanh(logits / cap) (Gemma 2's final_logit_softcapping; 0: none)"));
   k.push_back(number("model.dropout", ZE_FIELD(model.gpt.dropout), NumberRange::unit_open(),
                      "GPT-2's dropout (embeddings, attention and MLP outputs); masks are a hash of "
                      "(run.seed, layer, global sample, position), the same on any number of ranks"));

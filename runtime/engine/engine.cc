@@ -46,11 +46,19 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Module> m
                                                        Backend& backend, const DeviceMesh& mesh) {
   if (model == nullptr) return absl::InvalidArgumentError("initialize: model is null");
   const int stages = mesh.shape().pipeline;
-  if (model->pipeline_stages() != stages || model->pipeline_stage_index() != mesh.coordinates().pipeline) {
+  const Model& layout = model_of(*model);
+  const bool a_model = dynamic_cast<const Model*>(model.get()) != nullptr;
+  if (stages > 1 && !a_model) {
     return absl::InvalidArgumentError(cat(
-        "a mesh of pipeline ", stages, ": this rank is stage ", mesh.coordinates().pipeline, " but the model is stage ",
-        model->pipeline_stage_index(), " of ", model->pipeline_stages(),
-        " (build it as this rank's stage, e.g. Gpt(config, tensor, sp, PipelineStage{stage, P}))"));
+        "pipeline.stages ", stages, ": the model, a ", model_type_name(*model),
+        ", is one whole module tree that cannot be cut into stages (it implements no zero::Model, graph/model.h); "
+        "train it with pipeline.stages 1"));
+  }
+  if (layout.pipeline_stages() != stages || layout.pipeline_stage_index() != mesh.coordinates().pipeline) {
+    return absl::InvalidArgumentError(cat(
+        "a mesh of pipeline ", stages, ": this rank is stage ", mesh.coordinates().pipeline, " but the model, a ",
+        model_type_name(*model), ", is stage ", layout.pipeline_stage_index(), " of ", layout.pipeline_stages(),
+        " (build it as this rank's stage: build_model(spec, mesh), graph/build_model.h)"));
   }
   if (stages > 1 && config.zero.stage == ZeroStage::k3) {
     return absl::InvalidArgumentError(cat(
@@ -58,15 +66,19 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Module> m
         "module's parameters by replaying the module order it recorded for one forward and one backward, and a "
         "pipeline schedule interleaves the forwards and backwards of several micro-batches; use stage 0, 1 or 2"));
   }
-  const bool last_stage = model->pipeline_stage_index() == stages - 1;
+  const bool last_stage = layout.pipeline_stage_index() == stages - 1;
   if (mesh.shape().tensor > 1 && last_stage) {
     // The model's tensor-parallel layers must split over this mesh's tensor
     // group; its logits then come as this rank's vocabulary slice.
-    const std::optional<VocabSlice> slice = model->logits_vocab_slice();
+    const std::optional<VocabSlice> slice = layout.logits_vocab_slice();
     if (!slice || slice->group != &mesh.tensor()) {
       return absl::InvalidArgumentError(cat(
-          "a mesh of tensor ", mesh.shape().tensor, ": the model must be built on the mesh's tensor group (e.g. "
-          "Gpt(config, &mesh.tensor())); this one ", !slice ? "has no tensor-parallel layers" : "uses another group"));
+          "tensor_parallel.autotp_size ", mesh.shape().tensor, ": the model, a ", model_type_name(*model), ", ",
+          !a_model ? "has no tensor-parallel layers (train it with autotp_size 1)"
+          : !slice ? "was built unsplit, not on the mesh's tensor group (build it with build_model(spec, mesh), "
+                     "graph/build_model.h)"
+                   : "is split over another group than the mesh's tensor group (build it with build_model(spec, "
+                     "mesh), graph/build_model.h)"));
     }
   }
   if (config.micro_batch_size <= 0)
@@ -150,7 +162,7 @@ absl::Status Engine::configure(Context& ctx) {
   // are the same on every tensor rank: with sequence parallelism they are
   // already 1/T shards, and with T = 1 there is nothing to split.
   if (config_.activation_checkpointing.partition_activations && mesh_->shape().tensor > 1 &&
-      !model_->sequence_parallel()) {
+      !model_of(*model_).sequence_parallel()) {
     ctx.set_checkpoint_partition(&mesh_->tensor());
   }
   // cpu_checkpointing: segment inputs in pinned host memory of the compute
@@ -177,7 +189,7 @@ std::vector<Context*> Engine::contexts() {
 
 absl::Status Engine::cross_entropy(const Tensor& logits, const Tensor& targets, float grad_scale,
                                    const Tensor& losses) {
-  if (const std::optional<VocabSlice> slice = model_->logits_vocab_slice()) {
+  if (const std::optional<VocabSlice> slice = model_of(*model_).logits_vocab_slice()) {
     return vocab_parallel_cross_entropy(backend_, *slice->group, logits, to_compute(targets), slice->first, grad_scale,
                                         losses);
   }
@@ -330,7 +342,7 @@ absl::StatusOr<StepResult> Engine::finish_micro_step() {
     const bool tensor_split = mesh_->shape().tensor > 1;
     const bool replica_tensor_rank = tensor_split && mesh_->coordinates().tensor != 0;
     std::vector<Parameter*> copies;
-    if (pipelined() && mesh_->coordinates().pipeline != 0) copies = model_->parameters_tied_across_stages();
+    if (pipelined() && mesh_->coordinates().pipeline != 0) copies = model_of(*model_).parameters_tied_across_stages();
     double square_sum = !replica_tensor_rank && copies.empty()
                             ? state_->local_grad_square_sum()
                             : state_->local_grad_square_sum([&](const Parameter& p) {

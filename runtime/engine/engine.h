@@ -22,6 +22,7 @@
 #include "comm/communicator.h"
 #include "comm/device_mesh.h"
 #include "graph/context.h"
+#include "graph/model.h"
 #include "kernels/optimizer.h"
 #include "runtime/engine/engine_config.h"
 #include "zero/model_state.h"
@@ -87,12 +88,11 @@ class Engine {
   // On a device mesh (comm/device_mesh.h), which must outlive the
   // engine: ZeRO shards over its data group and samples are drawn by the
   // data-parallel rank. With a tensor group of T > 1 the model must be built
-  // on it (Gpt(config, &mesh.tensor())): each rank of a tensor group gets the
+  // on it (graph/build_model.h's build_model(spec, mesh)): each rank of a tensor group gets the
   // same batch, the gradient norm adds the split parameters' slices over the
   // group and counts the replicated ones once, and an overflow anywhere
   // skips the step everywhere. With a pipeline of P > 1 stages the model
-  // must be built as this rank's stage (Gpt(config, tensor, sp,
-  // PipelineStage{mesh.coordinates().pipeline, P})), trained through
+  // must be built as this rank's stage (build_model does), trained through
   // train_batch() and evaluated through evaluate(); ZeRO stage 3 is refused (its gathers replay one recorded
   // module order per forward and per backward, which a schedule
   // interleaving micro-batches does not have).

@@ -7,6 +7,7 @@
 #include "comm/device_mesh.h"
 #include "core/status.h"
 #include "core/strings.h"
+#include "graph/build_model.h"
 #include "kernels/dry_run/dry_run_backend.h"
 #include "runtime/engine/engine.h"
 #include "zero/host_step.h"
@@ -30,9 +31,6 @@ absl::StatusOr<MemoryPlan> plan_memory(const PlanInput& in) {
   if (in.world < 1) return absl::InvalidArgumentError(cat("world size ", in.world, " must be at least 1"));
   if (in.rank < 0 || in.rank >= in.world)
     return absl::InvalidArgumentError(cat("rank ", in.rank, " is not in 0..", in.world - 1));
-  // The model's own rules (heads, key/value heads, vocabulary and MLP over
-  // the tensor group): a Status here, never the constructor's check.
-  ZE_RETURN_IF_ERROR(check_gpt_split(g, in.tensor, in.sequence_parallel));
   if (seq < 1 || seq > g.seq_len)
     return absl::InvalidArgumentError(cat("sequence length ", seq, " must be between 1 and model.seq_len ", g.seq_len));
   if (in.micro_batch < 1)
@@ -55,13 +53,12 @@ absl::StatusOr<MemoryPlan> plan_memory(const PlanInput& in) {
                       DeviceMesh::dry_run({in.world / (in.tensor * stages), in.tensor, stages}, in.rank));
   EngineConfig e = in.engine;
   e.micro_batch_size = in.micro_batch;
-  // With pipeline stages the rank's own stage (first and last hold the
-  // embeddings and the head, so their plans differ from the middle ones').
-  ZE_ASSIGN_OR_RETURN(const PipelineStage stage, gpt_pipeline_stage(g, mesh->coordinates().pipeline, stages,
-                                                                     e.pipeline.partition_method));
-  ZE_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
-                      Engine::create(std::make_unique<Gpt>(g, &mesh->tensor(), in.sequence_parallel, stage), e,
-                                     backend, *mesh));
+  // This rank's stage and tensor slice, built as zero-train builds it (first
+  // and last stages hold the embeddings and the head, so their plans differ
+  // from the middle ones').
+  ZE_ASSIGN_OR_RETURN(std::unique_ptr<Gpt> model,
+                      build_model(g, *mesh, {in.sequence_parallel, e.pipeline.partition_method}));
+  ZE_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(std::move(model), e, backend, *mesh));
   MemoryTracker& tracker = backend.process_tracker();
 
   MemoryPlan plan;

@@ -100,7 +100,7 @@ absl::StatusOr<StepResult> Engine::run_pipeline(const MicroBatchSource& next) {
     return first_error;
   };
   auto activation_like = [&](const MicroBatch& mb) {
-    return backend_.empty(model_->stage_output_shape(mb.batch.inputs.shape()), DType::kF32,
+    return backend_.empty(model_of(*model_).stage_output_shape(mb.batch.inputs.shape()), DType::kF32,
                           MemCategory::kActivations);
   };
   // The buffers receives land in. An activation's micro-batch is drawn
@@ -237,7 +237,7 @@ absl::StatusOr<StepResult> Engine::run_pipeline(const MicroBatchSource& next) {
   // The tied token table: its copies on the first and the last stage sum
   // their (data-reduced) gradients over the embedding group.
   if (Communicator* group = mesh_->embedding()) {
-    for (Parameter* p : model_->parameters_tied_across_stages()) {
+    for (Parameter* p : model_of(*model_).parameters_tied_across_stages()) {
       ZE_RETURN_IF_ERROR(state_->sum_gradient_over(*p, *group));
     }
   }
@@ -252,7 +252,7 @@ absl::StatusOr<float> Engine::evaluate_pipeline(const Batch& batch) {
   const bool first = stage == 0, last = stage == stages - 1;
   Communicator& pipe = mesh_->pipeline();
   const std::string where = cat("evaluation on pipeline stage ", stage, " of ", stages);
-  const Shape activation_shape = model_->stage_output_shape(batch.inputs.shape());
+  const Shape activation_shape = model_of(*model_).stage_output_shape(batch.inputs.shape());
   absl::Status status;  // this stage's first failure
   ctx_.clear();
   Tensor input;

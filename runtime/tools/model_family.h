@@ -13,12 +13,15 @@
 
 namespace zero {
 
-// The family and the sizes that define its shape (Llama: with its key/value
-// heads, MLP width and, when tied, " tied head").
+// The family and the sizes that define its shape (the RoPE families: with
+// their key/value heads, MLP width, head_dim when it is their own and, when
+// tied, " tied head").
 inline std::string model_family_description(const GptConfig& g) {
-  if (g.llama()) {
-    return absl::StrFormat("Llama n_layer=%d n_head=%d n_kv_head=%d d_model=%d d_ff=%d%s", g.n_layer, g.n_head,
-                           g.kv_heads(), g.d_model, g.ffn_width(), g.tied_head() ? " tied head" : "");
+  if (g.rope()) {
+    const std::string head_dim = g.d_head > 0 ? absl::StrFormat(" head_dim=%d", g.head_dim()) : "";
+    return absl::StrFormat("%s n_layer=%d n_head=%d n_kv_head=%d d_model=%d%s d_ff=%d%s", model_family(g.arch).display,
+                           g.n_layer, g.n_head, g.kv_heads(), g.d_model, head_dim, g.ffn_width(),
+                           g.tied_head() ? " tied head" : "");
   }
   return absl::StrFormat("GPT-2 n_layer=%d n_head=%d d_model=%d", g.n_layer, g.n_head, g.d_model);
 }

@@ -1,12 +1,11 @@
 // zero-train's loop; see train_loop.h.
 #include "runtime/tools/train_loop.h"
 
-#include <filesystem>
-
 #include <omp.h>
 
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <iostream>
 #include <mutex>
 #include <optional>
@@ -18,17 +17,19 @@
 #include "core/signals.h"
 #include "core/status.h"
 #include "core/strings.h"
+#include "graph/build_model.h"
 #include "kernels/cpu/bf16_gemm_policy.h"
 #include "kernels/cpu/simd_kernels.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/hf_weights.h"
-#include "runtime/config/hf_config.h"
 #include "runtime/checkpoint/safetensors.h"
+#include "runtime/config/hf_config.h"
 #include "runtime/data/data_loader.h"
 #include "runtime/engine/engine.h"
 #include "runtime/tools/evaluation.h"
 #include "runtime/tools/flops_profile_report.h"
 #include "runtime/tools/gemm_rate.h"
+#include "runtime/tools/model_family.h"
 #include "runtime/tools/monitors.h"
 #include "runtime/tools/progress.h"
 
@@ -56,421 +57,526 @@ absl::StatusOr<std::unique_ptr<DataLoader>> open_data(const RunConfig& c) {
   return DataLoader::create(std::move(source), c.model.gpt.seq_len, c.data.seed);
 }
 
-}  // namespace
+// One zero-train run as the phases it goes through, in this order (each a
+// method, run_training below calls them): open the inputs (data, the
+// evaluation set), choose MFU's peak, attach the comms logger, build (the
+// mesh, the model through build_model, the engine: the same calls
+// zero-estimate's dry run and the benchmarks make), describe the set-up,
+// restore (a checkpoint or initial weights), open the outputs (progress,
+// monitors, metrics), train (one run_step per optimizer step, until run.steps
+// or a signal), finish (the last save and the summaries).
+class TrainingRun {
+ public:
+  TrainingRun(const RunConfig& c, Backend& backend, Communicator& comm, std::ostream& rank0_out)
+      : c_(c),
+        g_(c.model.gpt),
+        backend_(backend),
+        comm_(comm),
+        rank0_out_(rank0_out),
+        out_(comm.rank() == 0 ? rank0_out : discard_) {}
+  ~TrainingRun() {
+    if (comm_log_) comm_.set_log(nullptr);  // the world outlives the run; the groups go with the mesh
+  }
 
-absl::StatusOr<int> run_training(const RunConfig& c, Backend& backend, Communicator& comm, std::ostream& rank0_out) {
-  std::ostringstream discard;
-  std::ostream& out = comm.rank() == 0 ? rank0_out : discard;
-  const int64_t rss_baseline = process_rss_bytes();
+  absl::Status open_inputs();
+  void choose_mfu_peak();
+  absl::Status attach_comms_logger();
+  absl::Status build();
+  void describe();
+  // False: the checkpoint restored is at run.steps already (said so).
+  absl::StatusOr<bool> restore();
+  absl::Status open_outputs();
+  // 0 when every step ran, else the signal that stopped the run at a step
+  // boundary (the same one on every rank).
+  absl::StatusOr<int> train();
+  absl::Status finish();
+
+ private:
+  absl::Status run_step(int64_t step);
+  absl::Status save();
+  // A signal stops the run at a step boundary, the same one on every rank.
+  absl::StatusOr<int> stop_signal();
+  // comms_logger verbose lines the communication threads handed over,
+  // printed by this thread between steps (never written to out_ from another
+  // thread).
+  void print_verbose();
+  bool fp16() const { return c_.engine.param_dtype == DType::kF16; }
+
+  const RunConfig& c_;
+  const GptConfig& g_;
+  Backend& backend_;
+  Communicator& comm_;
+  std::ostream& rank0_out_;
+  std::ostringstream discard_;
+  std::ostream& out_;  // rank 0's output; the other ranks' goes nowhere
+  const int64_t rss_baseline_ = process_rss_bytes();
   // The driver's figure for the device (cudaMemGetInfo), and the tracked one,
   // before the engine allocates: the summary compares their growth.
-  const std::optional<int64_t> device_baseline = backend.device_memory_in_use();
-  const int64_t tracked_device_baseline =
+  const std::optional<int64_t> device_baseline_ = backend_.device_memory_in_use();
+  const int64_t tracked_device_baseline_ =
       MemoryTracker::global().snapshot().reserved[static_cast<int>(Tier::kDevice)].current;
-  ZE_ASSIGN_OR_RETURN(std::unique_ptr<DataLoader> data, open_data(c));
-  std::unique_ptr<Evaluator> evaluator;
-  if (c.run.eval_every > 0) {
-    ZE_ASSIGN_OR_RETURN(evaluator, Evaluator::create(c));
-  }
-  // MFU's denominator: the peak given, else the CPU's ISA peak, or on a GPU
-  // this rank's measured rate on the model's MLP GEMM (gemm_rate.h).
-  double peak_tflops = c.run.peak_tflops;
-  std::string peak_what = absl::StrFormat("%g TFLOP/s per rank (run.peak_tflops)", peak_tflops);
-  if (peak_tflops <= 0) {
-    const MfuPeak peak = default_mfu_peak(backend, c.engine.param_dtype,
-                                          c.engine.micro_batch_size * c.model.gpt.seq_len, c.model.gpt.d_model,
-                                          c.model.gpt.ffn_width() / c.tensor_size());
-    peak_tflops = peak.tflops;
-    peak_what = peak.what;
-    MemoryTracker::global().reset_peaks();  // a measurement's buffers are gone; the run's peaks start here
-  }
-  // DeepSpeed's comms_logger: the world and the groups split from it record
-  // into one log, which outlives them (the groups go with the mesh, declared
-  // below; the world is detached when this function returns).
-  // verbose: lines the communication threads hand over, printed by this
-  // thread between steps (never written to `out` from another thread).
+
+  std::unique_ptr<DataLoader> data_;
+  std::unique_ptr<Evaluator> evaluator_;
+  double peak_tflops_ = 0;
+  std::string peak_what_;
   struct VerboseLines {
     std::mutex mu;
     std::string text;
-  } verbose_lines;
-  auto print_verbose = [&] {
-    std::string text;
-    {
-      std::lock_guard<std::mutex> lock(verbose_lines.mu);
-      text.swap(verbose_lines.text);
-    }
-    out << text;
-  };
-  std::unique_ptr<CommLog> comm_log;
-  const absl::Cleanup detach_log = [&] {
-    if (comm_log) comm.set_log(nullptr);
-  };
-  if (c.comms_logger.enabled && (c.comms_logger.prof_all || !c.comms_logger.prof_ops.empty())) {
+  } verbose_lines_;
+  // DeepSpeed's comms_logger: the world and the groups split from it record
+  // into one log, which outlives them (declared before the mesh).
+  std::unique_ptr<CommLog> comm_log_;
+  std::unique_ptr<DeviceMesh> mesh_;
+  std::unique_ptr<Engine> engine_;
+  std::string resume_dir_;
+  absl::StatusOr<ResumePoint> point_ = absl::NotFoundError("");
+  int64_t first_step_ = 0;
+  std::unique_ptr<ProgressReporter> progress_;
+  std::unique_ptr<Monitors> monitors_;
+  // The checkpoint this run's weights were last in: the one resumed, then each save.
+  std::string last_checkpoint_;
+  int64_t last_saved_ = 0;
+  // Steps in a row whose gradients or loss were inf/NaN (skipped, never applied).
+  int64_t nonfinite_run_ = 0;
+};
+
+absl::Status TrainingRun::open_inputs() {
+  ZE_ASSIGN_OR_RETURN(data_, open_data(c_));
+  if (c_.run.eval_every > 0) {
+    ZE_ASSIGN_OR_RETURN(evaluator_, Evaluator::create(c_));
+  }
+  return absl::OkStatus();
+}
+
+void TrainingRun::choose_mfu_peak() {
+  // MFU's denominator: the peak given, else the CPU's ISA peak, or on a GPU
+  // this rank's measured rate on the model's MLP GEMM (gemm_rate.h).
+  peak_tflops_ = c_.run.peak_tflops;
+  peak_what_ = absl::StrFormat("%g TFLOP/s per rank (run.peak_tflops)", peak_tflops_);
+  if (peak_tflops_ <= 0) {
+    const MfuPeak peak =
+        default_mfu_peak(backend_, c_.engine.param_dtype, c_.engine.micro_batch_size * c_.model.gpt.seq_len,
+                         c_.model.gpt.d_model, c_.model.gpt.ffn_width() / c_.tensor_size());
+    peak_tflops_ = peak.tflops;
+    peak_what_ = peak.what;
+    MemoryTracker::global().reset_peaks();  // a measurement's buffers are gone; the run's peaks start here
+  }
+}
+
+absl::Status TrainingRun::attach_comms_logger() {
+  if (c_.comms_logger.enabled && (c_.comms_logger.prof_all || !c_.comms_logger.prof_ops.empty())) {
     CommLog::VerboseSink verbose;
-    if (c.comms_logger.verbose && comm.rank() == 0) {
-      verbose = [&verbose_lines](const std::string& line) {
-        std::lock_guard<std::mutex> lock(verbose_lines.mu);
-        verbose_lines.text += line;
-        verbose_lines.text += '\n';
+    if (c_.comms_logger.verbose && comm_.rank() == 0) {
+      verbose = [this](const std::string& line) {
+        std::lock_guard<std::mutex> lock(verbose_lines_.mu);
+        verbose_lines_.text += line;
+        verbose_lines_.text += '\n';
       };
     }
     // The config has checked the names.
-    ZE_ASSIGN_OR_RETURN(comm_log, CommLog::create(c.comms_logger.prof_all ? std::vector<std::string>{}
-                                                                          : c.comms_logger.prof_ops,
-                                                  std::move(verbose)));
-    comm.set_log(comm_log.get(), "world");
+    ZE_ASSIGN_OR_RETURN(
+        comm_log_, CommLog::create(c_.comms_logger.prof_all ? std::vector<std::string>{} : c_.comms_logger.prof_ops,
+                                   std::move(verbose)));
+    comm_.set_log(comm_log_.get(), "world");
   }
+  return absl::OkStatus();
+}
+
+void TrainingRun::print_verbose() {
+  std::string text;
+  {
+    std::lock_guard<std::mutex> lock(verbose_lines_.mu);
+    text.swap(verbose_lines_.text);
+  }
+  out_ << text;
+}
+
+absl::Status TrainingRun::build() {
   // The mesh (comm/device_mesh.h): tensor groups of T adjacent ranks, ZeRO
   // over the data groups; the model splits over this rank's tensor group.
   // With pipeline stages (outermost), this rank builds its own stage.
-  ZE_ASSIGN_OR_RETURN(std::unique_ptr<DeviceMesh> mesh,
-                      DeviceMesh::create(comm, c.tensor_size(), c.pipeline_size()));
-  if (comm_log) {
-    mesh->data().set_log(comm_log.get(), "data");
-    if (c.tensor_size() > 1) mesh->tensor().set_log(comm_log.get(), "tensor");
-    if (c.pipeline_size() > 1) mesh->pipeline().set_log(comm_log.get(), "pipeline");
-    if (mesh->embedding() != nullptr) mesh->embedding()->set_log(comm_log.get(), "embedding");
+  ZE_ASSIGN_OR_RETURN(mesh_, DeviceMesh::create(comm_, c_.tensor_size(), c_.pipeline_size()));
+  if (comm_log_) {
+    mesh_->data().set_log(comm_log_.get(), "data");
+    if (c_.tensor_size() > 1) mesh_->tensor().set_log(comm_log_.get(), "tensor");
+    if (c_.pipeline_size() > 1) mesh_->pipeline().set_log(comm_log_.get(), "pipeline");
+    if (mesh_->embedding() != nullptr) mesh_->embedding()->set_log(comm_log_.get(), "embedding");
   }
-  ZE_ASSIGN_OR_RETURN(const PipelineStage stage,
-                      gpt_pipeline_stage(c.model.gpt, mesh->coordinates().pipeline, c.pipeline_size(),
-                                         c.engine.pipeline.partition_method));
-  ZE_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
-                      Engine::create(std::make_unique<Gpt>(c.model.gpt, &mesh->tensor(), c.sequence_parallel, stage),
-                                     c.engine, backend, *mesh));
-  const GptConfig& g = c.model.gpt;
-  const std::string family =
-      g.llama() ? absl::StrFormat("Llama n_layer=%d n_head=%d n_kv_head=%d d_model=%d d_ff=%d%s", g.n_layer, g.n_head,
-                                  g.kv_heads(), g.d_model, g.ffn_width(), g.tied_head() ? " tied head" : "")
-                : absl::StrFormat("GPT-2 n_layer=%d n_head=%d d_model=%d", g.n_layer, g.n_head, g.d_model);
-  out << absl::StrFormat("model: %s vocab=%d seq_len=%d, %.2fM parameters%s (%s)%s\n", family, g.vocab_size, g.seq_len,
-                         static_cast<double>(g.num_parameters()) / 1e6,
-                         c.tensor_size() > 1 || c.pipeline_size() > 1
-                             ? absl::StrFormat(", %.2fM on rank 0 (its %s)",
-                                               static_cast<double>(engine->num_parameters()) / 1e6,
-                                               c.pipeline_size() > 1 && c.tensor_size() > 1 ? "stage's tensor slice"
-                                               : c.pipeline_size() > 1                     ? "stage"
-                                                                                           : "tensor slice")
-                             : std::string(),
-                         dtype_name(c.engine.param_dtype),
-                         g.dropout > 0.0f ? absl::StrFormat(", dropout %g (seed %d)", g.dropout, c.engine.seed) : "");
-  out << "data: " << data->source().describe() << "\n";
-  if (evaluator) {
-    out << absl::StrFormat("eval: every %d steps and at the end, the mean loss over %d fixed batches of %d sequences "
-                           "from %s\n",
-                           c.run.eval_every, evaluator->batches(), evaluator->rows_per_batch(),
-                           evaluator->source().describe());
+  ZE_ASSIGN_OR_RETURN(std::unique_ptr<Gpt> model,
+                      build_model(g_, *mesh_, {c_.sequence_parallel, c_.engine.pipeline.partition_method}));
+  ZE_ASSIGN_OR_RETURN(engine_, Engine::create(std::move(model), c_.engine, backend_, *mesh_));
+  return absl::OkStatus();
+}
+
+void TrainingRun::describe() {
+  out_ << absl::StrFormat(
+      "model: %s vocab=%d seq_len=%d, %.2fM parameters%s (%s)%s\n", model_family_description(g_), g_.vocab_size,
+      g_.seq_len, static_cast<double>(g_.num_parameters()) / 1e6,
+      c_.tensor_size() > 1 || c_.pipeline_size() > 1
+          ? absl::StrFormat(", %.2fM on rank 0 (its %s)", static_cast<double>(engine_->num_parameters()) / 1e6,
+                            c_.pipeline_size() > 1 && c_.tensor_size() > 1 ? "stage's tensor slice"
+                            : c_.pipeline_size() > 1                       ? "stage"
+                                                                           : "tensor slice")
+          : std::string(),
+      dtype_name(c_.engine.param_dtype),
+      g_.dropout > 0.0f ? absl::StrFormat(", dropout %g (seed %d)", g_.dropout, c_.engine.seed) : "");
+  out_ << "data: " << data_->source().describe() << "\n";
+  if (evaluator_) {
+    out_ << absl::StrFormat(
+        "eval: every %d steps and at the end, the mean loss over %d fixed batches of %d sequences "
+        "from %s\n",
+        c_.run.eval_every, evaluator_->batches(), evaluator_->rows_per_batch(), evaluator_->source().describe());
   }
-  out << absl::StrFormat("batch: %d sequences/step = micro %d x accumulation %d x %d %srank%s; ZeRO stage %d%s\n",
-                         c.train_batch_size, c.engine.micro_batch_size, c.engine.gradient_accumulation_steps,
-                         c.data_size(), c.tensor_size() * c.pipeline_size() > 1 ? "data-parallel " : "",
-                         c.data_size() == 1 ? "" : "s",
-                         stage_number(c.engine.zero.stage), c.engine.zero.overlap_comm ? " (overlap_comm)" : "");
-  if (c.tensor_size() > 1) {
-    out << absl::StrFormat("tensor parallel: %d ranks per tensor group (ranks %d-%d hold the first model copy), "
-                           "%d data-parallel group%s; Megatron's split: heads, MLP features and vocabulary / %d%s\n",
-                           c.tensor_size(), 0, c.tensor_size() - 1, c.data_size(), c.data_size() == 1 ? "" : "s",
-                           c.tensor_size(),
-                           c.sequence_parallel ? "; sequence parallel: layer norms and residuals on seq_len / T" : "");
+  out_ << absl::StrFormat("batch: %d sequences/step = micro %d x accumulation %d x %d %srank%s; ZeRO stage %d%s\n",
+                          c_.train_batch_size, c_.engine.micro_batch_size, c_.engine.gradient_accumulation_steps,
+                          c_.data_size(), c_.tensor_size() * c_.pipeline_size() > 1 ? "data-parallel " : "",
+                          c_.data_size() == 1 ? "" : "s", stage_number(c_.engine.zero.stage),
+                          c_.engine.zero.overlap_comm ? " (overlap_comm)" : "");
+  if (c_.tensor_size() > 1) {
+    out_ << absl::StrFormat(
+        "tensor parallel: %d ranks per tensor group (ranks %d-%d hold the first model copy), "
+        "%d data-parallel group%s; Megatron's split: heads, MLP features and vocabulary / %d%s\n",
+        c_.tensor_size(), 0, c_.tensor_size() - 1, c_.data_size(), c_.data_size() == 1 ? "" : "s", c_.tensor_size(),
+        c_.sequence_parallel ? "; sequence parallel: layer norms and residuals on seq_len / T" : "");
   }
-  if (c.pipeline_size() > 1) {
+  if (c_.pipeline_size() > 1) {
     // Stage s holds world ranks [s W / P, (s + 1) W / P) (comm/device_mesh.h).
-    const PipelineConfig& p = c.engine.pipeline;
-    const int per_stage = c.world_size / p.stages;
+    const PipelineConfig& p = c_.engine.pipeline;
+    const int per_stage = c_.world_size / p.stages;
     std::string stages;
     for (int s = 0; s < p.stages; ++s) {
-      const PipelineStage st = *gpt_pipeline_stage(g, s, p.stages, p.partition_method);
+      const PipelineStage st = *gpt_pipeline_stage(g_, s, p.stages, p.partition_method);
       stages += absl::StrFormat("%s stage %d: ranks %d-%d, blocks %d-%d", s == 0 ? "" : ";", s, s * per_stage,
                                 (s + 1) * per_stage - 1, st.layers.offset, st.layers.offset + st.layers.size - 1);
     }
-    out << absl::StrFormat("pipeline: %d stages split by %s (embeddings on the first, %s on the last);%s\n"
-                           "pipeline: %s over %d micro-batches, ideal bubble (P-1)/(M+P-1) = %.1f%%\n",
-                           p.stages, partition_method_name(p.partition_method),
-                           g.tied_head() ? "the head and a tied copy of the token table"
-                                         : "the head (untied: its own weights, no copy of the token table)",
-                           stages, pipeline_schedule_name(p.schedule),
-                           c.engine.gradient_accumulation_steps,
-                           100.0 * ideal_bubble_fraction(p.stages, static_cast<int>(c.engine.gradient_accumulation_steps)));
+    out_ << absl::StrFormat(
+        "pipeline: %d stages split by %s (embeddings on the first, %s on the last);%s\n"
+        "pipeline: %s over %d micro-batches, ideal bubble (P-1)/(M+P-1) = %.1f%%\n",
+        p.stages, partition_method_name(p.partition_method),
+        g_.tied_head() ? "the head and a tied copy of the token table"
+                       : "the head (untied: its own weights, no copy of the token table)",
+        stages, pipeline_schedule_name(p.schedule), c_.engine.gradient_accumulation_steps,
+        100.0 * ideal_bubble_fraction(p.stages, static_cast<int>(c_.engine.gradient_accumulation_steps)));
   }
-  if (backend.compute_tier() == Tier::kHost) {
-    out << absl::StrFormat("backend: %s, %d threads per rank, %s kernels; communicator: %s\n", backend.name(),
-                           omp_get_max_threads(), cpu::simd_kernels().isa, comm.name());
+  if (backend_.compute_tier() == Tier::kHost) {
+    out_ << absl::StrFormat("backend: %s, %d threads per rank, %s kernels; communicator: %s\n", backend_.name(),
+                            omp_get_max_threads(), cpu::simd_kernels().isa, comm_.name());
     // bf16 storage computes in fp32 where this CPU's bf16 GEMMs are the slower (kernels/cpu/bf16_gemm_policy.h).
-    if (c.engine.param_dtype == DType::kBF16) out << "backend: " << cpu::bf16_gemm_choice().reason << "\n";
+    if (c_.engine.param_dtype == DType::kBF16) out_ << "backend: " << cpu::bf16_gemm_choice().reason << "\n";
   } else {
-    out << absl::StrFormat("backend: %s; communicator: %s\n", backend.description(), comm.name());
+    out_ << absl::StrFormat("backend: %s; communicator: %s\n", backend_.description(), comm_.name());
   }
-  const OptimizerPrecision& precision = c.engine.optimizer_precision;
-  out << absl::StrFormat("optimizer: %s lr %g, clipping %g%s; %d steps\n", optimizer_type_name(c.engine.optimizer.type),
-                         c.engine.optimizer.lr, c.engine.gradient_clipping,
-                         precision.narrow() ? absl::StrFormat("; %s master weights, %s states",
-                                                              dtype_name(precision.master), dtype_name(precision.states))
-                                            : "",
-                         c.run.steps);
-  out.flush();
+  const OptimizerPrecision& precision = c_.engine.optimizer_precision;
+  out_ << absl::StrFormat(
+      "optimizer: %s lr %g, clipping %g%s; %d steps\n", optimizer_type_name(c_.engine.optimizer.type),
+      c_.engine.optimizer.lr, c_.engine.gradient_clipping,
+      precision.narrow() ? absl::StrFormat("; %s master weights, %s states", dtype_name(precision.master),
+                                           dtype_name(precision.states))
+                         : "",
+      c_.run.steps);
+  out_.flush();
 
   // On a device backend "cpu" is ZeRO-Offload (zero/host_step.h); what it
   // cannot run is refused before we get here (check_backend_supports).
-  const ModelState& state = engine->state();
-  if (state.host_step() == nullptr && (c.engine.zero.offload_optimizer.device == OffloadDevice::kCpu ||
-                                       c.engine.zero.offload_param.device == OffloadDevice::kCpu)) {
-    out << "offload: device \"cpu\" requested; on the CPU backend parameters and optimizer state already "
-           "live in host memory, so nothing moves\n";
+  const ModelState& state = engine_->state();
+  if (state.host_step() == nullptr && (c_.engine.zero.offload_optimizer.device == OffloadDevice::kCpu ||
+                                       c_.engine.zero.offload_param.device == OffloadDevice::kCpu)) {
+    out_ << "offload: device \"cpu\" requested; on the CPU backend parameters and optimizer state already "
+            "live in host memory, so nothing moves\n";
   }
-  if (c.engine.zero.offload_optimizer.device == OffloadDevice::kNvme ||
-      c.engine.zero.offload_param.device == OffloadDevice::kNvme) {
-    out << "optimizer state: " << engine->state().state_store().describe() << "\n";
+  if (c_.engine.zero.offload_optimizer.device == OffloadDevice::kNvme ||
+      c_.engine.zero.offload_param.device == OffloadDevice::kNvme) {
+    out_ << "optimizer state: " << engine_->state().state_store().describe() << "\n";
   }
   if (state.host_step() != nullptr) {
     // With NVMe the line above says where the records are; this one how the
     // step reaches them from the device.
-    out << (state.host_offload().optimizer_on_nvme ? "optimizer step: " : "optimizer state: ")
-        << state.host_step()->describe() << "\n";
+    out_ << (state.host_offload().optimizer_on_nvme ? "optimizer step: " : "optimizer state: ")
+         << state.host_step()->describe() << "\n";
     if (state.host_offload().parameters) {
-      out << "parameters: this rank's stage-3 shard in pinned host memory; each gather copies its chunk to "
-          << backend.name() << " first (a prefetch starts the copy early)\n";
+      out_ << "parameters: this rank's stage-3 shard in pinned host memory; each gather copies its chunk to "
+           << backend_.name() << " first (a prefetch starts the copy early)\n";
     }
-    const OffloadConfig& oo = c.engine.zero.offload_optimizer;
-    if (!oo.pin_memory || (state.host_offload().parameters && !c.engine.zero.offload_param.pin_memory)) {
-      out << "offload: pin_memory false: the staging and the host parameter shard are pinned anyway (the "
-          << backend.name() << " backend's host memory is always pinned)\n";
-    }
-  }
-  if (c.engine.loss_scaler.dynamic) {
-    out << absl::StrFormat("fp16: dynamic loss scale from 2^%d, window %d, hysteresis %d, min %g\n",
-                           c.engine.loss_scaler.initial_scale_power, c.engine.loss_scaler.scale_window,
-                           c.engine.loss_scaler.hysteresis, c.engine.loss_scaler.min_scale);
-  }
-  if (c.engine.scheduler.type != SchedulerType::kNone) {
-    out << "scheduler: " << scheduler_type_name(c.engine.scheduler.type) << "\n";
-  }
-  if (engine->num_checkpoint_segments() > 0) {
-    out << "activation checkpointing: " << g.n_layer << " blocks in " << engine->num_checkpoint_segments()
-        << " segments (each keeps its input; backward recomputes it)\n";
-    if (engine->checkpoint_inputs_partitioned()) {
-      out << "activation checkpointing: partition_activations: each rank keeps 1/" << c.tensor_size()
-          << " of every segment input, all-gathered over its tensor group for the recompute\n";
-    } else if (c.engine.activation_checkpointing.partition_activations) {
-      out << "activation checkpointing: partition_activations has no effect here ("
-          << (c.tensor_size() == 1 ? "no tensor parallelism" : "sequence-parallel inputs are 1/T shards already")
-          << ")\n";
-    }
-    if (engine->checkpoint_host_backend() != nullptr) {
-      out << "activation checkpointing: cpu_checkpointing: segment inputs in pinned host memory between forward and "
-             "recompute\n";
-    } else if (c.engine.activation_checkpointing.cpu_checkpointing && backend.compute_tier() == Tier::kHost) {
-      out << "activation checkpointing: cpu_checkpointing requested; on the CPU backend segment inputs already live "
-             "in host memory\n";
+    const OffloadConfig& oo = c_.engine.zero.offload_optimizer;
+    if (!oo.pin_memory || (state.host_offload().parameters && !c_.engine.zero.offload_param.pin_memory)) {
+      out_ << "offload: pin_memory false: the staging and the host parameter shard are pinned anyway (the "
+           << backend_.name() << " backend's host memory is always pinned)\n";
     }
   }
-  if (c.dump_state) out << "effective config:\n" << format_effective_config(c);
+  if (c_.engine.loss_scaler.dynamic) {
+    out_ << absl::StrFormat("fp16: dynamic loss scale from 2^%d, window %d, hysteresis %d, min %g\n",
+                            c_.engine.loss_scaler.initial_scale_power, c_.engine.loss_scaler.scale_window,
+                            c_.engine.loss_scaler.hysteresis, c_.engine.loss_scaler.min_scale);
+  }
+  if (c_.engine.scheduler.type != SchedulerType::kNone) {
+    out_ << "scheduler: " << scheduler_type_name(c_.engine.scheduler.type) << "\n";
+  }
+  if (engine_->num_checkpoint_segments() > 0) {
+    out_ << "activation checkpointing: " << g_.n_layer << " blocks in " << engine_->num_checkpoint_segments()
+         << " segments (each keeps its input; backward recomputes it)\n";
+    if (engine_->checkpoint_inputs_partitioned()) {
+      out_ << "activation checkpointing: partition_activations: each rank keeps 1/" << c_.tensor_size()
+           << " of every segment input, all-gathered over its tensor group for the recompute\n";
+    } else if (c_.engine.activation_checkpointing.partition_activations) {
+      out_ << "activation checkpointing: partition_activations has no effect here ("
+           << (c_.tensor_size() == 1 ? "no tensor parallelism" : "sequence-parallel inputs are 1/T shards already")
+           << ")\n";
+    }
+    if (engine_->checkpoint_host_backend() != nullptr) {
+      out_ << "activation checkpointing: cpu_checkpointing: segment inputs in pinned host memory between forward and "
+              "recompute\n";
+    } else if (c_.engine.activation_checkpointing.cpu_checkpointing && backend_.compute_tier() == Tier::kHost) {
+      out_ << "activation checkpointing: cpu_checkpointing requested; on the CPU backend segment inputs already live "
+              "in host memory\n";
+    }
+  }
+  if (c_.dump_state) out_ << "effective config:\n" << format_effective_config(c_);
+}
 
+absl::StatusOr<bool> TrainingRun::restore() {
   // Resume (checkpoint) or initial weights (safetensors).
   // The newest complete checkpoint, whatever `latest` says; "auto" starts
   // fresh only where there is none (never silently past one).
-  std::string resume_dir = c.run.resume;
-  absl::StatusOr<ResumePoint> point = absl::NotFoundError("");
-  if (!resume_dir.empty()) {
-    const bool fresh_dir = resume_dir == "auto" && !std::filesystem::exists(c.run.save_dir);
-    if (resume_dir == "auto") resume_dir = c.run.save_dir;
-    point = fresh_dir ? absl::NotFoundError("") : resume_point(resume_dir);
-    if (!point.ok() && c.run.resume == "auto" && absl::IsNotFound(point.status())) {
-      out << "resume: auto, no checkpoint in " << c.run.save_dir << " yet; starting fresh\n";
-      resume_dir.clear();
-    } else if (!point.ok()) {
-      return annotate(point.status(), "resuming");
+  resume_dir_ = c_.run.resume;
+  if (!resume_dir_.empty()) {
+    const bool fresh_dir = resume_dir_ == "auto" && !std::filesystem::exists(c_.run.save_dir);
+    if (resume_dir_ == "auto") resume_dir_ = c_.run.save_dir;
+    point_ = fresh_dir ? absl::NotFoundError("") : resume_point(resume_dir_);
+    if (!point_.ok() && c_.run.resume == "auto" && absl::IsNotFound(point_.status())) {
+      out_ << "resume: auto, no checkpoint in " << c_.run.save_dir << " yet; starting fresh\n";
+      resume_dir_.clear();
+    } else if (!point_.ok()) {
+      return annotate(point_.status(), "resuming");
     }
   }
-  if (!resume_dir.empty()) {
-    if (!point->note.empty()) out << "resume: " << point->note << "\n";
-    ZE_RETURN_IF_ERROR(annotate(load_checkpoint(*engine, resume_dir, point->tag), "resuming"));
-    out << "resumed from " << resume_dir << "/" << point->tag << " at step " << engine->global_step() << "\n";
-  } else if (!c.run.init_from.empty()) {
-    ZE_RETURN_IF_ERROR(annotate(load_hf_weights(*engine, c.model.gpt, c.run.init_from), "initialising"));
-    out << "weights initialised from " << c.run.init_from << "\n";
+  if (!resume_dir_.empty()) {
+    if (!point_->note.empty()) out_ << "resume: " << point_->note << "\n";
+    ZE_RETURN_IF_ERROR(annotate(load_checkpoint(*engine_, resume_dir_, point_->tag), "resuming"));
+    out_ << "resumed from " << resume_dir_ << "/" << point_->tag << " at step " << engine_->global_step() << "\n";
+  } else if (!c_.run.init_from.empty()) {
+    ZE_RETURN_IF_ERROR(annotate(load_hf_weights(*engine_, c_.model.gpt, c_.run.init_from), "initialising"));
+    out_ << "weights initialised from " << c_.run.init_from << "\n";
   }
-  const int64_t first_step = engine->global_step();
-  if (first_step >= c.run.steps) {
+  first_step_ = engine_->global_step();
+  if (first_step_ >= c_.run.steps) {
     // Nothing to train: say so rather than print an empty summary.
-    out << absl::StrFormat("run already complete: %s is at step %d and run.steps is %d; nothing to do (set "
-                           "run.steps / --steps above %d to train further)\n",
-                           last_checkpoint_name(resume_dir, point), first_step, c.run.steps, first_step);
-    out.flush();
-    return 0;
+    out_ << absl::StrFormat(
+        "run already complete: %s is at step %d and run.steps is %d; nothing to do (set "
+        "run.steps / --steps above %d to train further)\n",
+        last_checkpoint_name(resume_dir_, point_), first_step_, c_.run.steps, first_step_);
+    out_.flush();
+    return false;
   }
+  return true;
+}
 
-  ProgressReporter progress(out, c.run.steps, c.steps_per_print, backend.compute_tier(), rss_baseline);
-  progress.set_breakdowns(c.wall_clock_breakdown || c.engine.activation_checkpointing.profile, c.memory_breakdown);
-  progress.set_throughput_model({c.world_size, g.flops_per_token(g.seq_len), peak_tflops});
-  out << absl::StrFormat("throughput: tok/s and samples/s averaged over the last %d steps; TFLOP/s: model FLOPs "
-                         "(%.3g per token, forward + backward), %s; MFU against %s\n",
-                         kRateWindowSteps, g.flops_per_token(g.seq_len),
-                         c.world_size == 1 ? std::string("one rank") : cat("the ", c.world_size, " ranks together"),
-                         peak_what);
-  ZE_ASSIGN_OR_RETURN(std::unique_ptr<Monitors> monitors, Monitors::open(c, comm.rank()));
-  if (monitors->enabled()) out << "monitors: " << monitors->describe() << "\n";
+absl::Status TrainingRun::open_outputs() {
+  progress_ = std::make_unique<ProgressReporter>(out_, c_.run.steps, c_.steps_per_print, backend_.compute_tier(),
+                                                 rss_baseline_);
+  progress_->set_breakdowns(c_.wall_clock_breakdown || c_.engine.activation_checkpointing.profile, c_.memory_breakdown);
+  progress_->set_throughput_model({c_.world_size, g_.flops_per_token(g_.seq_len), peak_tflops_});
+  out_ << absl::StrFormat(
+      "throughput: tok/s and samples/s averaged over the last %d steps; TFLOP/s: model FLOPs "
+      "(%.3g per token, forward + backward), %s; MFU against %s\n",
+      kRateWindowSteps, g_.flops_per_token(g_.seq_len),
+      c_.world_size == 1 ? std::string("one rank") : cat("the ", c_.world_size, " ranks together"), peak_what_);
+  ZE_ASSIGN_OR_RETURN(monitors_, Monitors::open(c_, comm_.rank()));
+  if (monitors_->enabled()) out_ << "monitors: " << monitors_->describe() << "\n";
   // Rank 0 writes the metrics; with "{rank}" in the path every rank writes its
   // own file (per-rank memory, e.g. bench/memory_scaling).
-  const size_t rank_at = c.run.metrics.find("{rank}");
-  if (!c.run.metrics.empty() && (comm.rank() == 0 || rank_at != std::string::npos)) {
-    std::string path = c.run.metrics;
-    if (rank_at != std::string::npos) path.replace(rank_at, 6, std::to_string(comm.rank()));
-    ZE_RETURN_IF_ERROR(progress.open_metrics(path, /*append=*/first_step > 0));
+  const size_t rank_at = c_.run.metrics.find("{rank}");
+  if (!c_.run.metrics.empty() && (comm_.rank() == 0 || rank_at != std::string::npos)) {
+    std::string path = c_.run.metrics;
+    if (rank_at != std::string::npos) path.replace(rank_at, 6, std::to_string(comm_.rank()));
+    ZE_RETURN_IF_ERROR(progress_->open_metrics(path, /*append=*/first_step_ > 0));
   }
   // The checkpoint this run's weights were last in: the one resumed, then each save.
-  std::string last_checkpoint = resume_dir.empty() ? "" : cat(resume_dir, "/", point->tag);
-  auto save = [&]() -> absl::Status {
-    SaveOptions so{c.run.save_dir, "", static_cast<int>(c.run.keep)};
-    so.model = hf_config_json(g, DType::kF32);  // what `zero-ckpt consolidate --format hf` writes as config.json
-    ZE_ASSIGN_OR_RETURN(std::string tag, save_checkpoint(*engine, so));
-    out << "saved checkpoint " << c.run.save_dir << "/" << tag << "\n";
-    last_checkpoint = cat(c.run.save_dir, "/", tag);
-    return absl::OkStatus();
-  };
+  last_checkpoint_ = resume_dir_.empty() ? "" : cat(resume_dir_, "/", point_->tag);
   // A save whose tag another run left in save_dir fails rather than overwrite
   // it: say so now, not at that save.
-  if (!c.run.save_dir.empty() && resume_dir != c.run.save_dir && std::filesystem::exists(c.run.save_dir)) {
-    const absl::StatusOr<std::vector<std::string>> theirs = list_checkpoints(c.run.save_dir);
+  if (!c_.run.save_dir.empty() && resume_dir_ != c_.run.save_dir && std::filesystem::exists(c_.run.save_dir)) {
+    const absl::StatusOr<std::vector<std::string>> theirs = list_checkpoints(c_.run.save_dir);
     if (theirs.ok() && !theirs->empty()) {
-      out << "warning: " << c.run.save_dir << " holds " << theirs->size() << " checkpoint(s) this run does not resume "
-          << "(newest " << theirs->back() << "); a save whose tag is already there will fail rather than overwrite "
-          << "it (--resume auto continues that run)\n";
+      out_ << "warning: " << c_.run.save_dir << " holds " << theirs->size()
+           << " checkpoint(s) this run does not resume "
+           << "(newest " << theirs->back() << "); a save whose tag is already there will fail rather than overwrite "
+           << "it (--resume auto continues that run)\n";
     }
   }
-  int64_t last_saved = first_step;
-  const double tokens_per_step = static_cast<double>(c.train_batch_size * g.seq_len);
-  // Steps in a row whose gradients or loss were inf/NaN (skipped, never applied).
-  int64_t nonfinite_run = 0;
-  const bool fp16 = c.engine.param_dtype == DType::kF16;
-  // A signal stops the run at a step boundary, the same one on every rank.
-  auto stop_signal = [&]() -> absl::StatusOr<int> {
-    double sig = stop_requested();
-    if (comm.world_size() > 1) {
-      ZE_ASSIGN_OR_RETURN(sig, comm.all_reduce_max(sig));
-    }
-    return static_cast<int>(sig);
-  };
-  const bool profile_here = c.flops_profiler.enabled && engine->mesh().coordinates().data == 0 &&
-                            engine->mesh().coordinates().tensor == 0;
-  if (c.flops_profiler.enabled &&
-      (c.flops_profiler.profile_step < first_step || c.flops_profiler.profile_step >= c.run.steps)) {
-    out << absl::StrFormat("warning: flops_profiler.profile_step %d is outside this run's steps (global_steps %d to "
-                           "%d): nothing will be profiled\n",
-                           c.flops_profiler.profile_step, first_step, c.run.steps - 1);
+  last_saved_ = first_step_;
+  if (c_.flops_profiler.enabled &&
+      (c_.flops_profiler.profile_step < first_step_ || c_.flops_profiler.profile_step >= c_.run.steps)) {
+    out_ << absl::StrFormat(
+        "warning: flops_profiler.profile_step %d is outside this run's steps (global_steps %d to "
+        "%d): nothing will be profiled\n",
+        c_.flops_profiler.profile_step, first_step_, c_.run.steps - 1);
   }
+  return absl::OkStatus();
+}
+
+absl::Status TrainingRun::save() {
+  SaveOptions so{c_.run.save_dir, "", static_cast<int>(c_.run.keep)};
+  so.model = hf_config_json(g_, DType::kF32);  // what `zero-ckpt consolidate --format hf` writes as config.json
+  ZE_ASSIGN_OR_RETURN(std::string tag, save_checkpoint(*engine_, so));
+  out_ << "saved checkpoint " << c_.run.save_dir << "/" << tag << "\n";
+  last_checkpoint_ = cat(c_.run.save_dir, "/", tag);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> TrainingRun::stop_signal() {
+  double sig = stop_requested();
+  if (comm_.world_size() > 1) {
+    ZE_ASSIGN_OR_RETURN(sig, comm_.all_reduce_max(sig));
+  }
+  return static_cast<int>(sig);
+}
+
+absl::StatusOr<int> TrainingRun::train() {
   // From here a first SIGINT/SIGTERM stops at the next step boundary; during
   // set-up (a read blocked on a FIFO, a slow load) it ends the run at once.
   enable_graceful_stop();
-  for (int64_t step = first_step; step < c.run.steps; ++step) {
+  for (int64_t step = first_step_; step < c_.run.steps; ++step) {
     ZE_ASSIGN_OR_RETURN(const int sig, stop_signal());
     if (sig != 0) {
       const std::string last =
-          last_checkpoint.empty()
+          last_checkpoint_.empty()
               ? std::string("no checkpoint was saved (--save-dir DIR --save-every N saves them)")
-              : absl::StrFormat("the last checkpoint is %s: continue with --resume %s", last_checkpoint,
-                                last_checkpoint.substr(0, last_checkpoint.rfind('/')));
-      out << absl::StrFormat("stopped by signal %d after step %d of %d; %s\n", sig, step, c.run.steps, last);
-      out.flush();
+              : absl::StrFormat("the last checkpoint is %s: continue with --resume %s", last_checkpoint_,
+                                last_checkpoint_.substr(0, last_checkpoint_.rfind('/')));
+      out_ << absl::StrFormat("stopped by signal %d after step %d of %d; %s\n", sig, step, c_.run.steps, last);
+      out_.flush();
       return sig;
     }
-    // DeepSpeed's flops_profiler: the step run at global_steps == profile_step,
-    // measured on the first rank of each pipeline stage.
-    std::optional<ModuleProfiler> profiler;
-    // Detached on every way out of this step (an error too), before the
-    // profiler goes.
-    const absl::Cleanup detach_profiler = [&] {
-      if (profiler) engine->set_module_profiler(nullptr);
-    };
-    if (profile_here && step == c.flops_profiler.profile_step) {
-      profiler.emplace(backend);
-      engine->set_module_profiler(&*profiler);
-    }
-    const auto t0 = std::chrono::steady_clock::now();
-    // This data-parallel rank's slice of the global batch (see data_loader.h),
-    // one micro-batch at a time as the schedule asks.
-    Communicator& dp = engine->mesh().data();
-    ZE_ASSIGN_OR_RETURN(const StepResult r, engine->train_batch([&](int micro) {
-      return data->micro_batch(step, micro, dp.rank(), dp.world_size(), c.engine.micro_batch_size,
-                               c.engine.gradient_accumulation_steps);
-    }));
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (profiler) {
-      FlopsProfileStep ps;
-      ps.profile_step = step;
-      ps.run_steps = c.run.steps;
-      ps.mesh = engine->mesh().shape();
-      ps.stage = engine->mesh().coordinates().pipeline;
-      ps.micro_batch = c.engine.micro_batch_size;
-      ps.accumulation = c.engine.gradient_accumulation_steps;
-      ps.seq_len = g.seq_len;
-      ps.model_parameters = g.num_parameters();
-      ps.rank_parameters = engine->num_parameters();
-      ps.forward_s = r.forward_s, ps.backward_s = r.backward_s, ps.step_s = r.step_s, ps.iter_s = seconds;
-      ps.backend = backend.description();
-      const FlopsProfileOptions po{c.flops_profiler.module_depth, c.flops_profiler.top_modules,
-                                   c.flops_profiler.detailed};
-      ZE_RETURN_IF_ERROR(write_flops_profile(flops_profile_report(engine->model(), *profiler, ps, po),
-                                             c.flops_profiler.output_file, ps.stage,
-                                             comm.rank() == 0 ? rank0_out : std::cout));
-    }
-    StepTotals totals;
-    totals.samples = r.global_step * c.train_batch_size;
-    totals.tokens = totals.samples * g.seq_len;
-    // After the step's time is taken: evaluation is not training throughput.
-    if (evaluator && (r.global_step % c.run.eval_every == 0 || r.global_step == c.run.steps)) {
-      ZE_ASSIGN_OR_RETURN(totals.val_loss, evaluator->evaluate(*engine));
-    }
-    print_verbose();  // this step's collectives, before its progress line
-    ZE_RETURN_IF_ERROR(
-        progress.on_step(r, {seconds, tokens_per_step, static_cast<double>(c.train_batch_size)}, totals));
-    if (monitors->enabled()) {
-      // DeepSpeed's events, at its x axis: samples consumed.
-      std::vector<MonitorEvent> events = {{"Train/Samples/train_loss", monitor_float(r.loss), totals.samples},
-                                          {"Train/Samples/lr", monitor_float(r.lr), totals.samples}};
-      if (fp16) events.push_back({"Train/Samples/loss_scale", r.loss_scale, totals.samples});
-      if (totals.val_loss) events.push_back({"Train/Samples/eval_loss", *totals.val_loss, totals.samples});
-      if (c.wall_clock_breakdown) {
-        events.push_back({"Train/Samples/elapsed_time_ms_forward", 1e3 * r.forward_s, totals.samples});
-        events.push_back({"Train/Samples/elapsed_time_ms_backward", 1e3 * r.backward_s, totals.samples});
-        events.push_back({"Train/Samples/elapsed_time_ms_step", 1e3 * r.step_s, totals.samples});
-        events.push_back({"Train/Samples/elapsed_time_ms_comm_wait", 1e3 * r.comm_wait_s, totals.samples});
-      }
-      ZE_RETURN_IF_ERROR(monitors->write_events(events));
-    }
-    nonfinite_run = (r.skipped || !std::isfinite(r.loss)) ? nonfinite_run + 1 : 0;
-    if (nonfinite_run > 0 && fp16 && nonfinite_run % 20 == 0) {
-      out << absl::StrFormat("warning: the last %d steps were all skipped: the gradients overflow fp16 at loss scale "
-                             "%g (the scaler halves it on each overflow, down to fp16.min_loss_scale)\n",
-                             nonfinite_run, r.loss_scale);
-    } else if (nonfinite_run > c.run.nonfinite_steps_allowed && !fp16) {
-      return absl::DataLossError(absl::StrFormat(
-          "step %d: the loss is %g and inf/NaN came up in %s: the run has diverged (%d step%s in a row; "
-          "run.nonfinite_steps_allowed is %d). Nothing non-finite was applied or saved%s; lower the learning rate, add "
-          "warmup or gradient_clipping, then resume",
-          r.global_step, r.loss, r.overflow_in.empty() ? std::string("the loss") : r.overflow_in, nonfinite_run,
-          nonfinite_run == 1 ? "" : "s", c.run.nonfinite_steps_allowed,
-          last_checkpoint.empty() ? std::string() : cat("; the last checkpoint is ", last_checkpoint)));
-    }
-    if (!c.run.save_dir.empty() && c.run.save_every > 0 && (step + 1) % c.run.save_every == 0) {
-      ZE_RETURN_IF_ERROR(save());
-      last_saved = step + 1;
-    }
+    ZE_RETURN_IF_ERROR(run_step(step));
   }
-  if (!c.run.save_dir.empty() && last_saved != engine->global_step()) ZE_RETURN_IF_ERROR(save());
-  progress.summary();
-  if (comm_log) {
+  return 0;
+}
+
+absl::Status TrainingRun::run_step(int64_t step) {
+  // DeepSpeed's flops_profiler: the step run at global_steps == profile_step,
+  // measured on the first rank of each pipeline stage.
+  std::optional<ModuleProfiler> profiler;
+  // Detached on every way out of this step (an error too), before the
+  // profiler goes.
+  const absl::Cleanup detach_profiler = [&] {
+    if (profiler) engine_->set_module_profiler(nullptr);
+  };
+  const bool profile_here =
+      c_.flops_profiler.enabled && engine_->mesh().coordinates().data == 0 && engine_->mesh().coordinates().tensor == 0;
+  if (profile_here && step == c_.flops_profiler.profile_step) {
+    profiler.emplace(backend_);
+    engine_->set_module_profiler(&*profiler);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  // This data-parallel rank's slice of the global batch (see data_loader.h),
+  // one micro-batch at a time as the schedule asks.
+  Communicator& dp = engine_->mesh().data();
+  ZE_ASSIGN_OR_RETURN(const StepResult r, engine_->train_batch([&](int micro) {
+    return data_->micro_batch(step, micro, dp.rank(), dp.world_size(), c_.engine.micro_batch_size,
+                              c_.engine.gradient_accumulation_steps);
+  }));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (profiler) {
+    FlopsProfileStep ps;
+    ps.profile_step = step;
+    ps.run_steps = c_.run.steps;
+    ps.mesh = engine_->mesh().shape();
+    ps.stage = engine_->mesh().coordinates().pipeline;
+    ps.micro_batch = c_.engine.micro_batch_size;
+    ps.accumulation = c_.engine.gradient_accumulation_steps;
+    ps.seq_len = g_.seq_len;
+    ps.model_parameters = g_.num_parameters();
+    ps.rank_parameters = engine_->num_parameters();
+    ps.forward_s = r.forward_s, ps.backward_s = r.backward_s, ps.step_s = r.step_s, ps.iter_s = seconds;
+    ps.backend = backend_.description();
+    const FlopsProfileOptions po{c_.flops_profiler.module_depth, c_.flops_profiler.top_modules,
+                                 c_.flops_profiler.detailed};
+    ZE_RETURN_IF_ERROR(write_flops_profile(flops_profile_report(engine_->model(), *profiler, ps, po),
+                                           c_.flops_profiler.output_file, ps.stage,
+                                           comm_.rank() == 0 ? rank0_out_ : std::cout));
+  }
+  StepTotals totals;
+  totals.samples = r.global_step * c_.train_batch_size;
+  totals.tokens = totals.samples * g_.seq_len;
+  // After the step's time is taken: evaluation is not training throughput.
+  if (evaluator_ && (r.global_step % c_.run.eval_every == 0 || r.global_step == c_.run.steps)) {
+    ZE_ASSIGN_OR_RETURN(totals.val_loss, evaluator_->evaluate(*engine_));
+  }
+  const double tokens_per_step = static_cast<double>(c_.train_batch_size * g_.seq_len);
+  print_verbose();  // this step's collectives, before its progress line
+  ZE_RETURN_IF_ERROR(
+      progress_->on_step(r, {seconds, tokens_per_step, static_cast<double>(c_.train_batch_size)}, totals));
+  if (monitors_->enabled()) {
+    // DeepSpeed's events, at its x axis: samples consumed.
+    std::vector<MonitorEvent> events = {{"Train/Samples/train_loss", monitor_float(r.loss), totals.samples},
+                                        {"Train/Samples/lr", monitor_float(r.lr), totals.samples}};
+    if (fp16()) events.push_back({"Train/Samples/loss_scale", r.loss_scale, totals.samples});
+    if (totals.val_loss) events.push_back({"Train/Samples/eval_loss", *totals.val_loss, totals.samples});
+    if (c_.wall_clock_breakdown) {
+      events.push_back({"Train/Samples/elapsed_time_ms_forward", 1e3 * r.forward_s, totals.samples});
+      events.push_back({"Train/Samples/elapsed_time_ms_backward", 1e3 * r.backward_s, totals.samples});
+      events.push_back({"Train/Samples/elapsed_time_ms_step", 1e3 * r.step_s, totals.samples});
+      events.push_back({"Train/Samples/elapsed_time_ms_comm_wait", 1e3 * r.comm_wait_s, totals.samples});
+    }
+    ZE_RETURN_IF_ERROR(monitors_->write_events(events));
+  }
+  nonfinite_run_ = (r.skipped || !std::isfinite(r.loss)) ? nonfinite_run_ + 1 : 0;
+  if (nonfinite_run_ > 0 && fp16() && nonfinite_run_ % 20 == 0) {
+    out_ << absl::StrFormat(
+        "warning: the last %d steps were all skipped: the gradients overflow fp16 at loss scale "
+        "%g (the scaler halves it on each overflow, down to fp16.min_loss_scale)\n",
+        nonfinite_run_, r.loss_scale);
+  } else if (nonfinite_run_ > c_.run.nonfinite_steps_allowed && !fp16()) {
+    return absl::DataLossError(absl::StrFormat(
+        "step %d: the loss is %g and inf/NaN came up in %s: the run has diverged (%d step%s in a row; "
+        "run.nonfinite_steps_allowed is %d). Nothing non-finite was applied or saved%s; lower the learning rate, add "
+        "warmup or gradient_clipping, then resume",
+        r.global_step, r.loss, r.overflow_in.empty() ? std::string("the loss") : r.overflow_in, nonfinite_run_,
+        nonfinite_run_ == 1 ? "" : "s", c_.run.nonfinite_steps_allowed,
+        last_checkpoint_.empty() ? std::string() : cat("; the last checkpoint is ", last_checkpoint_)));
+  }
+  if (!c_.run.save_dir.empty() && c_.run.save_every > 0 && (step + 1) % c_.run.save_every == 0) {
+    ZE_RETURN_IF_ERROR(save());
+    last_saved_ = step + 1;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TrainingRun::finish() {
+  if (!c_.run.save_dir.empty() && last_saved_ != engine_->global_step()) ZE_RETURN_IF_ERROR(save());
+  progress_->summary();
+  if (comm_log_) {
     print_verbose();
-    out << "comms_logger: rank 0's collectives over the run (latency from each op's start to its end on this rank, "
-           "queueing excluded; busbw = algbw x nccl-tests' bus factor)\n"
-        << comm_log->summary();
+    out_ << "comms_logger: rank 0's collectives over the run (latency from each op's start to its end on this rank, "
+            "queueing excluded; busbw = algbw x nccl-tests' bus factor)\n"
+         << comm_log_->summary();
   }
-  if (device_baseline) {
-    const std::optional<int64_t> in_use = backend.device_memory_in_use();
+  if (device_baseline_) {
+    const std::optional<int64_t> in_use = backend_.device_memory_in_use();
     const int64_t tracked = MemoryTracker::global().snapshot().reserved[static_cast<int>(Tier::kDevice)].current;
-    out << "device memory (driver, all processes) " << format_bytes(*in_use) << " ("
-        << format_bytes(*device_baseline) << " before the engine started, +" << format_bytes(*in_use - *device_baseline)
-        << "); tracked reserved now " << format_bytes(tracked) << " (+" << format_bytes(tracked - tracked_device_baseline)
-        << ")\n";
+    out_ << "device memory (driver, all processes) " << format_bytes(*in_use) << " (" << format_bytes(*device_baseline_)
+         << " before the engine started, +" << format_bytes(*in_use - *device_baseline_) << "); tracked reserved now "
+         << format_bytes(tracked) << " (+" << format_bytes(tracked - tracked_device_baseline_) << ")\n";
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<int> run_training(const RunConfig& c, Backend& backend, Communicator& comm, std::ostream& rank0_out) {
+  TrainingRun run(c, backend, comm, rank0_out);
+  ZE_RETURN_IF_ERROR(run.open_inputs());
+  run.choose_mfu_peak();
+  ZE_RETURN_IF_ERROR(run.attach_comms_logger());
+  ZE_RETURN_IF_ERROR(run.build());
+  run.describe();
+  ZE_ASSIGN_OR_RETURN(const bool steps_to_run, run.restore());
+  if (!steps_to_run) return 0;
+  ZE_RETURN_IF_ERROR(run.open_outputs());
+  ZE_ASSIGN_OR_RETURN(const int signal, run.train());
+  if (signal != 0) return signal;
+  ZE_RETURN_IF_ERROR(run.finish());
   return 0;
 }
 

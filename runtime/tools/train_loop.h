@@ -1,5 +1,9 @@
 // The zero-train loop: builds the data loader, the model and the engine from
-// a RunConfig, runs run.steps optimizer steps and reports progress.
+// a RunConfig, runs run.steps optimizer steps and reports progress. It runs as
+// named phases (train_loop.cc's TrainingRun): open the inputs, choose MFU's
+// peak, attach the comms logger, build (mesh, build_model, Engine::create: the
+// calls zero-estimate's dry run and the benchmarks make too), describe,
+// restore, open the outputs, train, finish.
 #pragma once
 
 #include <ostream>

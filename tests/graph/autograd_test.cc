@@ -1,9 +1,10 @@
 // Automatic backward (graph/tape.h, graph/functional.h), as a user meets it:
 //  * every op's recorded rule (graph/functional.h: linear, add, gelu, the
-//    norms, swiglu, dropout, matmul, causal softmax, transpose, RoPE, the qkv
-//    split) gives the gradients central differences of its forward give, for
-//    the input and every parameter (fp32 forward, the loss sum(r * y) summed
-//    in double, h = 1e-2);
+//    norms (Gemma's (1 + w) too), swiglu, geglu, scale, softcap, dropout, matmul,
+//    causal softmax, transpose, RoPE, the qkv
+//    split, the embeddings and the positions) gives the gradients central
+//    differences of its forward give, for the input and every parameter
+//    (fp32 forward, the loss sum(r * y) summed in double, h = 1e-2);
 //  * a module written with forward only, from recorded ops and from child
 //    modules, computes bit for bit what the same block with a hand-written
 //    backward computes: output, dx and every parameter gradient;
@@ -11,7 +12,10 @@
 //    checkpointing, its losses bit for bit the hand-written twin's;
 //  * a forward that feeds a kernel called directly (no backward rule) into a
 //    recorded op, or returns its result, is an error at backward naming the
-//    module and the op, not a crash or a silent zero gradient.
+//    module and the op, not a crash or a silent zero gradient;
+//  * a parameter used in forward whose use backward never reaches (its op's
+//    output, or a child module's, gets no gradient) is warned about on
+//    stderr once, by name; a frozen one is not.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -27,117 +31,13 @@
 #include "graph/layers.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "runtime/engine/engine.h"
+#include "tests/graph/op_cases.h"
 #include "tests/testing/parameters.h"
 
 namespace zero {
 namespace {
 
-// A module whose forward is a function of its input and its parameters,
-// written with recorded ops only (no backward of its own).
-class FnModule : public Module {
- public:
-  using Body = std::function<Tensor(Context&, const Tensor&, FnModule&)>;
-  FnModule(std::string name, Body body) : Module(std::move(name)), body_(std::move(body)) {}
-  Parameter* param(const std::string& name, Shape shape, ParamInit init = ParamInit::normal(0.5f)) {
-    return params_.emplace_back(add_parameter(name, std::move(shape), init));
-  }
-  Parameter& p(size_t i) { return *params_.at(i); }
-  Tensor forward(Context& ctx, const Tensor& x) override { return body_(ctx, x, *this); }
-
- private:
-  Body body_;
-  std::vector<Parameter*> params_;
-};
-
-std::vector<float> random_values(size_t n, uint64_t seed, float mean = 0.0f, float std = 1.0f) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> d(mean, std);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
-
-void materialise(Module& m, Backend& backend, uint64_t seed) {
-  for (Parameter* p : m.parameters()) {
-    const bool norm_weight = p->name().find("norm") != std::string::npos && p->shape().size() == 1;
-    const std::vector<float> v = random_values(static_cast<size_t>(p->numel()), seed++, norm_weight ? 1.0f : 0.0f, 0.5f);
-    p->data = backend.empty(p->shape(), DType::kF32, MemCategory::kParameters);
-    upload_fp32(backend, v, p->data);
-    p->grad = backend.zeros(p->shape(), DType::kF32, MemCategory::kGradients);
-  }
-}
-
-Tensor upload(Backend& backend, const std::vector<float>& v, const Shape& shape) {
-  Tensor t = backend.empty(shape, DType::kF32, MemCategory::kActivations);
-  upload_fp32(backend, v, t);
-  return t;
-}
-
-// sum(r * forward(x)) in double, as training runs it (dropout active; the
-// frames it leaves are dropped).
-double loss(Context& ctx, Module& m, Backend& backend, const Tensor& x, const std::vector<float>& r) {
-  const std::vector<float> y = download_fp32(backend, ctx.forward(m, x));
-  ctx.clear();
-  double s = 0;
-  for (size_t i = 0; i < y.size(); ++i) s += static_cast<double>(r[i]) * y[i];
-  return s;
-}
-
-struct OpCase {
-  std::string name;
-  std::function<void(FnModule&)> params;
-  FnModule::Body body;
-  Shape input = {2, 3, 5};
-};
-
-RopeFreqs small_rope() { return rope_frequencies(4, 10000.0, {}).value(); }
-
-constexpr int64_t kRows = 6, kFeatures = 5;
-
-std::vector<OpCase> op_cases() {
-  return {
-      {"linear", [](FnModule& m) { m.param("w", {kFeatures, kFeatures}); m.param("b", {kFeatures}); },
-       [](Context& c, const Tensor& x, FnModule& m) { return fn::linear(c, x, m.p(0), &m.p(1)); }},
-      {"linear_no_bias", [](FnModule& m) { m.param("w", {3, kFeatures}); },
-       [](Context& c, const Tensor& x, FnModule& m) { return fn::linear(c, x, m.p(0)); }},
-      {"add_gelu", [](FnModule&) {}, [](Context& c, const Tensor& x, FnModule&) { return fn::add(c, x, fn::gelu(c, x)); }},
-      {"layer_norm", [](FnModule& m) { m.param("norm.weight", {kFeatures}); m.param("norm.bias", {kFeatures}); },
-       [](Context& c, const Tensor& x, FnModule& m) { return fn::layer_norm(c, x, m.p(0), m.p(1), 1e-5f); }},
-      {"rms_norm", [](FnModule& m) { m.param("norm.weight", {kFeatures}); },
-       [](Context& c, const Tensor& x, FnModule& m) { return fn::rms_norm(c, x, m.p(0), 1e-6f); }},
-      {"swiglu", [](FnModule& m) { m.param("w", {kFeatures, kFeatures}); },
-       [](Context& c, const Tensor& x, FnModule& m) { return fn::swiglu(c, fn::linear(c, x, m.p(0)), x); }},
-      {"dropout", [](FnModule&) {}, [](Context& c, const Tensor& x, FnModule&) { return fn::dropout(c, x, 0.3f, 4); }},
-      // x against itself: both of the rule's GEMMs, and their gradients meeting at x.
-      {"matmul_nt_scaled", [](FnModule&) {},
-       [](Context& c, const Tensor& x, FnModule&) {
-         MatmulSpec s;
-         s.trans_b = true, s.alpha = 0.7f;
-         return fn::matmul(c, x, x, s);
-       }},
-      {"matmul_tn", [](FnModule&) {},
-       [](Context& c, const Tensor& x, FnModule&) {
-         MatmulSpec s;
-         s.trans_a = true;
-         return fn::matmul(c, x, fn::gelu(c, x), s);
-       }},
-      {"causal_softmax", [](FnModule&) {},
-       [](Context& c, const Tensor& x, FnModule&) { return fn::causal_softmax_(c, fn::add(c, x, x), {2, 4, 4}); },
-       {2, 4, 4}},
-      {"transpose12", [](FnModule&) {}, [](Context& c, const Tensor& x, FnModule&) { return fn::transpose12(c, x); },
-       {2, 3, 2, 5}},
-      {"rope", [](FnModule&) {},
-       [](Context& c, const Tensor& x, FnModule&) { return fn::rope_(c, fn::gelu(c, x), small_rope()); },
-       {1, 2, 3, 4}},
-      // q + gelu(k + gelu(v)): each of q, k, v its own gradient, merged into qkv's.
-      {"split_qkv", [](FnModule&) {},
-       [](Context& c, const Tensor& x, FnModule&) {
-         std::array<Tensor, 3> qkv = fn::split_qkv(c, x, 2, 2);
-         return fn::add(c, qkv[0], fn::gelu(c, fn::add(c, qkv[1], fn::gelu(c, qkv[2]))));
-       },
-       {1, 3, 12}},
-  };
-}
+using namespace autograd_cases;  // NOLINT: the shared op cases (tests/graph/op_cases.h)
 
 class OpRuleTest : public ::testing::TestWithParam<OpCase> {};
 
@@ -146,7 +46,7 @@ TEST_P(OpRuleTest, GradientsMatchCentralDifferences) {
   CpuBackend backend;
   FnModule m("", op.body);
   op.params(m);
-  materialise(m, backend, 11);
+  testing::materialise_random(m, backend, 11);
   Context ctx(backend, DType::kF32);
   ctx.set_dropout_key(42, 7);
   std::vector<float> xv = random_values(static_cast<size_t>(shape_numel(op.input)), 3);
@@ -157,35 +57,9 @@ TEST_P(OpRuleTest, GradientsMatchCentralDifferences) {
   ASSERT_TRUE(ctx.take_status().ok());
   ASSERT_EQ(ctx.live_frames(), 0u);
   ASSERT_TRUE(dx.defined()) << op.name;
-  const std::vector<float> got_dx = download_fp32(backend, dx);
-
-  const float h = 1e-2f;
-  auto expect_derivative = [&](double analytic, double numeric, const std::string& what) {
-    EXPECT_NEAR(analytic, numeric, 3e-3 + 2e-2 * std::fabs(numeric)) << op.name << ": " << what;
-  };
-  for (size_t i = 0; i < xv.size(); ++i) {
-    std::vector<float> plus = xv, minus = xv;
-    plus[i] += h, minus[i] -= h;
-    const double numeric = (loss(ctx, m, backend, upload(backend, plus, x.shape()), r) -
-                            loss(ctx, m, backend, upload(backend, minus, x.shape()), r)) / (2.0 * h);
-    expect_derivative(got_dx[i], numeric, "dx[" + std::to_string(i) + "]");
-  }
-  for (Parameter* p : m.parameters()) {
-    const std::vector<float> grad = download_fp32(backend, p->grad);
-    std::vector<float> v = download_fp32(backend, p->data);
-    for (size_t i = 0; i < v.size(); ++i) {
-      const float keep = v[i];
-      v[i] = keep + h;
-      upload_fp32(backend, v, p->data);
-      const double lp = loss(ctx, m, backend, x, r);
-      v[i] = keep - h;
-      upload_fp32(backend, v, p->data);
-      const double lm = loss(ctx, m, backend, x, r);
-      v[i] = keep;
-      upload_fp32(backend, v, p->data);
-      expect_derivative(grad[i], (lp - lm) / (2.0 * h), p->name() + "[" + std::to_string(i) + "]");
-    }
-  }
+  std::vector<std::vector<float>> grads;
+  for (Parameter* p : m.parameters()) grads.push_back(download_fp32(backend, p->grad));
+  testing::expect_central_differences(ctx, m, backend, xv, op.input, r, download_fp32(backend, dx), grads, op.name);
 }
 
 INSTANTIATE_TEST_SUITE_P(Ops, OpRuleTest, ::testing::ValuesIn(op_cases()),
@@ -353,7 +227,7 @@ TEST(AutogradTest, AnOpWithNoBackwardRuleIsAnErrorNamingTheModuleAndTheOp) {
     return g;
   });
   for (FnModule* m : {&feeds, &returns}) {
-    materialise(*m, backend, 1);
+    testing::materialise_random(*m, backend, 1);
     Context ctx(backend, DType::kF32);
     const Tensor x = upload(backend, random_values(kRows * kFeatures, 3), {kRows, kFeatures});
     const Tensor y = ctx.forward(*m, x);
@@ -367,6 +241,49 @@ TEST(AutogradTest, AnOpWithNoBackwardRuleIsAnErrorNamingTheModuleAndTheOp) {
     }
     EXPECT_EQ(ctx.live_frames(), 0u);
   }
+}
+
+// A parameter whose use backward never reaches is named on stderr once (not
+// again on the next backward); a frozen one (no gradient) is not named. The
+// unreached use is an op's (its output dropped) or a child call's.
+TEST(AutogradTest, AParameterBackwardNeverReachesIsWarnedAboutOnceByName) {
+  CpuBackend backend;
+  FnModule child("blocks.7.unused_child", [](Context& c, const Tensor& x, FnModule& m) {
+    return fn::linear(c, x, m.p(0));
+  });
+  child.param("weight", {kFeatures, kFeatures});
+  FnModule m("blocks.7", [&child](Context& c, const Tensor& x, FnModule& self) {
+    fn::linear(c, x, self.p(0));  // dropped: backward never reaches it
+    fn::linear(c, x, self.p(1));  // dropped, but frozen
+    c.forward(child, x);          // dropped too
+    return fn::linear(c, x, self.p(2));
+  });
+  m.param("dropped.weight", {kFeatures, kFeatures});
+  m.param("frozen.weight", {kFeatures, kFeatures});
+  m.param("used.weight", {kFeatures, kFeatures});
+  testing::materialise_random(m, backend, 1);
+  testing::materialise_random(child, backend, 2);
+  m.p(1).grad = Tensor();
+  Context ctx(backend, DType::kF32);
+  const Tensor x = upload(backend, random_values(kRows * kFeatures, 3), {kRows, kFeatures});
+  std::string warnings;
+  for (int pass = 0; pass < 2; ++pass) {
+    ::testing::internal::CaptureStderr();
+    const Tensor y = ctx.forward(m, x);
+    ctx.backward(m, upload(backend, random_values(static_cast<size_t>(y.numel()), 4), y.shape()));
+    warnings += ::testing::internal::GetCapturedStderr();
+    EXPECT_TRUE(ctx.take_status().ok());
+    ctx.clear();  // the unreached child's frame
+  }
+  auto count = [&](const std::string& what) {
+    size_t n = 0;
+    for (size_t at = warnings.find(what); at != std::string::npos; at = warnings.find(what, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("parameter blocks.7.dropped.weight is used by blocks.7 "), 1u) << warnings;
+  EXPECT_EQ(count("parameter blocks.7.unused_child.weight is used by blocks.7.unused_child "), 1u) << warnings;
+  EXPECT_EQ(count("frozen.weight"), 0u) << warnings;
+  EXPECT_EQ(count("used.weight"), 0u) << warnings;
 }
 
 }  // namespace

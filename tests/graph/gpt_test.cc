@@ -10,15 +10,18 @@
 //    which are fixed given the key, so finite differences still apply; the
 //    loss differs from the dropout-free one (the masks are really applied);
 //  * evaluation runs without dropout (its loss is the dropout-free loss);
-//  * training lowers the loss on a fixed batch.
+//  * training lowers the loss on a fixed batch;
+//  * logit_softcap turns each logit of the same model into cap tanh(y / cap).
 #include <gtest/gtest.h>
 
 #include <cmath>
 
+#include "graph/build_model.h"
 #include "graph/gpt.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "runtime/engine/engine.h"
 #include "tests/reference/reference_ops.h"
+#include "tests/testing/parameters.h"
 
 namespace zero {
 namespace {
@@ -148,6 +151,32 @@ TEST(GptTest, ParameterNamesFollowGpt2) {
   EXPECT_EQ(GptConfig{}.num_parameters(), 124475904);  // GPT-2 124M with vocab 50304, T 1024
 }
 
+// logit_softcap: the same model's logits, each as cap tanh(logit / cap).
+TEST(GptTest, LogitSoftcapCapsTheSameModelsLogits) {
+  CpuBackend backend;
+  TinyGpt t;
+  GptConfig capped = t.cfg;
+  capped.logit_softcap = 0.05f;
+  Gpt plain_model(t.cfg), capped_model(capped);
+  std::vector<std::vector<float>> logits;
+  for (Gpt* m : {&plain_model, &capped_model}) {
+    testing::materialise_parameters(*m, backend, 7);
+    Context ctx(backend, DType::kF32);
+    ctx.set_grad_enabled(false);
+    Tensor ids = backend.empty({t.batch, t.cfg.seq_len}, DType::kI32, MemCategory::kActivations);
+    backend.copy(ids, t.make_batch().inputs);
+    const Tensor y = ctx.forward(*m, ids);
+    logits.push_back(download_fp32(backend, y.view({y.numel()})));
+  }
+  ASSERT_EQ(logits[0].size(), logits[1].size());
+  double largest = 0.0;
+  for (size_t i = 0; i < logits[0].size(); ++i) {
+    largest = std::max(largest, std::abs(static_cast<double>(logits[0][i])));
+    EXPECT_NEAR(logits[1][i], 0.05 * std::tanh(logits[0][i] / 0.05), 1e-6) << i;
+  }
+  EXPECT_GT(largest, 0.05);  // some logits are really capped
+}
+
 TEST(GptTest, LossFallsOnAFixedBatch) {
   CpuBackend backend;
   TinyGpt t;
@@ -165,6 +194,33 @@ TEST(GptTest, LossFallsOnAFixedBatch) {
     ASSERT_TRUE(engine->step().ok());
   }
   EXPECT_LT(last, 0.5f * first) << "first " << first << " last " << last;
+}
+
+// build_model is where every program builds a model for a mesh: a split the
+// model cannot take is a Status naming the field, never a failed check.
+TEST(BuildModelTest, ASplitTheModelCannotTakeIsAnErrorNamingTheField) {
+  GptConfig llama{.arch = ModelArch::kLlama, .n_layer = 2, .n_head = 4, .d_model = 32, .vocab_size = 64,
+                  .seq_len = 8, .n_kv_head = 2};
+  std::unique_ptr<DeviceMesh> tp4 = DeviceMesh::dry_run({1, 4, 1}, 1).value();
+  absl::StatusOr<std::unique_ptr<Gpt>> m = build_model(llama, *tp4);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(m.status().message().find("tensor_parallel.autotp_size: 4"), std::string::npos) << m.status();
+  EXPECT_NE(m.status().message().find("key/value heads"), std::string::npos) << m.status();
+
+  std::unique_ptr<DeviceMesh> pp4 = DeviceMesh::dry_run({1, 1, 4}, 3).value();
+  m = build_model(llama, *pp4);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument) << m.status();
+
+  // What it builds: this rank's stage, split over its tensor group.
+  std::unique_ptr<DeviceMesh> mesh = DeviceMesh::dry_run({1, 2, 2}, 3).value();  // tensor rank 1, stage 1
+  m = build_model(llama, *mesh);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ((*m)->pipeline_stage_index(), 1);
+  EXPECT_EQ((*m)->pipeline_stages(), 2);
+  ASSERT_TRUE((*m)->logits_vocab_slice().has_value());
+  EXPECT_EQ((*m)->logits_vocab_slice()->first, 32);
 }
 
 }  // namespace

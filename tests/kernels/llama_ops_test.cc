@@ -1,5 +1,6 @@
-// The Llama family's ops on the CPU: RMSNorm, rotary embeddings and the
-// SwiGLU gate, forward against the double references and backward against
+// The Llama family's ops on the CPU: RMSNorm (and Gemma's (1 + gamma) form),
+// rotary embeddings, the SwiGLU gate and Gemma's GeGLU gate, forward against
+// the double references and backward against
 // central differences of them, as the other op tests. Rows of 37 columns
 // (RMSNorm, SwiGLU) and heads of 2 x 19 values (RoPE), so vectorised loops
 // have tails.
@@ -69,6 +70,33 @@ TEST_P(RmsNormTest, BackwardMatchesFiniteDifferencesAndAccumulates) {
   EXPECT_TRUE(near_max_norm(to_vec(dx), dx_ref, kGradTol)) << "dx";
   EXPECT_TRUE(near_each(to_vec(dgamma), plus(pre, dg_ref), unit_roundoff(param), kGradTol * max_abs(dg_ref)))
       << "dgamma";
+}
+
+// Gemma's form: y = x rstd (1 + gamma), gamma stored (near 0); dgamma the same.
+TEST_P(RmsNormTest, UnitOffsetScalesByOnePlusGamma) {
+  const DType param = GetParam();
+  const Vec x = norm_input();
+  const Vec gamma = rounded(random_vec(kCols, -0.5, 0.5, 206), param);
+  Vec one_plus(gamma.size());
+  for (size_t i = 0; i < gamma.size(); ++i) one_plus[i] = 1.0 + gamma[i];
+  const Vec dy = rounded(random_vec(kRows * kCols, -1.0, 1.0, 207), DType::kF32);
+  Tensor x_t = from_vec(x, {kRows, kCols}), gamma_t = from_vec(gamma, {kCols}, param);
+  Tensor y = empty({kRows, kCols}, DType::kF32), rstd = empty({kRows}, DType::kF32);
+  ops().rmsnorm_forward(x_t, gamma_t, kEps, y, rstd, true);
+  EXPECT_TRUE(near_max_norm(to_vec(y), ref::rmsnorm(x, one_plus, kEps, kRows, kCols), kFwdTol));
+
+  Tensor dx = empty({kRows, kCols}, DType::kF32);
+  Tensor dgamma = from_vec(Vec(kCols, 0.0), {kCols}, param);
+  ops().rmsnorm_backward(from_vec(dy, {kRows, kCols}), x_t, gamma_t, rstd, dx, dgamma, true);
+  auto f = [&](const Vec& xv, const Vec& g) {
+    Vec w(g.size());
+    for (size_t i = 0; i < g.size(); ++i) w[i] = 1.0 + g[i];
+    return ref::rmsnorm(xv, w, kEps, kRows, kCols);
+  };
+  const Vec dx_ref = ref::numeric_vjp([&](const Vec& v) { return f(v, gamma); }, x, dy);
+  const Vec dg_ref = ref::numeric_vjp([&](const Vec& v) { return f(x, v); }, gamma, dy);
+  EXPECT_TRUE(near_max_norm(to_vec(dx), dx_ref, kGradTol)) << "dx";
+  EXPECT_TRUE(near_each(to_vec(dgamma), dg_ref, unit_roundoff(param), kGradTol * max_abs(dg_ref))) << "dgamma";
 }
 
 INSTANTIATE_TEST_SUITE_P(ParamDtypes, RmsNormTest, ::testing::Values(DType::kF32, DType::kBF16), dtype_param_name);
@@ -166,6 +194,60 @@ TEST_F(SwiGluTest, BackwardMatchesFiniteDifferencesAlsoInPlace) {
   ops().swiglu_backward(gt, ut, from_vec(dh, s), gt, ut);
   EXPECT_TRUE(same_bits(gt, dg));
   EXPECT_TRUE(same_bits(ut, du));
+}
+
+// ---------------------------------------------------------------- GeGLU
+
+Vec geglu_ref(const Vec& gate, const Vec& up) {
+  Vec h = ref::gelu(gate);
+  for (size_t i = 0; i < h.size(); ++i) h[i] *= up[i];
+  return h;
+}
+
+using GeGluTest = KernelTest;
+
+TEST_F(GeGluTest, ForwardMatchesReference) {
+  const Vec g = rounded(random_vec(kRows * kCols, -8.0, 8.0, 231), DType::kF32);
+  const Vec u = rounded(random_vec(kRows * kCols, -2.0, 2.0, 232), DType::kF32);
+  Tensor h = empty({kRows, kCols}, DType::kF32);
+  ops().geglu_forward(from_vec(g, {kRows, kCols}), from_vec(u, {kRows, kCols}), h);
+  EXPECT_TRUE(near_each(to_vec(h), geglu_ref(g, u), 1e-5, 1e-6));
+}
+
+TEST_F(GeGluTest, BackwardMatchesFiniteDifferencesAlsoInPlace) {
+  const Vec g = rounded(random_vec(kRows * kCols, -6.0, 6.0, 233), DType::kF32);
+  const Vec u = rounded(random_vec(kRows * kCols, -2.0, 2.0, 234), DType::kF32);
+  const Vec dh = rounded(random_vec(kRows * kCols, -1.0, 1.0, 235), DType::kF32);
+  const Shape s{kRows, kCols};
+  Tensor dg = empty(s, DType::kF32), du = empty(s, DType::kF32);
+  ops().geglu_backward(from_vec(g, s), from_vec(u, s), from_vec(dh, s), dg, du);
+  EXPECT_TRUE(near_max_norm(to_vec(dg), ref::numeric_vjp([&](const Vec& v) { return geglu_ref(v, u); }, g, dh),
+                            kGradTol)) << "dgate";
+  EXPECT_TRUE(near_max_norm(to_vec(du), ref::numeric_vjp([&](const Vec& v) { return geglu_ref(g, v); }, u, dh),
+                            kGradTol)) << "dup";
+  Tensor gt = from_vec(g, s), ut = from_vec(u, s);
+  ops().geglu_backward(gt, ut, from_vec(dh, s), gt, ut);
+  EXPECT_TRUE(same_bits(gt, dg));
+  EXPECT_TRUE(same_bits(ut, du));
+}
+
+// ---------------------------------------------------------------- logit soft-capping
+
+TEST_F(GeGluTest, SoftcapMatchesReferenceAndFiniteDifferences) {
+  const float cap = 3.0f;
+  const Vec x = rounded(random_vec(kRows * kCols, -12.0, 12.0, 241), DType::kF32);
+  const Vec dy = rounded(random_vec(kRows * kCols, -1.0, 1.0, 242), DType::kF32);
+  auto softcap = [&](const Vec& v) {
+    Vec y(v.size());
+    for (size_t i = 0; i < v.size(); ++i) y[i] = cap * std::tanh(v[i] / cap);
+    return y;
+  };
+  const Shape s{kRows, kCols};
+  Tensor y = empty(s, DType::kF32), dx = empty(s, DType::kF32);
+  ops().softcap_forward(from_vec(x, s), cap, y);
+  EXPECT_TRUE(near_each(to_vec(y), softcap(x), 1e-5, 1e-6));
+  ops().softcap_backward(y, from_vec(dy, s), cap, dx);
+  EXPECT_TRUE(near_max_norm(to_vec(dx), ref::numeric_vjp(softcap, x, dy), kGradTol)) << "dx";
 }
 
 }  // namespace

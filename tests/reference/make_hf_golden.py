@@ -5,7 +5,7 @@ NOT run by CI. Regenerate by hand (see tests/reference/README.md):
 
     /tmp/hfvenv/bin/python tests/reference/make_hf_golden.py
 
-Writes, for each of `llama`, `llama3`, `gpt2`, into tests/data/hf/<name>/:
+Writes, for each of `llama`, `llama3`, `gpt2`, `qwen2`, `qwen3`, `gemma`, into tests/data/hf/<name>/:
   * the model in Hugging Face format (config.json + *.safetensors [+ index]),
   * golden.safetensors with input_ids, targets (int32 [B,T]), logits (F32 [B,T,V]),
     loss (F32 [1]) and grad.<hf name> (F32, shape of the tensor in the model file).
@@ -29,8 +29,9 @@ from packaging.version import Version as _ver
 import safetensors
 from safetensors import safe_open
 from safetensors.torch import save_file
-from transformers import (AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel,
-                          LlamaConfig, LlamaForCausalLM)
+from transformers import (AutoModelForCausalLM, GemmaConfig, GemmaForCausalLM, GPT2Config,
+                          GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, Qwen2Config,
+                          Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
 from hf_common import ATTN, file_tensors, load_fp32
 
@@ -167,8 +168,60 @@ def build_gpt2():
     return m, {}
 
 
-BUILDERS = {"llama": build_llama, "llama3": build_llama3, "gpt2": build_gpt2}
-SEEDS = {"llama": 11, "llama3": 22, "gpt2": 33}
+def build_qwen2():
+    torch.manual_seed(4567)
+    # Biases on q/k/v (none on o), untied head, Qwen's large RoPE base.
+    cfg = Qwen2Config(hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, vocab_size=64,
+                      max_position_embeddings=32, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                      tie_word_embeddings=False, use_sliding_window=False,
+                      initializer_range=0.2, attention_dropout=0.0,
+                      bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    cfg._attn_implementation = ATTN
+    m = Qwen2ForCausalLM(cfg)
+    # The q/k/v biases start at 0: perturb them (and the norms).
+    perturb(m, lambda n: "norm" in n, 0.1, mult=True)
+    perturb(m, lambda n: n.endswith(".bias"), 0.2, mult=False)
+    return m, {}
+
+
+def build_qwen3():
+    torch.manual_seed(5678)
+    # q/k RMSNorm per head; head_dim 16 != hidden/heads = 8 (attention width 64 > hidden 32);
+    # tied head.
+    cfg = Qwen3Config(hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=64,
+                      max_position_embeddings=32, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                      tie_word_embeddings=True, attention_bias=False, use_sliding_window=False,
+                      initializer_range=0.2, attention_dropout=0.0,
+                      bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    cfg._attn_implementation = ATTN
+    m = Qwen3ForCausalLM(cfg)
+    perturb(m, lambda n: "norm" in n, 0.1, mult=True)
+    return m, {}
+
+
+def build_gemma():
+    torch.manual_seed(6789)
+    # RMSNorm (1 + w), embeddings * sqrt(32) (not exact in fp32), GeGLU (tanh GELU), MQA,
+    # head_dim 12 != 8, tied head. No pad token: nn.Embedding's padding_idx would zero that
+    # row's gradient.
+    cfg = GemmaConfig(hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=1, head_dim=12, vocab_size=64,
+                      max_position_embeddings=32, rms_norm_eps=1e-6, rope_theta=10000.0,
+                      hidden_act="gelu_pytorch_tanh", tie_word_embeddings=True, attention_bias=False,
+                      initializer_range=0.2, attention_dropout=0.0,
+                      bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    cfg._attn_implementation = ATTN
+    m = GemmaForCausalLM(cfg)
+    # Gemma's norm weights start at 0 (the scale is 1 + w): perturb them additively.
+    perturb(m, lambda n: "norm" in n, 0.1, mult=False)
+    return m, {}
+
+
+BUILDERS = {"llama": build_llama, "llama3": build_llama3, "gpt2": build_gpt2,
+            "qwen2": build_qwen2, "qwen3": build_qwen3, "gemma": build_gemma}
+SEEDS = {"llama": 11, "llama3": 22, "gpt2": 33, "qwen2": 44, "qwen3": 55, "gemma": 66}
 
 
 # ----------------------------------------------------------------------------- main
@@ -281,7 +334,7 @@ def main():
     print(f"torch {torch.__version__}  transformers {transformers.__version__}  "
           f"safetensors {safetensors.__version__}")
     res = {}
-    for name in args.only or ["llama", "llama3", "gpt2"]:
+    for name in args.only or list(BUILDERS):
         res[name] = run_one(name, args.out)
 
     print("== files")

@@ -78,7 +78,7 @@ Json context_for(const ConfigKey& key) {
     put(j, "optimizer.type", key.applies && key.applies(sgd) ? "SGD" : "Adam");
   }
   for (const char* llama_key : {"model.n_kv_head", "model.d_ff", "model.norm_eps", "model.rope_theta",
-                                "model.tie_word_embeddings"}) {
+                                "model.tie_word_embeddings", "model.head_dim"}) {
     if (p == llama_key) put(j, "model.arch", "llama");  // Llama-family keys are errors for GPT-2
   }
   if (p.rfind("scheduler.", 0) == 0) {
@@ -161,6 +161,7 @@ Json adjust(const ConfigKey& k, Json v) {
   if (k.path == "run.save_dir" || k.path == "run.init_from" || k.path == "run.metrics") return v;
   if (k.path == "model.hf_config") return Json();  // a file to read: hf_format_test and configs_test
   if (k.path == "model.n_kv_head") return 2;        // divides n_head
+  if (k.path == "model.head_dim") return 8;         // even, for RoPE
   if (k.path == "model.max_positions") return 4096;  // above seq_len
   if (k.path.find("offload_") != std::string::npos && k.name() == "device") return "cpu";
   if (k.path == "model.type" || k.path == "run.backend") return Json();  // one value only / needs a GPU at run time

@@ -461,5 +461,33 @@ TEST(ConfigTest, AVocabularySmallerThanTheTensorGroupIsAConfigError) {
   }
 }
 
+// Every family is a model.arch: its features follow from it, head_dim is a
+// key of the families with RoPE, and what a family's layers cannot be is
+// named by key.
+TEST(ConfigTest, EveryFamilyIsAnArch) {
+  for (const char* arch : {"llama", "mistral", "qwen2", "qwen3", "gemma"}) {
+    absl::StatusOr<RunConfig> c = parse(cat(R"({"train_batch_size": 2, "model": {"arch": ")", arch,
+                                            R"(", "n_layer": 2, "n_head": 4, "d_model": 32, "head_dim": 16,
+                                                  "d_ff": 64}})"));
+    ASSERT_TRUE(c.ok()) << arch << ": " << c.status();
+    EXPECT_EQ(c->model.gpt.family_name(), arch);
+    EXPECT_EQ(c->model.gpt.attention_width(), 64) << arch;
+    EXPECT_EQ(c->effective["model"]["arch"], arch);
+  }
+  std::string e = error_of(R"({"train_batch_size": 2, "model": {"arch": "gpt2", "head_dim": 16}})");
+  EXPECT_NE(e.find("model.head_dim"), std::string::npos) << e;
+  EXPECT_NE(e.find("is a setting of the families with RoPE"), std::string::npos) << e;
+  e = error_of(R"({"train_batch_size": 2, "model": {"arch": "qwen4"}})");
+  EXPECT_NE(e.find("model.arch"), std::string::npos) << e;
+  EXPECT_NE(e.find("qwen3"), std::string::npos) << e;
+  e = error_of(R"({"train_batch_size": 2, "model": {"arch": "qwen3", "n_head": 4, "d_model": 30}})");
+  EXPECT_NE(e.find("model.d_model"), std::string::npos) << e;
+  EXPECT_NE(e.find("(or set model.head_dim)"), std::string::npos) << e;
+  e = error_of(R"({"train_batch_size": 2, "model": {"arch": "gemma", "head_dim": 7}})");
+  EXPECT_NE(e.find("model.head_dim"), std::string::npos) << e;
+  e = error_of(R"({"train_batch_size": 2, "model": {"arch": "gemma", "dropout": 0.1}})");
+  EXPECT_NE(e.find("the Gemma family has no dropout sites"), std::string::npos) << e;
+}
+
 }  // namespace
 }  // namespace zero

@@ -3,11 +3,14 @@
 //  * one AdamW step moves every master weight exactly as the formula says;
 //  * clipping: when it bites, the applied update has exactly the clip norm;
 //  * gradient accumulation 4 x micro-batch 2 equals 1 x micro-batch 8;
-//  * bf16 models keep bf16 parameters equal to the rounded fp32 master.
+//  * bf16 models keep bf16 parameters equal to the rounded fp32 master;
+//  * a model of the user's own that implements no zero::Model is refused, by
+//    its type, on a mesh that asks for tensor or pipeline parallelism.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
+#include "comm/device_mesh.h"
 #include "graph/gpt.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "runtime/engine/engine.h"
@@ -141,6 +144,24 @@ TEST(EngineTest, Bf16ParametersAreRoundedMasterWeights) {
     const std::vector<float> master = (*engine)->master_values(*p);
     const uint16_t* bits = p->data.data_as<uint16_t>();
     for (int64_t i = 0; i < p->numel(); ++i) ASSERT_EQ(bits[i], float_to_bf16(master[i])) << p->name() << "[" << i << "]";
+  }
+}
+
+TEST(EngineTest, AModelWithoutTensorOrPipelineSplitsIsRefusedByItsTypeOnSuchAMesh) {
+  CpuBackend backend;
+  struct Case {
+    MeshShape shape;
+    const char* key;
+  };
+  for (const Case& c : {Case{{1, 2, 1}, "tensor_parallel.autotp_size 2"}, Case{{1, 1, 2}, "pipeline.stages 2"}}) {
+    std::unique_ptr<DeviceMesh> mesh = DeviceMesh::dry_run(c.shape, 0).value();
+    EngineConfig ec;
+    ec.pipeline.stages = c.shape.pipeline;
+    absl::StatusOr<std::unique_ptr<Engine>> e = Engine::create(make_mlp_classifier(5, {7}, 3), ec, backend, *mesh);
+    ASSERT_FALSE(e.ok()) << c.key;
+    EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(e.status().message().find(c.key), std::string::npos) << e.status();
+    EXPECT_NE(e.status().message().find("zero::Sequential"), std::string::npos) << e.status();
   }
 }
 

@@ -76,6 +76,7 @@ void expect_round_trip(const std::string& model, int ranks, const std::string& e
   absl::StatusOr<GptConfig> back = gpt_config_from_hf(*written, out);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(hf_config_json(*back, DType::kF32), hf_config_json(*source_config, DType::kF32)) << model;
+  EXPECT_EQ((*written)["model_type"], (*source_json)["model_type"]) << model;
 }
 
 TEST(HfCliTest, StageThreeWithNvmeOffloadOnTwoRanksExportsTheSourceBitForBit) {
@@ -95,6 +96,15 @@ TEST(HfCliTest, TensorParallelRanksReadTheirSlicesAndExportTheWhole) {
   expect_round_trip("llama3", 2, "--set tensor_parallel.autotp_size=1 --set zero_optimization.stage=2", "bf16");
 }
 
+// Qwen2's q/k/v biases and Qwen3's q/k norms (whole on each rank) split over
+// two tensor ranks, Gemma's (1 + w) norms sharded at stage 3: each exports
+// the source bit for bit with its own model_type.
+TEST(HfCliTest, QwenAndGemmaExportTheSourceWithTheirModelType) {
+  expect_round_trip("qwen2", 2, "--set tensor_parallel.autotp_size=2", "fp32");
+  expect_round_trip("qwen3", 2, "--set tensor_parallel.autotp_size=2", "fp32");
+  expect_round_trip("gemma", 2, "--set zero_optimization.stage=3", "fp32");
+}
+
 TEST(HfCliTest, WhatDoesNotFitIsNamed) {
   const std::string data = token_file(96);
   const std::string base = "--config configs/ds/fp32-adamw.json --set data.format=llmc --set data.path=" + data +
@@ -107,12 +117,12 @@ TEST(HfCliTest, WhatDoesNotFitIsNamed) {
   EXPECT_NE(r.output.find("has neither model.safetensors nor model.safetensors.index.json"), std::string::npos)
       << r.output;
   // A model_type we do not build, named.
-  const std::string qwen = fresh("qwen");
-  fs::create_directories(qwen);
-  std::ofstream(qwen + "/config.json") << R"({"model_type": "qwen2", "hidden_size": 64})";
-  r = run(1, base + " --set model.hf_config=" + qwen + "/config.json");
+  const std::string other = fresh("gemma2");
+  fs::create_directories(other);
+  std::ofstream(other + "/config.json") << R"({"model_type": "gemma2", "hidden_size": 64})";
+  r = run(1, base + " --set model.hf_config=" + other + "/config.json");
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_NE(r.output.find("qwen2"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\"model_type\" is \"gemma2\""), std::string::npos) << r.output;
   // Architecture keys beside the file that says them.
   r = run(1, base + " --set model.hf_config=" + golden("llama") + "/config.json --set model.n_layer=3");
   EXPECT_EQ(r.exit_code, 2) << r.output;

@@ -1,11 +1,12 @@
 // Hugging Face's config.json and tensor names.
 //  * config.json -> GptConfig -> config.json gives the same model (GPT-2's
-//    and Llama 3.2's real configs), read in transformers 4.x's form and in
+//    and Llama 3.2's real configs; Qwen2's, Qwen3's and Gemma's with their
+//    features and model_type), read in transformers 4.x's form and in
 //    5.x's ("dtype", "rope_parameters"), a file with both forms refused
 //    where they disagree, and written in 4.x's; what we do not implement is refused
-//    naming the file, the key and the value (an unknown model_type, qwen2's
-//    biases, a rope_scaling type, key/value heads that do not divide, a
-//    Mistral sliding window), and so is a size past the model section's
+//    naming the file, the key and the value (an unknown model_type, a
+//    rope_scaling type, key/value heads that do not divide, a Mistral or
+//    Qwen sliding window, Gemma's activation), and so is a size past the model section's
 //    limit for the same field (a billion layers), naming the limit;
 //  * names: ours <-> Hugging Face's, GPT-2's Conv1D weights transposed, and
 //    the parameter list computed from a config is the model's own.
@@ -114,13 +115,104 @@ TEST(HfConfigTest, LlamaConfigReadsAndRoundTrips) {
   EXPECT_FALSE(c->tied_head());
   EXPECT_EQ(c->rope_scaling.type, "linear");
   testing::expect_same_model(*c, gpt_config_from_hf(hf_config_json(*c, DType::kF32), "y").value());
-  // Mistral without a sliding window is Llama.
+  // Mistral without a sliding window is Llama's layers, and stays "mistral".
   j = parsed(kLlamaConfig);
   j["model_type"] = "mistral";
   j["sliding_window"] = nullptr;
   c = gpt_config_from_hf(j, "mistral/config.json");
   ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_EQ(c->arch, ModelArch::kLlama);
+  EXPECT_EQ(c->arch, ModelArch::kMistral);
+  EXPECT_EQ(hf_config_json(*c, DType::kF32)["model_type"], "mistral");
+  EXPECT_EQ(hf_config_json(*c, DType::kF32)["architectures"], Json::array({"MistralForCausalLM"}));
+  // Llama with projection biases: flags of the model, written back.
+  j = parsed(kLlamaConfig);
+  j["attention_bias"] = true;
+  j["mlp_bias"] = true;
+  c = gpt_config_from_hf(j, "x");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->features().qkv_bias && c->features().o_bias && c->features().mlp_bias);
+  EXPECT_EQ(hf_config_json(*c, DType::kF32)["attention_bias"], true);
+  testing::expect_same_model(*c, gpt_config_from_hf(hf_config_json(*c, DType::kF32), "y").value());
+}
+
+// Qwen2, Qwen3 and Gemma as transformers 5.24 writes them: each family's
+// features, its own head_dim, and a round trip that keeps model_type.
+TEST(HfConfigTest, QwenAndGemmaConfigsReadAsTheirFamilies) {
+  const Json qwen2 = parsed(R"({"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 896,
+    "intermediate_size": 4864, "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2,
+    "vocab_size": 151936, "max_position_embeddings": 32768, "rms_norm_eps": 1e-06, "hidden_act": "silu",
+    "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"}, "tie_word_embeddings": true,
+    "use_sliding_window": false, "sliding_window": null, "max_window_layers": 21,
+    "layer_types": ["full_attention", "full_attention"], "dtype": "bfloat16"})");
+  absl::StatusOr<GptConfig> c = gpt_config_from_hf(qwen2, "qwen2/config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->arch, ModelArch::kQwen2);
+  EXPECT_TRUE(c->features().qkv_bias);
+  EXPECT_FALSE(c->features().o_bias);
+  EXPECT_EQ(c->head_dim(), 64);
+  EXPECT_EQ(c->rope_theta, 1e6);
+  Json back = hf_config_json(*c, DType::kBF16);
+  EXPECT_EQ(back["model_type"], "qwen2");
+  EXPECT_EQ(back["architectures"], Json::array({"Qwen2ForCausalLM"}));
+  EXPECT_FALSE(back.contains("attention_bias")) << back.dump();
+  testing::expect_same_model(*c, gpt_config_from_hf(back, "back").value());
+
+  const Json qwen3 = parsed(R"({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 1024,
+    "intermediate_size": 3072, "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8,
+    "head_dim": 128, "vocab_size": 151936, "max_position_embeddings": 40960, "rms_norm_eps": 1e-06,
+    "rope_theta": 1000000, "attention_bias": false, "tie_word_embeddings": true, "use_sliding_window": false})");
+  c = gpt_config_from_hf(qwen3, "qwen3/config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->arch, ModelArch::kQwen3);
+  EXPECT_TRUE(c->features().qk_norm);
+  EXPECT_EQ(c->head_dim(), 128);
+  EXPECT_EQ(c->attention_width(), 2048);  // not d_model
+  back = hf_config_json(*c, DType::kF32);
+  EXPECT_EQ(back["model_type"], "qwen3");
+  EXPECT_EQ(back["head_dim"], 128);
+  testing::expect_same_model(*c, gpt_config_from_hf(back, "back").value());
+
+  // Gemma 2B's file: the legacy hidden_act "gelu" is the tanh form, as transformers reads it.
+  const Json gemma = parsed(R"({"architectures": ["GemmaForCausalLM"], "model_type": "gemma", "hidden_size": 2048,
+    "intermediate_size": 16384, "num_hidden_layers": 18, "num_attention_heads": 8, "num_key_value_heads": 1,
+    "head_dim": 256, "vocab_size": 256000, "max_position_embeddings": 8192, "rms_norm_eps": 1e-06,
+    "rope_theta": 10000.0, "hidden_act": "gelu", "hidden_activation": "gelu_pytorch_tanh",
+    "pad_token_id": 0, "bos_token_id": 2, "eos_token_id": 1, "attention_bias": false})");
+  c = gpt_config_from_hf(gemma, "gemma/config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->arch, ModelArch::kGemma);
+  EXPECT_TRUE(c->tied_head());  // GemmaConfig's default
+  EXPECT_EQ(c->features().mlp, MlpKind::kGeGlu);
+  EXPECT_TRUE(c->features().norm_unit_offset && c->features().embed_scale);
+  EXPECT_EQ(c->head_dim(), 256);
+  back = hf_config_json(*c, DType::kF32);
+  EXPECT_EQ(back["model_type"], "gemma");
+  EXPECT_EQ(back["hidden_act"], "gelu_pytorch_tanh");
+  testing::expect_same_model(*c, gpt_config_from_hf(back, "back").value());
+  // The families' own defaults: Gemma's head_dim 256, Qwen3's 128.
+  Json g = gemma;
+  g.erase("head_dim");
+  EXPECT_EQ(gpt_config_from_hf(g, "g").value().head_dim(), 256);
+  Json q = qwen3;
+  q.erase("head_dim");
+  EXPECT_EQ(gpt_config_from_hf(q, "q").value().head_dim(), 128);
+
+  // What they may say that we do not implement, by key and value.
+  auto with = [](Json j, const std::string& key, const Json& value) {
+    j[key] = value;
+    return gpt_config_from_hf(j, "m/config.json").status();
+  };
+  absl::Status s = with(qwen2, "use_sliding_window", true);
+  EXPECT_MESSAGE_HAS(s, "m/config.json: \"use_sliding_window\" is true: sliding-window attention");
+  s = with(qwen2, "layer_types", Json::array({"full_attention", "sliding_attention"}));
+  EXPECT_MESSAGE_HAS(s, "\"layer_types\" is");
+  EXPECT_MESSAGE_HAS(s, "\"sliding_attention\"");
+  s = with(gemma, "hidden_act", "silu");
+  EXPECT_MESSAGE_HAS(s, "\"hidden_act\" is \"silu\": only \"gelu_pytorch_tanh\" is implemented for gemma");
+  s = with(gemma, "use_bidirectional_attention", true);
+  EXPECT_MESSAGE_HAS(s, "\"use_bidirectional_attention\" is true");
+  s = with(qwen3, "head_dim", 1000);
+  EXPECT_MESSAGE_HAS(s, "\"head_dim\" is 1000: must be at most 512 (model.head_dim's limit)");
 }
 
 // The same model as transformers 5.x writes its config.json: "dtype", RoPE
@@ -283,9 +375,9 @@ TEST(HfConfigTest, WhatWeDoNotImplementIsRefusedByKeyAndValue) {
   EXPECT_MESSAGE_HAS(s, "m/config.json: \"model_type\" is \"falcon\"");
   EXPECT_MESSAGE_HAS(s, "\"gpt2\", \"llama\", \"mistral\"");
 
-  s = llama_with("model_type", "qwen2", "qwen2");
-  EXPECT_MESSAGE_HAS(s, "\"model_type\" is \"qwen2\"");
-  EXPECT_MESSAGE_HAS(s, "biases on its q/k/v projections");
+  s = llama_with("model_type", "gemma2", "gemma2");
+  EXPECT_MESSAGE_HAS(s, "\"model_type\" is \"gemma2\": not implemented");
+  EXPECT_MESSAGE_HAS(s, "\"qwen2\", \"qwen3\", \"gemma\"");
 
   s = llama_with("rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}});
   EXPECT_MESSAGE_HAS(s, "m/config.json: rope_scaling type \"yarn\" is not implemented");
@@ -296,12 +388,15 @@ TEST(HfConfigTest, WhatWeDoNotImplementIsRefusedByKeyAndValue) {
 
   s = llama_with("num_key_value_heads", 5);
   EXPECT_MESSAGE_HAS(s, "m/config.json: \"num_key_value_heads\" is 5: must divide num_attention_heads (32)");
-  s = llama_with("head_dim", 128);
-  EXPECT_MESSAGE_HAS(s, "\"head_dim\" is 128");
+  s = llama_with("head_dim", 0);
+  EXPECT_MESSAGE_HAS(s, "\"head_dim\" is 0: must be at least 1");
+  s = llama_with("head_dim", 99);  // RoPE's frequencies need an even width
+  EXPECT_MESSAGE_HAS(s, "m/config.json");
+  EXPECT_MESSAGE_HAS(s, "99");
   s = llama_with("hidden_act", "gelu");
   EXPECT_MESSAGE_HAS(s, "\"hidden_act\" is \"gelu\"");
-  s = llama_with("attention_bias", true);
-  EXPECT_MESSAGE_HAS(s, "\"attention_bias\" is true");
+  s = llama_with("attention_bias", "yes");
+  EXPECT_MESSAGE_HAS(s, "\"attention_bias\" is \"yes\": expected true or false");
   s = llama_with("attention_dropout", 0.1);
   EXPECT_MESSAGE_HAS(s, "\"attention_dropout\" is 0.1");
   s = llama_with("hidden_size", Json::value_t::discarded);
@@ -413,6 +508,37 @@ TEST(HfNamesTest, OursToHuggingFacesAndBack) {
   EXPECT_EQ(l.back().first, "lm_head.weight");
   gqa.tie_word_embeddings = true;
   EXPECT_EQ(gpt_parameter_shapes(gqa).back().first, "norm.weight");
+
+  // Every family's list is its model's own, and num_parameters counts it.
+  for (const ModelFamily& family : kModelFamilies) {
+    GptConfig c = gqa;
+    c.arch = family.arch;
+    if (family.features.qk_norm || family.features.embed_scale) c.d_head = 8;  // their own width
+    Gpt m(c);
+    const auto want = gpt_parameter_shapes(c);
+    std::vector<std::pair<std::string, Shape>> got;
+    int64_t total = 0;
+    for (Parameter* p : m.parameters()) {
+      got.emplace_back(p->name(), p->shape());
+      total += p->numel();
+    }
+    EXPECT_EQ(got, want) << family.name;
+    EXPECT_EQ(total, c.num_parameters()) << family.name;  // a tied head is the table, counted once
+  }
+  // What each adds to Llama's list.
+  GptConfig qwen3 = gqa;
+  qwen3.arch = ModelArch::kQwen3;
+  qwen3.d_head = 8;
+  const auto q3 = gpt_parameter_shapes(qwen3);
+  EXPECT_EQ(q3[2], (std::pair<std::string, Shape>{"layers.0.self_attn.q_proj.weight", {32, 16}}));
+  EXPECT_EQ(q3[5], (std::pair<std::string, Shape>{"layers.0.self_attn.o_proj.weight", {16, 32}}));
+  EXPECT_EQ(q3[6], (std::pair<std::string, Shape>{"layers.0.self_attn.q_norm.weight", {8}}));
+  GptConfig qwen2 = gqa;
+  qwen2.arch = ModelArch::kQwen2;
+  const auto q2 = gpt_parameter_shapes(qwen2);
+  EXPECT_EQ(q2[3], (std::pair<std::string, Shape>{"layers.0.self_attn.q_proj.bias", {16}}));
+  EXPECT_EQ(q2[8].first, "layers.0.self_attn.o_proj.weight");  // no o_proj bias
+  EXPECT_EQ(q2[9].first, "layers.0.post_attention_layernorm.weight");
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // Our model against Hugging Face transformers' own numbers: the golden
-// models of tests/data/hf/{llama,llama3,gpt2} (tiny random models saved by
-// transformers 5.24, tests/reference/make_hf_golden.py) with the logits,
-// loss and every gradient PyTorch computed for one batch of 2 x 16 tokens.
+// models of tests/data/hf/{llama,llama3,gpt2,qwen2,qwen3,gemma} (tiny random
+// models saved by transformers 5.24, tests/reference/make_hf_golden.py) with
+// the logits, loss and every gradient PyTorch computed for one batch of 2 x
+// 16 tokens.
 //  * config.json (transformers 5.x's form) read by gpt_config_from_hf, the
 //    weights by load_hf_weights into a one-rank fp32 engine (ZeRO stage 0
 //    and 3): the loss within 1e-5 of the golden one (relative), the logits
@@ -18,7 +19,7 @@
 //    its config (hf_config_json), consolidated to a Hugging Face directory
 //    in the source's dtype (fp32; bf16 for llama3), gives back exactly the
 //    source's tensor names, dtypes, shapes and bytes, and a config.json that
-//    reads back as the same model. With ZE_KEEP_HF_EXPORT=DIR the exports
+//    reads back as the same model, of the same model_type. With ZE_KEEP_HF_EXPORT=DIR the exports
 //    are kept in DIR/<model> (for tests/reference/check_hf_export.py).
 #include <gtest/gtest.h>
 
@@ -251,8 +252,11 @@ TEST_P(HfOracleTest, LossLogitsAndGradientsMatchTransformers) {
 
 INSTANTIATE_TEST_SUITE_P(Models, HfOracleTest,
                          ::testing::Values(OracleCase{"llama", ZeroStage::k0}, OracleCase{"llama3", ZeroStage::k0},
-                                           OracleCase{"gpt2", ZeroStage::k0}, OracleCase{"llama", ZeroStage::k3},
-                                           OracleCase{"llama3", ZeroStage::k3}, OracleCase{"gpt2", ZeroStage::k3}),
+                                           OracleCase{"gpt2", ZeroStage::k0}, OracleCase{"qwen2", ZeroStage::k0},
+                                           OracleCase{"qwen3", ZeroStage::k0}, OracleCase{"gemma", ZeroStage::k0},
+                                           OracleCase{"llama", ZeroStage::k3}, OracleCase{"llama3", ZeroStage::k3},
+                                           OracleCase{"gpt2", ZeroStage::k3}, OracleCase{"qwen2", ZeroStage::k3},
+                                           OracleCase{"qwen3", ZeroStage::k3}, OracleCase{"gemma", ZeroStage::k3}),
                          [](const ::testing::TestParamInfo<OracleCase>& info) {
                            return info.param.model + "_stage" + std::to_string(stage_number(info.param.stage));
                          });
@@ -302,9 +306,14 @@ TEST_P(HfRoundTripTest, ExportAfterLoadingIsTheSourceBitForBit) {
   absl::StatusOr<GptConfig> back = gpt_config_from_hf(*written, out + "/config.json");
   ASSERT_TRUE(back.ok()) << back.status();
   testing::expect_same_model(source_config, *back);
+  absl::StatusOr<Json> source_json = load_json_file(dir + "/config.json");
+  ASSERT_TRUE(source_json.ok()) << source_json.status();
+  EXPECT_EQ((*written)["model_type"], (*source_json)["model_type"]);
+  EXPECT_EQ((*written)["architectures"], (*source_json)["architectures"]);
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, HfRoundTripTest, ::testing::Values("llama", "llama3", "gpt2"),
+INSTANTIATE_TEST_SUITE_P(Models, HfRoundTripTest,
+                         ::testing::Values("llama", "llama3", "gpt2", "qwen2", "qwen3", "gemma"),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 }  // namespace

@@ -17,7 +17,8 @@
 //  * with P ranks alone (no data or tensor group) a step sends exactly the
 //    schedule's activations and gradients and the tied table's all-reduce.
 // The same with every block checkpointed, and with dropout 0.1
-// (PipelineCompositionTest). With fp16 from a loss scale of 2^30 every stage
+// (PipelineCompositionTest); for Llama (PipelineLlamaTest) and Qwen2, Qwen3
+// and Gemma (PipelineFamiliesTest). With fp16 from a loss scale of 2^30 every stage
 // skips the steps one rank skips, at the same scales (PipelineFp16Test).
 // The schedule itself (PipelineScheduleOrder): P = 4, M = 8 under 1F1B is
 // the order written out by hand, and the activations alive on a stage (the
@@ -194,7 +195,7 @@ RunResult train(Communicator& comm, const Layout& l, int steps = kSteps, const C
     out.data_replicas_identical = out.data_replicas_identical && same_everywhere(mesh.data(), all);
     if (Communicator* tied = mesh.embedding()) {
       uint64_t h = 0xcbf29ce484222325ull;
-      for (Parameter* p : engine.model().parameters_tied_across_stages()) {
+      for (Parameter* p : model_of(engine.model()).parameters_tied_across_stages()) {
         absl::StatusOr<std::vector<float>> v = engine.state().gather_parameter(*p);
         if (v.ok()) h = fnv(*v, h);
       }
@@ -297,6 +298,24 @@ TEST(PipelineLlamaTest, TiedAndUntiedMatchOneRank) {
     for (const auto& [p, t] : layouts()) {
       const Layout l{.pipeline = p, .tensor = t, .stage = 1, .model = llama};
       expect_matches(train(world(), l), ref, l.name() + (tied ? ", Llama tied" : ", Llama untied"));
+    }
+  }
+}
+
+// Qwen2 (untied head), Qwen3 and Gemma (tied, its table's copy on the last
+// stage; Gemma's embedding scale on the first) in stages, composed with
+// tensor parallelism; Qwen3's and Gemma's heads of their own width.
+TEST(PipelineFamiliesTest, QwenAndGemmaMatchOneRank) {
+  if (layouts().empty()) GTEST_SKIP() << "no pipeline layout at world " << world().world_size();
+  const std::unique_ptr<Communicator> own = make_local_communicator();
+  for (const ModelArch arch : {ModelArch::kQwen2, ModelArch::kQwen3, ModelArch::kGemma}) {
+    GptConfig model{.arch = arch, .n_layer = 4, .n_head = 4, .d_model = 16, .vocab_size = 37, .seq_len = 8,
+                    .n_kv_head = 2, .d_ff = 24, .tie_word_embeddings = arch != ModelArch::kQwen2};
+    if (arch != ModelArch::kQwen2) model.d_head = 8;
+    const RunResult ref = train(*own, Layout{.model = model});
+    for (const auto& [p, t] : layouts()) {
+      const Layout l{.pipeline = p, .tensor = t, .stage = 1, .model = model};
+      expect_matches(train(world(), l), ref, cat(l.name(), ", ", model.family_name()));
     }
   }
 }

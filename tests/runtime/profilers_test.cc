@@ -186,7 +186,7 @@ TEST(FlopsProfilerTest, NamesTheFamilyAndItsBlocks) {
     FlopsProfileStep step;
     step.backend = "cpu";
     const std::string report = flops_profile_report(engine->model(), profiler, step, {});
-    if (g.llama()) {
+    if (g.rope()) {
       EXPECT_NE(report.find("Llama n_layer=2 n_head=2 n_kv_head=1 d_model=32 d_ff=64\n"), std::string::npos) << report;
       EXPECT_NE(report.find("repeated layers summed: layers.* is every layers.N"), std::string::npos) << report;
       EXPECT_NE(report.find("layers.*: "), std::string::npos) << report;

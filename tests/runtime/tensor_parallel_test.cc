@@ -27,6 +27,10 @@
 // global sample and position, whether the dropouts act on the full
 // activations every tensor rank holds or on its sequence shard.
 //
+// Llama (TensorParallelLlamaTest), Qwen2, Qwen3 and Gemma
+// (TensorParallelFamiliesTest) match one rank the same way, with and
+// without sequence parallelism.
+//
 // Checkpoints (TensorParallelCheckpointTest): a run at T = 2 saves the
 // unsplit tensors (its slices as contiguous or strided segments); that
 // checkpoint resumes at T = 1 on one rank, at T = 1 over the whole world
@@ -44,6 +48,7 @@
 #include <string>
 
 #include "comm/device_mesh.h"
+#include "core/strings.h"
 #include "graph/gpt.h"
 #include "graph/parallel_layers.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -300,6 +305,31 @@ TEST(TensorParallelLlamaTest, MatchesOneRankTiedAndUntied) {
                                    (sp ? " sequence-parallel" : "");
           expect_matches(train(stage, tensor, 0.0f, sp, {}, llama), ref, what);
         }
+      }
+    }
+  }
+}
+
+// Qwen2, Qwen3 and Gemma split the same way, each with what it adds to
+// Llama: Qwen2's q/k/v biases split with their columns; Qwen3's q/k norms
+// whole on every rank, which normalises its own heads with them (their
+// gradients summed over the tensor group, so the replicas stay equal);
+// heads of their own width (8, where d_model / n_head is 4: o_proj's input
+// is 64 wide, split by heads); Gemma's (1 + w) norms (summed over the group
+// with sequence parallelism), embedding scale, GeGLU and tied table, and
+// logit soft-capping (flag of any family) on each rank's vocabulary slice.
+TEST(TensorParallelFamiliesTest, QwenAndGemmaMatchOneRank) {
+  for (const ModelArch arch : {ModelArch::kQwen2, ModelArch::kQwen3, ModelArch::kGemma}) {
+    GptConfig model{.arch = arch, .n_layer = 2, .n_head = 8, .d_model = 32, .vocab_size = 37, .seq_len = 8,
+                    .n_kv_head = 4, .d_ff = 40, .tie_word_embeddings = arch == ModelArch::kGemma};
+    if (arch != ModelArch::kQwen2) model.d_head = 8;
+    if (arch == ModelArch::kGemma) model.logit_softcap = 0.5f;  // on each rank's vocabulary slice
+    const RunResult ref = train(0, 0, 0.0f, false, {}, model);
+    for (int tensor : tensor_sizes()) {
+      for (const auto& [stage, sp] : {std::pair{0, false}, std::pair{3, true}}) {
+        const std::string what = cat(model.family_name(), ", T=", tensor, " stage ", stage,
+                                     sp ? " sequence-parallel" : "");
+        expect_matches(train(stage, tensor, 0.0f, sp, {}, model), ref, what);
       }
     }
   }

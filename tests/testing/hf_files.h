@@ -47,8 +47,9 @@ inline void expect_same_hf_tensors(const HfWeights& got, const HfWeights& want, 
   }
 }
 
-// The same model, field by field as it computes (kv_heads(), ffn_width(),
-// positions(), the tied head; RoPE's settings for the Llama family).
+// The same model, field by field as it computes (the family, kv_heads(),
+// head_dim(), the biases, ffn_width(), positions(), the tied head; RoPE's
+// settings for the families with RoPE).
 inline void expect_same_model(const GptConfig& a, const GptConfig& b) {
   EXPECT_EQ(a.arch, b.arch);
   EXPECT_EQ(a.n_layer, b.n_layer);
@@ -59,7 +60,12 @@ inline void expect_same_model(const GptConfig& a, const GptConfig& b) {
   EXPECT_EQ(a.positions(), b.positions());
   EXPECT_EQ(a.tied_head(), b.tied_head());
   EXPECT_EQ(a.init_std, b.init_std);
-  if (a.llama()) {
+  EXPECT_EQ(a.head_dim(), b.head_dim());
+  const ModelFeatures fa = a.features(), fb = b.features();
+  EXPECT_EQ(fa.qkv_bias, fb.qkv_bias);
+  EXPECT_EQ(fa.o_bias, fb.o_bias);
+  EXPECT_EQ(fa.mlp_bias, fb.mlp_bias);
+  if (a.rope()) {
     EXPECT_EQ(a.ffn_width(), b.ffn_width());
     EXPECT_EQ(a.norm_eps, b.norm_eps);
     EXPECT_EQ(a.rope_theta, b.rope_theta);

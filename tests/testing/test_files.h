@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <system_error>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -18,10 +19,16 @@ inline std::string test_path(const std::string& name) {
   return ::testing::TempDir() + "/" + t->test_suite_name() + "." + t->name() + "." + name;
 }
 
-// test_path(name) with whatever an earlier run left there removed.
+// test_path(name) with whatever an earlier run left there removed. Entries
+// may vanish while it walks them (a process the test killed is still being
+// reaped, its files going with it), so a failed pass is retried, not thrown.
 inline std::string fresh_test_path(const std::string& name) {
   const std::string p = test_path(name);
-  std::filesystem::remove_all(p);
+  std::error_code ec;
+  for (int tries = 0; tries < 5; ++tries) {
+    std::filesystem::remove_all(p, ec);
+    if (!std::filesystem::exists(p, ec)) break;
+  }
   return p;
 }
 

@@ -1,4 +1,5 @@
-// CUDA RMSNorm, rotary embeddings and SwiGLU against the CPU backend.
+// CUDA RMSNorm (and Gemma's (1 + gamma) form), rotary embeddings, SwiGLU
+// and Gemma's GeGLU against the CPU backend.
 //
 // Tolerances (fp32 paths: 1e-5 relative, plus a small absolute term for
 // elements that come out of a cancellation, e.g. x cos - x' sin near 0):
@@ -159,6 +160,71 @@ TEST_F(LlamaOpsTest, SwiGluMatchesCpuAndBackwardMayAliasItsInputs) {
   gpu_->ops().swiglu_backward(gate.gpu, up.gpu, dh.gpu, gate.gpu, up.gpu);
   expect_exact(values(gate.gpu), dgate_gpu, "dgate aliasing gate");
   expect_exact(values(up.gpu), dup_gpu, "dup aliasing up");
+}
+
+// Gemma's GeGLU: tanhf against the CPU's exp-based tanh.
+TEST_F(LlamaOpsTest, GeGluMatchesCpuAndBackwardMayAliasItsInputs) {
+  const int64_t n = 10007;
+  const Shape shape{n};
+  Mirrored gate = random(shape, DType::kF32, 31, -12.0f, 12.0f);
+  Mirrored up = random(shape, DType::kF32, 32, -2.0f, 2.0f);
+  Mirrored h = random(shape, DType::kF32, 33);
+  cpu_.ops().geglu_forward(gate.cpu, up.cpu, h.cpu);
+  gpu_->ops().geglu_forward(gate.gpu, up.gpu, h.gpu);
+  expect_close(values(h.gpu), values(h.cpu), 1e-6f, 1e-5f, "h");
+
+  Mirrored dh = random(shape, DType::kF32, 34);
+  Mirrored dgate = random(shape, DType::kF32, 35);
+  Mirrored dup = random(shape, DType::kF32, 36);
+  cpu_.ops().geglu_backward(gate.cpu, up.cpu, dh.cpu, dgate.cpu, dup.cpu);
+  gpu_->ops().geglu_backward(gate.gpu, up.gpu, dh.gpu, dgate.gpu, dup.gpu);
+  const std::vector<float> dgate_gpu = values(dgate.gpu), dup_gpu = values(dup.gpu);
+  expect_close(dgate_gpu, values(dgate.cpu), 1e-6f, 1e-5f, "dgate");
+  expect_close(dup_gpu, values(dup.cpu), 1e-6f, 1e-5f, "dup");
+
+  gpu_->ops().geglu_backward(gate.gpu, up.gpu, dh.gpu, gate.gpu, up.gpu);
+  expect_exact(values(gate.gpu), dgate_gpu, "dgate aliasing gate");
+  expect_exact(values(up.gpu), dup_gpu, "dup aliasing up");
+}
+
+// Logit soft-capping: tanhf against the CPU's exp-based tanh.
+TEST_F(LlamaOpsTest, SoftcapMatchesCpu) {
+  const Shape shape{int64_t{10007}};
+  Mirrored x = random(shape, DType::kF32, 51, -40.0f, 40.0f);
+  Mirrored y = random(shape, DType::kF32, 52);
+  cpu_.ops().softcap_forward(x.cpu, 5.0f, y.cpu);
+  gpu_->ops().softcap_forward(x.gpu, 5.0f, y.gpu);
+  expect_close(values(y.gpu), values(y.cpu), 1e-6f, 1e-5f, "y");
+  Mirrored dy = random(shape, DType::kF32, 53);
+  Mirrored dx = random(shape, DType::kF32, 54);
+  gpu_->copy(y.gpu, y.cpu);
+  cpu_.ops().softcap_backward(y.cpu, dy.cpu, 5.0f, dx.cpu);
+  gpu_->ops().softcap_backward(y.gpu, dy.gpu, 5.0f, dx.gpu);
+  expect_close(values(dx.gpu), values(dx.cpu), 1e-6f, 1e-5f, "dx");
+}
+
+// Gemma's RMSNorm, y = x rstd (1 + gamma), forward and backward.
+TEST_F(LlamaOpsTest, RmsNormUnitOffsetMatchesCpu) {
+  const int64_t rows = 301, cols = 96;
+  for (DType param : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(dtype_name(param));
+    Mirrored x = random(Shape{rows, cols}, DType::kF32, 41, -2.0f, 3.0f);
+    Mirrored gamma = random(Shape{cols}, param, 42, -0.5f, 0.5f);
+    Mirrored y = random(Shape{rows, cols}, DType::kF32, 43);
+    Mirrored rstd = random(Shape{rows}, DType::kF32, 44);
+    cpu_.ops().rmsnorm_forward(x.cpu, gamma.cpu, 1e-6f, y.cpu, rstd.cpu, true);
+    gpu_->ops().rmsnorm_forward(x.gpu, gamma.gpu, 1e-6f, y.gpu, rstd.gpu, true);
+    expect_close(values(y.gpu), values(y.cpu), 1e-6f, 1e-5f, "y");
+    Mirrored dy = random(Shape{rows, cols}, DType::kF32, 45);
+    Mirrored dx = random(Shape{rows, cols}, DType::kF32, 46);
+    Mirrored dgamma = random(Shape{cols}, param, 47);
+    gpu_->copy(rstd.gpu, rstd.cpu);
+    cpu_.ops().rmsnorm_backward(dy.cpu, x.cpu, gamma.cpu, rstd.cpu, dx.cpu, dgamma.cpu, true);
+    gpu_->ops().rmsnorm_backward(dy.gpu, x.gpu, gamma.gpu, rstd.gpu, dx.gpu, dgamma.gpu, true);
+    expect_close(values(dx.gpu), values(dx.cpu), 1e-5f, 1e-5f, "dx");
+    expect_close(values(dgamma.gpu), values(dgamma.cpu), 1e-5f * static_cast<float>(rows), 1e-5f + ulp_rel(param),
+                 "dgamma");
+  }
 }
 
 }  // namespace

@@ -1,0 +1,55 @@
+// Tensor-parallel communication as recorded ops (graph/functional.h's kind:
+// each runs its collective and records the conjugate one as its backward
+// rule), so a tensor-parallel layer writes forward only:
+//
+//   copy_to_group      identity        | all-reduce dx   (Megatron's f)
+//   reduce_from_group  all-reduce      | identity        (Megatron's g)
+//   gather_sequence    all-gather S    | reduce-scatter  (sequence parallelism)
+//   scatter_sequence   reduce-scatter  | all-gather S
+//
+// plus the two fused linears the layers need to keep what they kept by hand:
+// linear_partial (a row-parallel layer's partial product: its bias joins on
+// one rank only) and linear_gathered (a sequence-parallel column layer that
+// keeps its input shard, not the gathered sequence, and gathers it again in
+// backward).
+//
+// Sequence shards: activations [B, S, C] split along S over the group, rank
+// r holding positions [r S/T, (r + 1) S/T) of every sample
+// (graph/sequence_parallel.h). A failed collective is noted on the Context
+// (Context::take_status) naming the module whose call ran it; the pass goes
+// on with the local values. With a group of one rank every op is the
+// identity and records nothing.
+#pragma once
+
+#include "comm/communicator.h"
+#include "graph/context.h"
+
+namespace zero::fn {
+
+// Megatron's f: x itself (no copy; the tape reads the output where later ops
+// read x). Backward: dy summed over the group, in place when the rule may
+// overwrite it, else into a new buffer. Saves nothing.
+Tensor copy_to_group(Context& ctx, const Tensor& x, Communicator& group);
+// Megatron's g: x summed over the group, in place in x's buffer, which the
+// caller hands over (into a new buffer when something else still holds it).
+// Backward: the identity. Saves nothing.
+Tensor reduce_from_group(Context& ctx, Tensor&& x, Communicator& group);
+// shard [B, S/T, C] of every rank -> [B, S, C]. Backward: reduce-scatter of
+// dy, this rank's shard of the sum. Saves nothing.
+Tensor gather_sequence(Context& ctx, const Tensor& shard, Communicator& group);
+// Partial sums [B, S, C] of every rank -> this rank's shard of their sum
+// [B, S/T, C] (S must divide by T). Backward: all-gather of dy. Saves nothing.
+Tensor scatter_sequence(Context& ctx, const Tensor& full, Communicator& group);
+
+// x W^T + b with b (may be null) added on the group's rank 0 only, so a sum
+// over the group holds it once (a row-parallel layer's partial product); b's
+// gradient is the whole one on every rank (dy is the same on all). Saves x.
+Tensor linear_partial(Context& ctx, const Tensor& x, Communicator& group, Parameter& weight,
+                      Parameter* bias = nullptr);
+// fn::linear of gather_sequence(shard) that saves the shard only: backward
+// gathers it again, computes the whole sequence's dx and reduce-scatters it
+// (Megatron-SP's column-parallel layer; the gathered input is never kept).
+Tensor linear_gathered(Context& ctx, const Tensor& shard, Communicator& group, Parameter& weight,
+                       Parameter* bias = nullptr);
+
+}  // namespace zero::fn
