@@ -1,7 +1,7 @@
 // Tensor-parallel collectives as recorded ops; see collective_ops.h. The
 // kernels (the collective plus its layout moves) are written once here and
-// run by both directions' rules, in the order the hand-written layers ran
-// them, so the layers built on these compute bit for bit what they did.
+// run by both directions' rules, in the order the former hand-written layers
+// ran them, so the layers built on these compute bit for bit what those did.
 #include "graph/collective_ops.h"
 
 #include "core/check.h"
@@ -73,12 +73,11 @@ Tensor copy_to_group(Context& ctx, const Tensor& x, Communicator& group) {
 Tensor reduce_from_group(Context& ctx, Tensor&& x, Communicator& group) {
   Tensor mine = std::move(x);
   if (group.world_size() == 1) return mine;
-  // One owner left (this function): nobody saved it, its buffer is free to take.
-  Tensor y = mine;
-  if (mine.storage() == nullptr || mine.storage().use_count() != 1) {
-    y = ctx.activation(mine.shape(), mine.dtype());
-    ctx.backend().copy(y, mine);
-  }
+  // One owner left (this function): nobody saved it, its buffer is free to
+  // take (asked before any copy of the handle is made).
+  const bool take = mine.storage() != nullptr && mine.storage().use_count() == 1;
+  Tensor y = take ? mine : ctx.activation(mine.shape(), mine.dtype());
+  if (!take) ctx.backend().copy(y, mine);
   sum_in_place(ctx, group, y);
   ctx.record("reduce_from_group", {mine}, y, [](Context&, const Tensor& dy) { return std::vector<Tensor>{dy}; });
   return y;

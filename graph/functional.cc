@@ -1,6 +1,7 @@
-// The recorded ops; see functional.h. Each forward is the kernel the
-// hand-written layers call, and each rule the kernels of their backward, so a
-// module written with these computes bit for bit what the layer computes.
+// The recorded ops; see functional.h. Each forward is the kernel the former
+// hand-written layers called, and each rule the kernels of their backward, in
+// their order, so the layers written with these compute bit for bit what
+// those did.
 #include "graph/functional.h"
 
 #include "comm/communicator.h"
@@ -215,7 +216,11 @@ Tensor scale(Context& ctx, const Tensor& x, float s) {
 Tensor softcap(Context& ctx, const Tensor& x, float cap) {
   Tensor y = ctx.activation(x.shape());
   ctx.ops().softcap_forward(x, cap, y);
-  ctx.record("softcap", {x}, y, [y, cap](Context& c, const Tensor& dy) {
+  // Keeps x, not y: y is a model's logits, which the engine overwrites with
+  // their gradient (the loss's in-place backward) before this rule runs.
+  ctx.record("softcap", {x}, y, [x, cap](Context& c, const Tensor& dy) {
+    Tensor y = c.activation(x.shape());
+    c.ops().softcap_forward(x, cap, y);
     const Tensor dx = c.grad_writable(dy) ? dy : c.activation(dy.shape());
     c.ops().softcap_backward(y, dy, cap, dx);
     return std::vector<Tensor>{dx};

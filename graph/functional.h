@@ -1,7 +1,7 @@
 // The ops a module's forward calls to get its backward for free: each runs
 // the backend's kernel and records itself on the module call's tape
 // (graph/tape.h) with its backward rule, keeping only what that rule needs
-// (the same tensors the hand-written layers save). With grad disabled, or
+// (each op says what). With grad disabled, or
 // inside a checkpointed forward, they only compute. Activations are fp32;
 // parameter gradients accumulate (+=). A module whose forward is built from
 // these and from child modules (ctx.forward) needs no backward of its own:
@@ -62,7 +62,9 @@ Tensor swiglu(Context& ctx, const Tensor& gate, const Tensor& up);
 Tensor geglu(Context& ctx, const Tensor& gate, const Tensor& up);
 // x * s. Saves nothing.
 Tensor scale(Context& ctx, const Tensor& x, float s);
-// cap * tanh(x / cap): logit soft-capping (Gemma 2's), cap > 0. Saves the output.
+// cap * tanh(x / cap): logit soft-capping (Gemma 2's), cap > 0. Saves x (the
+// output is a model's logits, which the engine overwrites with their
+// gradient); the rule recomputes the output from it.
 Tensor softcap(Context& ctx, const Tensor& x, float cap);
 // Dropout with probability p of x [B, T, ...], its mask a function of the
 // run's seed, the global sample, the position (counted from first_position:

@@ -97,14 +97,18 @@ absl::Status check_gpt_split(const GptConfig& c, int tensor, bool sequence_paral
   const std::string t = cat("tensor_parallel.autotp_size: ", tensor);
   if (tensor < 1) return bad(t, " must be at least 1");
   if (tensor == 1) return absl::OkStatus();
-  if (c.n_head % tensor != 0) {
-    return bad(t, " does not divide model.n_head ", c.n_head, " (each tensor rank computes n_head / autotp_size whole heads)");
+  if (c.features().fused_qkv && c.n_head % tensor != 0) {
+    return bad(t, " does not divide model.n_head ", c.n_head, " (", c.family_name(),
+               "'s fused q/k/v projection c_attn splits into n_head / autotp_size whole heads per tensor rank)");
   }
-  if (c.kv_heads() % tensor != 0) {
-    return bad(t, " does not divide the model's ", c.kv_heads(),
-               " key/value heads (each tensor rank computes whole key/value heads)");
+  if (c.kv_heads() < tensor) {
+    return bad(t, " is more than the model's ", c.kv_heads(),
+               " key/value heads (model.n_kv_head: each tensor rank computes at least one whole key/value head "
+               "with its query heads; they are not replicated)");
   }
-  if (c.ffn_width() % tensor != 0) return bad(t, " does not divide the MLP width ", c.ffn_width());
+  if (c.ffn_width() < tensor) {
+    return bad(t, " is more than the MLP width ", c.ffn_width(), " (each tensor rank computes at least one feature)");
+  }
   if (c.vocab_size < tensor) {
     return bad(t, " is more than model.vocab_size ", c.vocab_size,
                " (each tensor rank holds at least one row of the vocabulary)");

@@ -21,8 +21,10 @@
 // split; graph/parallel_layers.h, graph/vocab_parallel.h): the token table
 // and the LM head are vocabulary-parallel, so forward returns this
 // rank's vocabulary slice of the logits (logits_vocab_slice()); attention is
-// split by heads (T must divide n_head, and Llama's key/value heads) and the
-// MLP by its hidden features; the norms and the position table are whole on
+// split by heads (the key/value heads as evenly as can be, each with its
+// group's query heads: T must not be more than the key/value heads; GPT-2's
+// fused q/k/v: T must divide n_head) and the MLP by its hidden features (as
+// evenly as can be); the norms and the position table are whole on
 // every rank. Each parameter's initial values are its slice of the unsplit
 // model's, so any T trains the same model. With sequence_parallel
 // (Megatron-SP, graph/sequence_parallel.h) the embeddings' output, the

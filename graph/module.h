@@ -8,13 +8,17 @@
 //    decides when they are materialised — under ZeRO-3 a parameter's data is
 //    only defined between the engine's gather before a module runs and its
 //    release after.
-//  * A module calls its children through ctx.forward(child, x) and
-//    ctx.backward(child, dy), never child.forward() directly: those are the
-//    points where the engine's hooks run (gather, release, gradient
-//    reduction, activation checkpointing).
-//  * Tensors a module needs for its backward are saved with ctx.save() into a
-//    frame the Context owns; the Context frees the frame after the module's
-//    backward, or keeps only a checkpoint boundary.
+//  * A module writes forward only: it calls graph/functional.h's recorded
+//    ops and its children through ctx.forward(child, x), never
+//    child.forward() directly (that is where the engine's hooks run:
+//    gather, release, gradient reduction, activation checkpointing). The
+//    ops and child calls are recorded on a tape in the call's frame, which
+//    the Context owns, and backward replays it (graph/tape.h), each child's
+//    backward again through the Context and its hooks. The frame, with what
+//    the ops kept for their rules, goes after the module's backward, or only
+//    a checkpoint boundary is kept.
+//  * A module may still override backward (with ctx.save() in forward and
+//    ctx.backward(child, dy) in backward); none of the library's does.
 //
 // Conventions: activations are fp32; parameter gradients accumulate (+=).
 #pragma once

@@ -33,7 +33,21 @@ ColumnParallelLinear::ColumnParallelLinear(std::string name, int64_t in_features
     : Module(std::move(name)), group_(group), sequence_parallel_(sequence_parallel) {
   ZE_CHECK(blocks >= 1 && out_features % blocks == 0) << this->name() << ": " << out_features << " in " << blocks;
   const int64_t part = share(this->name(), out_features / blocks, group, "output features");
-  const int64_t offset = group.rank() * part, local_out = part * blocks;
+  add_parameters(in_features, out_features, group.rank() * part, part, blocks, bias, init_std);
+}
+
+ColumnParallelLinear::ColumnParallelLinear(std::string name, int64_t in_features, int64_t out_features,
+                                           SplitRange local, bool bias, float init_std, Communicator& group,
+                                           bool sequence_parallel)
+    : Module(std::move(name)), group_(group), sequence_parallel_(sequence_parallel) {
+  ZE_CHECK(local.size >= 1 && local.offset >= 0 && local.offset + local.size <= out_features)
+      << this->name() << ": output features [" << local.offset << ", +" << local.size << ") of " << out_features;
+  add_parameters(in_features, out_features, local.offset, local.size, 1, bias, init_std);
+}
+
+void ColumnParallelLinear::add_parameters(int64_t in_features, int64_t out_features, int64_t offset, int64_t part,
+                                          int64_t blocks, bool bias, float init_std) {
+  const int64_t local_out = part * blocks;
   weight_ = add_parameter("weight", {local_out, in_features}, ParamInit::normal(init_std));
   weight_->set_slice({{out_features, in_features}, 0, offset, blocks});
   if (bias) {
@@ -58,8 +72,20 @@ RowParallelLinear::RowParallelLinear(std::string name, int64_t in_features, int6
   if (bias) bias_ = add_parameter("bias", {out_features}, ParamInit::zeros());
 }
 
-// dx_r = dy W_r; dy is the same on every rank of the group (with sequence
-// parallelism once gathered), so is the bias gradient.
+RowParallelLinear::RowParallelLinear(std::string name, int64_t in_features, int64_t out_features, SplitRange local,
+                                     bool bias, float init_std, Communicator& group, bool sequence_parallel)
+    : Module(std::move(name)), group_(group), sequence_parallel_(sequence_parallel) {
+  ZE_CHECK(local.size >= 1 && local.offset >= 0 && local.offset + local.size <= in_features)
+      << this->name() << ": input features [" << local.offset << ", +" << local.size << ") of " << in_features;
+  weight_ = add_parameter("weight", {out_features, local.size}, ParamInit::normal(init_std));
+  weight_->set_slice({{out_features, in_features}, 1, local.offset});
+  if (bias) bias_ = add_parameter("bias", {out_features}, ParamInit::zeros());
+}
+
+// The partial product x_r W_r^T (the bias on the group's first rank only),
+// summed over the group (reduce-scattered along the sequence with sequence
+// parallelism). In backward dx_r = dy W_r; dy is the same on every rank (with
+// sequence parallelism once gathered), and so is the bias gradient.
 Tensor RowParallelLinear::forward(Context& ctx, const Tensor& x) {
   Tensor partial = fn::linear_partial(ctx, x, group_, *weight_, bias_);
   if (sequence_parallel_) return fn::scatter_sequence(ctx, partial, group_);

@@ -11,6 +11,11 @@
 //   RowParallelLinear     y   = sum_r x_r W_r^T + b  W_r: columns [r in/T, (r+1) in/T) of W
 //                         dx_r = dy W_r            (no communication: Megatron's g)
 //
+// The ranges need not be equal: a layer may be given this rank's range
+// (a SplitRange), as AutoTP splits 3 key/value heads over 2 ranks as 2 + 1
+// and an MLP width T does not divide by even_split. Nothing above depends
+// on equal slices: the all-reduces are of whole activations.
+//
 // Both write forward only: the communication is graph/collective_ops.h's
 // ops (copy_to_group before the column layer's linear, reduce_from_group
 // after the row layer's), whose rules do the backward's. A failed all-reduce
@@ -41,7 +46,8 @@ struct SplitRange {
 };
 SplitRange even_split(int64_t n, int parts, int index);
 
-// Output features split across the group: this rank computes out/T of them.
+// Output features split across the group: this rank computes out/T of them
+// (or the range it is given).
 // With blocks > 1 the output features are that many equal blocks, each split
 // across the group (attention's fused QKV: blocks 3, so each rank computes
 // q, k and v of its heads). Saves: x.
@@ -50,27 +56,39 @@ class ColumnParallelLinear : public Module {
   // out_features / blocks must divide by the group's size.
   ColumnParallelLinear(std::string name, int64_t in_features, int64_t out_features, bool bias, float init_std,
                        Communicator& group, int64_t blocks = 1, bool sequence_parallel = false);
+  // This rank computes output features [local.offset, local.offset + local.size)
+  // of out_features, whatever the other ranks' ranges (one block).
+  ColumnParallelLinear(std::string name, int64_t in_features, int64_t out_features, SplitRange local, bool bias,
+                       float init_std, Communicator& group, bool sequence_parallel = false);
   Tensor forward(Context& ctx, const Tensor& x) override;
   Parameter* weight() const { return weight_; }
   Parameter* bias() const { return bias_; }
   int64_t local_out() const { return weight_->shape()[0]; }
 
  private:
+  // Parameters of `part` features per block at `offset` in each of `blocks` blocks.
+  void add_parameters(int64_t in_features, int64_t out_features, int64_t offset, int64_t part, int64_t blocks,
+                      bool bias, float init_std);
+
   Communicator& group_;
   bool sequence_parallel_;
   Parameter* weight_;
   Parameter* bias_ = nullptr;
 };
 
-// Input features split across the group: this rank takes in/T of them (a
-// column-parallel layer's output) and the partial products are summed. The
-// bias is whole on every rank, added once; its gradient is the same on every
-// rank of the group. Saves: x.
+// Input features split across the group: this rank takes in/T of them, or
+// the range it is given (a column-parallel layer's output), and the partial
+// products are summed. The bias is whole on every rank, added once; its
+// gradient is the same on every rank of the group. Saves: x.
 class RowParallelLinear : public Module {
  public:
   // in_features must divide by the group's size.
   RowParallelLinear(std::string name, int64_t in_features, int64_t out_features, bool bias, float init_std,
                     Communicator& group, bool sequence_parallel = false);
+  // This rank takes input features [local.offset, local.offset + local.size)
+  // of in_features (the matching column-parallel layer's range).
+  RowParallelLinear(std::string name, int64_t in_features, int64_t out_features, SplitRange local, bool bias,
+                    float init_std, Communicator& group, bool sequence_parallel = false);
   Tensor forward(Context& ctx, const Tensor& x) override;
   Parameter* weight() const { return weight_; }
   Parameter* bias() const { return bias_; }

@@ -62,8 +62,8 @@ bool shares(const Tensor& a, const Tensor& b) {
 }  // namespace
 
 void Tape::warn_unreached(const Node& node, const std::string& module) {
-  // A skipped child call's own hooks never ran, so its gradients may not be
-  // placed yet: requires_grad alone decides there.
+  // A child call's hooks have not run yet (its backward comes after this),
+  // so its gradients may not be placed: requires_grad alone decides there.
   std::vector<std::pair<Parameter*, std::string>> used;  // (parameter, the module using it)
   for (Parameter* p : node.params) {
     if (p->requires_grad && p->grad.defined()) used.emplace_back(p, module);
@@ -104,10 +104,17 @@ Tensor Tape::replay(Context& ctx, const Tensor& dy, const std::string& module) {
     const Node node = std::move(nodes_[static_cast<size_t>(n)]);
     Tensor g = std::move(grads[static_cast<size_t>(node.output)]);
     grads[static_cast<size_t>(node.output)] = Tensor();
-    const bool g_owned = owned[static_cast<size_t>(node.output)];
+    bool g_owned = owned[static_cast<size_t>(node.output)];
     if (!g.defined()) {  // nothing flows back through this op (its saved tensors go with `node`)
       if (!node.params.empty() || node.module != nullptr) warn_unreached(node, module);
-      continue;
+      if (node.module == nullptr) continue;
+      // A child call still runs its backward, from a zero gradient (as DDP's
+      // find_unused_parameters marks such parameters ready): its frames are
+      // consumed and its hooks run, a ZeRO gradient reduction that every
+      // rank of the data group takes part in among them.
+      g = ctx.backend().zeros(values_[static_cast<size_t>(node.output)].shape, DType::kF32,
+                              MemCategory::kActivations);
+      g_owned = true;
     }
     g = g.view(values_[static_cast<size_t>(node.output)].shape);
     ctx.set_writable_grad(g_owned ? g.data() : nullptr);

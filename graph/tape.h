@@ -18,7 +18,7 @@
 // Replay: the gradient of the call's output starts at dy; each node, last
 // first, turns its output's gradient into its inputs'; gradients meeting at
 // one value add up, into the first one when it is not shared with another
-// value (as the hand-written backward passes add in place), else into a new
+// value (added in place, as a hand-written backward would), else into a new
 // buffer. The result is the gradient of value 0, the module's dx. A node
 // whose output got no gradient is skipped, and each parameter its op (or its
 // child call) uses that wants a gradient is named in a warning on stderr,
@@ -44,7 +44,7 @@ class Parameter;
 // gradient of its output. Parameter gradients are accumulated by the rule.
 // dy has the output's recorded shape. When Context::grad_writable(dy) holds
 // (asked first thing: it is reset by the next rule), dy belongs to this rule
-// alone and may be overwritten (an in-place backward, as the hand-written
+// alone and may be overwritten (an in-place backward, as the former hand-written
 // layers did).
 using BackwardRule = std::function<std::vector<Tensor>(Context& ctx, const Tensor& dy)>;
 

@@ -14,33 +14,54 @@ namespace {
 
 bool split(const Communicator* group) { return group != nullptr && group->world_size() > 1; }
 
-// This rank's share of `count` heads: all of them, or count / T over a
-// tensor group of T (which must divide them).
-int64_t local_heads(int64_t count, const char* what, const Communicator* group) {
-  if (!split(group)) return count;
-  ZE_CHECK(count % group->world_size() == 0)
-      << count << " " << what << " do not divide over a tensor group of " << group->world_size();
-  return count / group->world_size();
+bool sequence_sharded(const BlockConfig& c) { return c.sequence_parallel && split(c.tensor_group); }
+
+// This rank's range of `n` features: all of them unsplit, else its
+// even_split part over the tensor group.
+SplitRange local_range(int64_t n, const Communicator* group) {
+  if (!split(group)) return {0, n};
+  return even_split(n, group->world_size(), group->rank());
 }
 
-bool sequence_sharded(const BlockConfig& c) { return c.sequence_parallel && split(c.tensor_group); }
+// This rank's query and key/value heads (see CausalSelfAttention): its
+// key/value heads' range, and the query heads of their groups.
+struct HeadRanges {
+  SplitRange q, kv;
+};
+HeadRanges local_heads(const BlockConfig& c) {
+  const int64_t kv = c.kv_heads(), per_group = c.n_head / kv;
+  ZE_CHECK(!split(c.tensor_group) || kv >= c.tensor_group->world_size())
+      << kv << " key/value heads over a tensor group of " << c.tensor_group->world_size();
+  ZE_CHECK(!split(c.tensor_group) || !c.features.fused_qkv || c.n_head % c.tensor_group->world_size() == 0)
+      << "fused q/k/v: " << c.n_head << " heads do not divide over a tensor group of " << c.tensor_group->world_size();
+  const SplitRange k = local_range(kv, c.tensor_group);
+  return {{k.offset * per_group, k.size * per_group}, k};
+}
 
 // The column-parallel (input) and row-parallel (output) projections of a
 // block, or plain Linears without a tensor group, with or without a bias.
-// blocks: the column layer's equal parts that split separately (GPT-2's
-// fused q, k, v).
+// `local`: this rank's range of the split features (its heads' or its part
+// of the MLP's), used when there is a tensor group.
 struct Projections {
   const BlockConfig& c;
-  std::unique_ptr<Module> column(std::string name, int64_t in, int64_t out, bool bias, int64_t blocks = 1) const {
+  std::unique_ptr<Module> column(std::string name, int64_t in, int64_t out, SplitRange local, bool bias) const {
     if (split(c.tensor_group)) {
-      return std::make_unique<ColumnParallelLinear>(std::move(name), in, out, bias, c.init_std, *c.tensor_group,
-                                                    blocks, sequence_sharded(c));
+      return std::make_unique<ColumnParallelLinear>(std::move(name), in, out, local, bias, c.init_std,
+                                                    *c.tensor_group, sequence_sharded(c));
     }
     return std::make_unique<Linear>(std::move(name), in, out, bias, c.init_std);
   }
-  std::unique_ptr<Module> row(std::string name, int64_t in, int64_t out, bool bias) const {
+  // GPT-2's fused q, k, v: three equal blocks, each split evenly.
+  std::unique_ptr<Module> fused_qkv(std::string name, int64_t d, bool bias) const {
     if (split(c.tensor_group)) {
-      return std::make_unique<RowParallelLinear>(std::move(name), in, out, bias, c.proj_std, *c.tensor_group,
+      return std::make_unique<ColumnParallelLinear>(std::move(name), d, 3 * d, bias, c.init_std, *c.tensor_group, 3,
+                                                    sequence_sharded(c));
+    }
+    return std::make_unique<Linear>(std::move(name), d, 3 * d, bias, c.init_std);
+  }
+  std::unique_ptr<Module> row(std::string name, int64_t in, int64_t out, SplitRange local, bool bias) const {
+    if (split(c.tensor_group)) {
+      return std::make_unique<RowParallelLinear>(std::move(name), in, out, local, bias, c.proj_std, *c.tensor_group,
                                                  sequence_sharded(c));
     }
     return std::make_unique<Linear>(std::move(name), in, out, bias, c.proj_std);
@@ -87,8 +108,8 @@ std::unique_ptr<Module> make_norm(std::string name, const BlockConfig& c) {
 CausalSelfAttention::CausalSelfAttention(std::string name, const BlockConfig& c)
     : Module(std::move(name)),
       rotary_(!c.features.learned_positions),
-      n_head_(local_heads(c.n_head, "attention heads", c.tensor_group)),
-      n_kv_head_(local_heads(c.kv_heads(), "key/value heads", c.tensor_group)),
+      n_head_(local_heads(c).q.size),
+      n_kv_head_(local_heads(c).kv.size),
       head_dim_(c.head_width()),
       rope_(c.rope) {
   const ModelFeatures& f = c.features;
@@ -99,18 +120,22 @@ CausalSelfAttention::CausalSelfAttention(std::string name, const BlockConfig& c)
   const Projections p{c};
   const int64_t d = c.d_model, a = c.n_head * head_dim_, kv = c.kv_heads() * head_dim_;
   if (!f.fused_qkv) {
-    q_proj_ = adopt_child(p.column(child_name("q_proj"), d, a, f.qkv_bias));
-    k_proj_ = adopt_child(p.column(child_name("k_proj"), d, kv, f.qkv_bias));
-    v_proj_ = adopt_child(p.column(child_name("v_proj"), d, kv, f.qkv_bias));
-    c_proj_ = adopt_child(p.row(child_name("o_proj"), a, d, f.o_bias));
+    // Head ranges as feature ranges: head h is features [h D, (h + 1) D).
+    const HeadRanges heads = local_heads(c);
+    const SplitRange q_local{heads.q.offset * head_dim_, heads.q.size * head_dim_};
+    const SplitRange kv_local{heads.kv.offset * head_dim_, heads.kv.size * head_dim_};
+    q_proj_ = adopt_child(p.column(child_name("q_proj"), d, a, q_local, f.qkv_bias));
+    k_proj_ = adopt_child(p.column(child_name("k_proj"), d, kv, kv_local, f.qkv_bias));
+    v_proj_ = adopt_child(p.column(child_name("v_proj"), d, kv, kv_local, f.qkv_bias));
+    c_proj_ = adopt_child(p.row(child_name("o_proj"), a, d, q_local, f.o_bias));
     if (f.qk_norm) {
       // Each rank's heads, normalised with the one weight: summed over the tensor group.
       q_norm_ = add_child<GroupRmsNorm>("q_norm", head_dim_, c.norm_eps, f.norm_unit_offset, c.tensor_group);
       k_norm_ = add_child<GroupRmsNorm>("k_norm", head_dim_, c.norm_eps, f.norm_unit_offset, c.tensor_group);
     }
   } else {
-    c_attn_ = adopt_child(p.column(child_name("c_attn"), d, 3 * d, f.qkv_bias, 3));
-    c_proj_ = adopt_child(p.row(child_name("c_proj"), d, d, f.o_bias));
+    c_attn_ = adopt_child(p.fused_qkv(child_name("c_attn"), d, f.qkv_bias));
+    c_proj_ = adopt_child(p.row(child_name("c_proj"), d, d, local_range(d, c.tensor_group), f.o_bias));
   }
   if (c.dropout > 0.0f) {
     resid_dropout_ = add_child<Dropout>("resid_dropout", c.dropout, c.dropout_id,
@@ -164,14 +189,16 @@ Tensor CausalSelfAttention::forward(Context& ctx, const Tensor& x) {
 Mlp::Mlp(std::string name, const BlockConfig& c) : Module(std::move(name)), kind_(c.features.mlp) {
   const Projections p{c};
   const bool bias = c.features.mlp_bias;
+  // The hidden features as evenly as can be (the first d_ff mod T ranks one more).
+  const SplitRange hidden = local_range(c.d_ff, c.tensor_group);
   if (c.gated_mlp()) {
-    gate_proj_ = adopt_child(p.column(child_name("gate_proj"), c.d_model, c.d_ff, bias));
-    up_proj_ = adopt_child(p.column(child_name("up_proj"), c.d_model, c.d_ff, bias));
-    c_proj_ = adopt_child(p.row(child_name("down_proj"), c.d_ff, c.d_model, bias));
+    gate_proj_ = adopt_child(p.column(child_name("gate_proj"), c.d_model, c.d_ff, hidden, bias));
+    up_proj_ = adopt_child(p.column(child_name("up_proj"), c.d_model, c.d_ff, hidden, bias));
+    c_proj_ = adopt_child(p.row(child_name("down_proj"), c.d_ff, c.d_model, hidden, bias));
   } else {
-    c_fc_ = adopt_child(p.column(child_name("c_fc"), c.d_model, c.d_ff, bias));
+    c_fc_ = adopt_child(p.column(child_name("c_fc"), c.d_model, c.d_ff, hidden, bias));
     gelu_ = add_child<Gelu>("gelu");
-    c_proj_ = adopt_child(p.row(child_name("c_proj"), c.d_ff, c.d_model, bias));
+    c_proj_ = adopt_child(p.row(child_name("c_proj"), c.d_ff, c.d_model, hidden, bias));
   }
   if (c.dropout > 0.0f) {
     dropout_ = add_child<Dropout>("dropout", c.dropout, c.dropout_id + 1, sequence_sharded(c) ? c.tensor_group : nullptr);

@@ -112,8 +112,12 @@ class EmbeddingScale : public Module {
 
 class CausalSelfAttention : public Module {
  public:
-  // tensor_group of T > 1 ranks: this rank's n_head / T query heads and
-  // kv_heads / T key/value heads (T must divide both).
+  // tensor_group of T > 1 ranks: this rank's key/value heads, split as
+  // evenly as can be (even_split: the first kv_heads mod T ranks one more;
+  // T must not be more than kv_heads), and the query heads of their groups
+  // (n_head / kv_heads each), so grouped-query attention stays within the
+  // rank: 9 query / 3 key/value heads over 2 ranks are 6 / 2 and 3 / 1.
+  // GPT-2's fused q/k/v splits evenly only (T must divide n_head).
   CausalSelfAttention(std::string name, const BlockConfig& config);
   Tensor forward(Context& ctx, const Tensor& x) override;
 

@@ -48,7 +48,8 @@ class VocabParallelEmbedding : public Module {
   Parameter* weight_;
 };
 
-// GPT-2's tied output layer over the embedding's slice: this rank's logits
+// The output layer over a vocabulary-parallel table's slice (GPT-2's and a
+// tied Llama's token table, or an untied head's own): this rank's logits
 // are its vocabulary rows' (logits_vocab_slice of the model). Saves: x. With
 // the embedding's sequence_parallel, x is a sequence shard, all-gathered
 // first (and again in backward; the shard is what it keeps), and dx is

@@ -156,8 +156,8 @@ void TrainingRun::choose_mfu_peak() {
   peak_what_ = absl::StrFormat("%g TFLOP/s per rank (run.peak_tflops)", peak_tflops_);
   if (peak_tflops_ <= 0) {
     const MfuPeak peak =
-        default_mfu_peak(backend_, c_.engine.param_dtype, c_.engine.micro_batch_size * c_.model.gpt.seq_len,
-                         c_.model.gpt.d_model, c_.model.gpt.ffn_width() / c_.tensor_size());
+        default_mfu_peak(backend_, c_.engine.param_dtype, c_.engine.micro_batch_size * g_.seq_len,
+                         g_.d_model, g_.ffn_width() / c_.tensor_size());
     peak_tflops_ = peak.tflops;
     peak_what_ = peak.what;
     MemoryTracker::global().reset_peaks();  // a measurement's buffers are gone; the run's peaks start here
@@ -355,7 +355,7 @@ absl::StatusOr<bool> TrainingRun::restore() {
     ZE_RETURN_IF_ERROR(annotate(load_checkpoint(*engine_, resume_dir_, point_->tag), "resuming"));
     out_ << "resumed from " << resume_dir_ << "/" << point_->tag << " at step " << engine_->global_step() << "\n";
   } else if (!c_.run.init_from.empty()) {
-    ZE_RETURN_IF_ERROR(annotate(load_hf_weights(*engine_, c_.model.gpt, c_.run.init_from), "initialising"));
+    ZE_RETURN_IF_ERROR(annotate(load_hf_weights(*engine_, g_, c_.run.init_from), "initialising"));
     out_ << "weights initialised from " << c_.run.init_from << "\n";
   }
   first_step_ = engine_->global_step();

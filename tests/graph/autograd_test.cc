@@ -273,7 +273,10 @@ TEST(AutogradTest, AParameterBackwardNeverReachesIsWarnedAboutOnceByName) {
     ctx.backward(m, upload(backend, random_values(static_cast<size_t>(y.numel()), 4), y.shape()));
     warnings += ::testing::internal::GetCapturedStderr();
     EXPECT_TRUE(ctx.take_status().ok());
-    ctx.clear();  // the unreached child's frame
+    // The unreached child ran its backward from a zero gradient: no frame
+    // left behind (the engine checks), and its weight's gradient stays zero.
+    EXPECT_EQ(ctx.live_frames(), 0u);
+    for (float g : download_fp32(backend, child.p(0).grad)) ASSERT_EQ(g, 0.0f);
   }
   auto count = [&](const std::string& what) {
     size_t n = 0;
@@ -284,6 +287,23 @@ TEST(AutogradTest, AParameterBackwardNeverReachesIsWarnedAboutOnceByName) {
   EXPECT_EQ(count("parameter blocks.7.unused_child.weight is used by blocks.7.unused_child "), 1u) << warnings;
   EXPECT_EQ(count("frozen.weight"), 0u) << warnings;
   EXPECT_EQ(count("used.weight"), 0u) << warnings;
+}
+
+// The engine writes dlogits over the logits (the loss's in-place gradient)
+// before backward; with logit soft-capping the model's last op is softcap,
+// whose rule must not read its output then.
+TEST(AutogradTest, SoftcapsRuleHoldsWhenTheLossGradientOverwritesItsOutput) {
+  CpuBackend backend;
+  FnModule m("", [](Context& c, const Tensor& x, FnModule&) { return fn::softcap(c, fn::scale(c, x, 2.0f), 0.8f); });
+  Context ctx(backend, DType::kF32);
+  const Tensor x = upload(backend, random_values(30, 3), {2, 3, 5});
+  const std::vector<float> r = random_values(30, 5);
+  Tensor y = ctx.forward(m, x);
+  const std::vector<float> want = download_fp32(backend, ctx.backward(m, upload(backend, r, y.shape())));
+  y = ctx.forward(m, x);
+  upload_fp32(backend, r, y);  // as the engine does
+  EXPECT_EQ(download_fp32(backend, ctx.backward(m, y)), want);
+  EXPECT_TRUE(ctx.take_status().ok());
 }
 
 }  // namespace

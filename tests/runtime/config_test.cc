@@ -436,6 +436,31 @@ TEST(ConfigTest, TensorParallelSizeSplitsTheWorldIntoDataAndTensorGroups) {
   EXPECT_NE(typo.find("did you mean \"tensor_parallel.autotp_size\""), std::string::npos) << typo;
 }
 
+// Heads T does not divide split unevenly for the families with separate
+// q/k/v projections, as DeepSpeed's AutoTP does: SmolLM-135M's 9 query / 3
+// key/value heads (configs/smollm-135m.json's shape) at T = 2 are accepted.
+// Fewer key/value heads than T (AutoTP would replicate them; we do not), and
+// GPT-2's fused c_attn at a T its heads do not divide, are refused by key.
+TEST(ConfigTest, UnevenHeadSplitsAreAcceptedAndFewerKeyValueHeadsThanTheTensorSizeRefused) {
+  const std::string smollm = R"("model": {"arch": "llama", "n_layer": 30, "n_head": 9, "n_kv_head": 3,
+                                          "d_model": 576, "d_ff": 1536, "vocab_size": 49152, "seq_len": 256,
+                                          "tie_word_embeddings": true})";
+  absl::StatusOr<RunConfig> c =
+      parse(cat(R"({"train_batch_size": 8, "tensor_parallel": {"autotp_size": 2}, )", smollm, "}"), 2);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->tensor_size(), 2);
+  const std::string kv =
+      error_of(cat(R"({"train_batch_size": 4, "tensor_parallel": {"autotp_size": 4}, )", smollm, "}"), 4);
+  EXPECT_NE(kv.find("tensor_parallel.autotp_size: 4 is more than the model's 3 key/value heads (model.n_kv_head"),
+            std::string::npos)
+      << kv;
+  const std::string fused = error_of(R"({"train_batch_size": 4, "tensor_parallel": {"autotp_size": 2},
+                                         "model": {"arch": "gpt2", "n_head": 3, "d_model": 48}})",
+                                     2);
+  EXPECT_NE(fused.find("tensor_parallel.autotp_size: 2 does not divide model.n_head 3"), std::string::npos) << fused;
+  EXPECT_NE(fused.find("c_attn"), std::string::npos) << fused;
+}
+
 // Hugging Face's and PyTorch's names for DeepSpeed's keys get the key's name
 // as the hint, though no edit distance finds it.
 TEST(ConfigTest, OtherFrameworksNamesGetTheKeysName) {

@@ -29,7 +29,10 @@
 //
 // Llama (TensorParallelLlamaTest), Qwen2, Qwen3 and Gemma
 // (TensorParallelFamiliesTest) match one rank the same way, with and
-// without sequence parallelism.
+// without sequence parallelism, and so does a Llama whose heads and MLP
+// width T does not divide (TensorParallelUnevenHeadsTest: 9 query heads
+// over 3 key/value heads at T = 2 and 3, each rank its key/value heads'
+// query heads).
 //
 // Checkpoints (TensorParallelCheckpointTest): a run at T = 2 saves the
 // unsplit tensors (its slices as contiguous or strided segments); that
@@ -37,7 +40,8 @@
 // (stage 3), at the largest T the heads allow (stage 0) and at T = 2 (stage 2),
 // and every resumed run's losses equal the uninterrupted run's within 1e-5;
 // consolidated, it is the same safetensors file (names, shapes, layout) as a
-// T = 1 run's at the same step, its values within 1e-5 of the largest.
+// T = 1 run's at the same step, its values within 1e-5 of the largest. So
+// does a checkpoint of the uneven head split, resumed at T = 1 and T = 2.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -161,12 +165,10 @@ std::unique_ptr<Trainer> make_trainer(Communicator& comm, int stage, int tensor,
   return t;
 }
 
-// tensor = 0: the reference, one rank on a communicator of its own.
-RunResult train(int stage, int tensor, float dropout = 0.0f, bool sequence_parallel = false,
-                const Options& options = {}, const GptConfig& arch = kModel) {
-  const std::unique_ptr<Communicator> own = tensor == 0 ? make_local_communicator() : nullptr;
-  std::unique_ptr<Trainer> t =
-      make_trainer(own ? *own : world(), stage, std::max(tensor, 1), dropout, sequence_parallel, options, arch);
+// A run over `comm` at tensor size `tensor` (the rest data-parallel).
+RunResult train_on(Communicator& comm, int stage, int tensor, float dropout, bool sequence_parallel,
+                   const Options& options, const GptConfig& arch) {
+  std::unique_ptr<Trainer> t = make_trainer(comm, stage, tensor, dropout, sequence_parallel, options, arch);
   RunResult out;
   if (t == nullptr) return out;
   Engine& e = *t->engine;
@@ -195,6 +197,13 @@ RunResult train(int stage, int tensor, float dropout = 0.0f, bool sequence_paral
   // unsplit tensor, and the slices are summed over the tensor group.
   out.master = testing::full_master_weights(e, mesh.tensor());
   return out;
+}
+
+// tensor = 0: the reference, one rank on a communicator of its own.
+RunResult train(int stage, int tensor, float dropout = 0.0f, bool sequence_parallel = false,
+                const Options& options = {}, const GptConfig& arch = kModel) {
+  const std::unique_ptr<Communicator> own = tensor == 0 ? make_local_communicator() : nullptr;
+  return train_on(own ? *own : world(), stage, std::max(tensor, 1), dropout, sequence_parallel, options, arch);
 }
 
 const RunResult& reference(float dropout) {
@@ -335,6 +344,45 @@ TEST(TensorParallelFamiliesTest, QwenAndGemmaMatchOneRank) {
   }
 }
 
+// Heads the tensor size does not divide, as AutoTP splits SmolLM-135M's:
+// 9 query heads over 3 key/value heads, the key/value heads split as evenly
+// as can be (even_split) and each with its 3 query heads, so at T = 2 rank 0
+// computes key/value heads 0-1 (query heads 0-5) and rank 1 head 2 (6-8); at
+// T = 3 one each. The MLP's 40 features split 20 / 20 and 14 / 13 / 13.
+// Each rank holds exactly those slices, and the run matches one rank's. T = 3
+// runs on the first 3 ranks of a world of 4 or more.
+TEST(TensorParallelUnevenHeadsTest, NineQueryHeadsOverThreeKeyValueHeadsMatchOneRank) {
+  const GptConfig model{.arch = ModelArch::kLlama, .n_layer = 2, .n_head = 9, .d_model = 32, .vocab_size = 37,
+                        .seq_len = 8, .n_kv_head = 3, .d_ff = 40, .d_head = 8};
+  const RunResult ref = train(0, 0, 0.0f, false, {}, model);
+  const int w = world().world_size();
+  // The first 3 ranks' group (color 0), the others' (color 1, idle).
+  absl::StatusOr<std::unique_ptr<Communicator>> three = world().split(w >= 3 && world().rank() < 3 ? 0 : 1,
+                                                                      world().rank());
+  ASSERT_TRUE(three.ok()) << three.status();
+  for (int tensor : {2, 3}) {
+    Communicator* comm = tensor == 2 ? (w % 2 == 0 ? &world() : nullptr)
+                                     : (w >= 3 && world().rank() < 3 ? three->get() : nullptr);
+    if (comm == nullptr) continue;
+    const int tensor_rank = comm->rank() % tensor;
+    // Local parameters: per layer q_proj and o_proj 32 x (8 per query head),
+    // k_proj and v_proj 32 x 8 per key/value head, gate/up/down 32 per MLP
+    // feature, two norms whole; the untied table and head by vocabulary rows;
+    // the final norm.
+    const int64_t kv = even_split(3, tensor, tensor_rank).size, ff = even_split(40, tensor, tensor_rank).size;
+    const int64_t per_layer = 2 * 32 * (3 * kv * 8) + 2 * 32 * (kv * 8) + 3 * 32 * ff + 2 * 32;
+    const int64_t expected = 2 * per_layer + 2 * even_split(37, tensor, tensor_rank).size * 32 + 32;
+    for (const auto& [stage, sp] : {std::pair{0, false}, std::pair{3, false}, std::pair{3, true}}) {
+      const std::string what = cat("9 query / 3 key-value heads, T=", tensor, " D=", comm->world_size() / tensor,
+                                   " stage ", stage, sp ? " sequence-parallel" : "");
+      if (sp && model.seq_len % tensor != 0) continue;  // sequence shards need seq_len / T positions
+      const RunResult got = train_on(*comm, stage, tensor, 0.0f, sp, {}, model);
+      expect_matches(got, ref, what);
+      EXPECT_EQ(got.local_parameters, expected) << what << ", tensor rank " << tensor_rank;
+    }
+  }
+}
+
 // partition_activations: each tensor rank keeps half of every checkpointed
 // block input and gathers it back for the recompute; the losses and the
 // weights are bitwise those of keeping the whole inputs (the recompute sees
@@ -371,6 +419,19 @@ std::string shared_dir(const std::string& what) {
   int32_t pid = static_cast<int32_t>(::getpid());
   EXPECT_TRUE(world().broadcast_async(&pid, 1, DType::kI32, 0)->wait().ok());
   return std::filesystem::temp_directory_path().string() + "/ze_tp_" + what + "_" + std::to_string(pid);
+}
+
+// Rank 0 consolidates the checkpoints saved at T = 2 ("t2") and T = 1 ("t1")
+// at `step`: the same model file, to rounding. Then the directory goes.
+void expect_t2_consolidates_as_t1(const std::string& dir, int step) {
+  if (world().rank() == 0) {
+    const std::string tag = "global_step" + std::to_string(step);
+    EXPECT_TRUE(consolidate_to_safetensors(dir + "/t2", tag, dir + "/t2.safetensors", DType::kF32).ok());
+    EXPECT_TRUE(consolidate_to_safetensors(dir + "/t1", tag, dir + "/t1.safetensors", DType::kF32).ok());
+    testing::expect_same_model_file(dir + "/t2.safetensors", dir + "/t1.safetensors");
+  }
+  EXPECT_TRUE(world().barrier_async()->wait().ok());
+  if (world().rank() == 0) std::filesystem::remove_all(dir);
 }
 
 TEST(TensorParallelCheckpointTest, ACheckpointAtTwoResumesAtAnyTensorSizeAndConsolidatesTheSame) {
@@ -414,15 +475,49 @@ TEST(TensorParallelCheckpointTest, ACheckpointAtTwoResumesAtAnyTensorSizeAndCons
       EXPECT_NEAR(got, want[s - kSaveAt], 1e-5 * want[s - kSaveAt]) << what << ", step " << s + 1;
     }
   }
-  // Consolidated: the T = 2 checkpoint is the T = 1 one's file, to rounding.
-  if (world().rank() == 0) {
-    const std::string tag = "global_step" + std::to_string(kSaveAt);
-    ASSERT_TRUE(consolidate_to_safetensors(dir + "/t2", tag, dir + "/t2.safetensors", DType::kF32).ok());
-    ASSERT_TRUE(consolidate_to_safetensors(dir + "/t1", tag, dir + "/t1.safetensors", DType::kF32).ok());
-    testing::expect_same_model_file(dir + "/t2.safetensors", dir + "/t1.safetensors");
+  expect_t2_consolidates_as_t1(dir, kSaveAt);
+}
+
+// The same with heads split unevenly (9 query / 3 key-value heads at T = 2:
+// q_proj's rows 48 + 24, o_proj's columns likewise, the MLP's 40 as 20 + 20):
+// the slices are segments of the unsplit tensors as before, so the
+// checkpoint resumes on one rank at T = 1 and at T = 2, and consolidates to
+// a T = 1 run's file.
+TEST(TensorParallelCheckpointTest, AnUnevenHeadSplitResumesUnsplitAndConsolidatesTheSame) {
+  const int w = world().world_size();
+  if (w % 2 != 0) GTEST_SKIP() << "saving at T = 2 needs an even world";
+  const GptConfig model{.arch = ModelArch::kLlama, .n_layer = 2, .n_head = 9, .d_model = 32, .vocab_size = 37,
+                        .seq_len = 8, .n_kv_head = 3, .d_ff = 40, .d_head = 8};
+  const std::string dir = shared_dir("uneven_ckpt");
+  constexpr int kSaveAt = 3, kMore = 3;
+  std::vector<double> want;
+  {
+    std::unique_ptr<Trainer> t = make_trainer(world(), 3, 2, 0.0f, false, {}, model);
+    ASSERT_NE(t, nullptr);
+    for (int s = 0; s < kSaveAt; ++s) t->step(s);
+    ASSERT_TRUE(save_checkpoint(*t->engine, {.dir = dir + "/t2"}).ok());
+    for (int s = kSaveAt; s < kSaveAt + kMore; ++s) want.push_back(t->step(s));
   }
-  EXPECT_TRUE(world().barrier_async()->wait().ok());
-  if (world().rank() == 0) std::filesystem::remove_all(dir);
+  {
+    std::unique_ptr<Trainer> t = make_trainer(world(), 2, 1, 0.0f, false, {}, model);
+    ASSERT_NE(t, nullptr);
+    for (int s = 0; s < kSaveAt; ++s) t->step(s);
+    ASSERT_TRUE(save_checkpoint(*t->engine, {.dir = dir + "/t1"}).ok());
+  }
+  for (const bool one_rank : {true, false}) {
+    const std::string what = one_rank ? "one rank, T=1" : "the world, T=2 stage 0";
+    std::unique_ptr<Communicator> own = one_rank ? make_local_communicator() : nullptr;
+    std::unique_ptr<Trainer> t = make_trainer(one_rank ? *own : world(), one_rank ? 2 : 0, one_rank ? 1 : 2, 0.0f,
+                                              false, {}, model);
+    ASSERT_NE(t, nullptr) << what;
+    absl::Status loaded = load_checkpoint(*t->engine, dir + "/t2");
+    ASSERT_TRUE(loaded.ok()) << what << ": " << loaded;
+    for (int s = kSaveAt; s < kSaveAt + kMore; ++s) {
+      const double got = t->step(s);
+      EXPECT_NEAR(got, want[s - kSaveAt], 1e-5 * want[s - kSaveAt]) << what << ", step " << s + 1;
+    }
+  }
+  expect_t2_consolidates_as_t1(dir, kSaveAt);
 }
 
 // A model built without the mesh's tensor group is refused, naming the fix.

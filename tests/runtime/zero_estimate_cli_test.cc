@@ -123,6 +123,33 @@ TEST(ZeroEstimateCliTest, ModelLineNamesTheFamily) {
       << r.output;
 }
 
+// SmolLM-135M (configs/smollm-135m.json) at T = 2, as DeepSpeed's AutoTP
+// splits it: 3 key/value heads as 2 + 1, each with its 3 query heads, the
+// MLP's 1536 as 768 + 768, the tied table's 49152 rows as 24576 + 24576, the
+// norms whole. Rank 0's 30 layers hold 6 query heads' q/o_proj (576 x 384
+// each), 2 key/value heads' k/v_proj (576 x 128), the MLP (3 x 576 x 768) and
+// 2 norms (1152); rank 1's 3, 1 and the same MLP; both the table's half and
+// the final norm. The slices and the replicas sum to the model's 134515008.
+TEST(ZeroEstimateCliTest, SmolLmSplitsItsNineHeadsUnevenlyOverTwoTensorRanks) {
+  const CommandResult r = estimate("--config " + std::string(ZE_SOURCE_DIR) +
+                                   "/configs/smollm-135m.json --world 2 --set tensor_parallel.autotp_size=2 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["num_parameters"].get<int64_t>(), 134515008);
+  ASSERT_EQ(j["ranks"].size(), 2u);
+  const int64_t table = 24576 * 576 + 576, mlp = 3 * 576 * 768 + 1152;
+  EXPECT_EQ(j["ranks"][0]["num_parameters"].get<int64_t>(), 30 * (2 * 576 * 384 + 2 * 576 * 128 + mlp) + table);
+  EXPECT_EQ(j["ranks"][1]["num_parameters"].get<int64_t>(), 30 * (2 * 576 * 192 + 2 * 576 * 64 + mlp) + table);
+  EXPECT_EQ(j["max_rank"], 0) << "the rank with more heads";
+
+  const CommandResult four = estimate("--config " + std::string(ZE_SOURCE_DIR) +
+                                      "/configs/smollm-135m.json --world 4 --set tensor_parallel.autotp_size=4");
+  EXPECT_EQ(four.exit_code, 2) << four.output;
+  EXPECT_NE(four.output.find("tensor_parallel.autotp_size: 4 is more than the model's 3 key/value heads"),
+            std::string::npos)
+      << four.output;
+}
+
 // The README's peak tracked memory of GPT-2 124M's step (bench/gpt_step_bench's
 // peak_MiB, which the planner predicts to the byte) is in GiB, 2^30 bytes: the
 // fp32 row's 2094.65 MiB is 2.05 GiB, not 2.09 (MiB / 1000).
