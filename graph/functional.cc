@@ -176,28 +176,32 @@ Tensor rms_norm(Context& ctx, const Tensor& x, Parameter& weight, float eps, Com
   return y;
 }
 
-Tensor swiglu(Context& ctx, const Tensor& gate, const Tensor& up) {
-  ZE_CHECK(gate.shape() == up.shape()) << "swiglu of " << gate.debug_string() << " and " << up.debug_string();
+namespace {
+
+// act(gate) * up with `act`'s kernels (SwiGLU's SiLU, GeGLU's tanh GELU).
+// Saves gate and up.
+Tensor gated(Context& ctx, const char* op, const Tensor& gate, const Tensor& up,
+             void (Ops::*forward)(const Tensor&, const Tensor&, const Tensor&),
+             void (Ops::*backward)(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&)) {
+  ZE_CHECK(gate.shape() == up.shape()) << op << " of " << gate.debug_string() << " and " << up.debug_string();
   Tensor h = ctx.activation(gate.shape());
-  ctx.ops().swiglu_forward(gate, up, h);
-  ctx.record("swiglu", {gate, up}, h, [gate, up](Context& c, const Tensor& dh) {
+  (ctx.ops().*forward)(gate, up, h);
+  ctx.record(op, {gate, up}, h, [gate, up, backward](Context& c, const Tensor& dh) {
     Tensor dgate = c.activation(gate.shape()), dup = c.activation(up.shape());
-    c.ops().swiglu_backward(gate, up, dh, dgate, dup);
+    (c.ops().*backward)(gate, up, dh, dgate, dup);
     return std::vector<Tensor>{dgate, dup};
   });
   return h;
 }
 
+}  // namespace
+
+Tensor swiglu(Context& ctx, const Tensor& gate, const Tensor& up) {
+  return gated(ctx, "swiglu", gate, up, &Ops::swiglu_forward, &Ops::swiglu_backward);
+}
+
 Tensor geglu(Context& ctx, const Tensor& gate, const Tensor& up) {
-  ZE_CHECK(gate.shape() == up.shape()) << "geglu of " << gate.debug_string() << " and " << up.debug_string();
-  Tensor h = ctx.activation(gate.shape());
-  ctx.ops().geglu_forward(gate, up, h);
-  ctx.record("geglu", {gate, up}, h, [gate, up](Context& c, const Tensor& dh) {
-    Tensor dgate = c.activation(gate.shape()), dup = c.activation(up.shape());
-    c.ops().geglu_backward(gate, up, dh, dgate, dup);
-    return std::vector<Tensor>{dgate, dup};
-  });
-  return h;
+  return gated(ctx, "geglu", gate, up, &Ops::geglu_forward, &Ops::geglu_backward);
 }
 
 Tensor scale(Context& ctx, const Tensor& x, float s) {

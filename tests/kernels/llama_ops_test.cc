@@ -168,7 +168,32 @@ TEST(RopeFrequencies, FollowHuggingFaceAndRefuseWhatTheyDoNotImplement) {
 
 // ---------------------------------------------------------------- SwiGLU
 
-using SwiGluTest = KernelTest;
+using GatedBackward = void (Ops::*)(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&);
+
+// SwiGLU's and GeGLU's tests: the backward of h = reference(gate, up)
+// against finite differences of the reference, and written over gate and up
+// (dgate, dup there) the same bits.
+class GatedTest : public KernelTest {
+ protected:
+  void check_backward(GatedBackward backward, Vec (*reference)(const Vec&, const Vec&), uint64_t seed) {
+    const Vec g = rounded(random_vec(kRows * kCols, -6.0, 6.0, seed), DType::kF32);
+    const Vec u = rounded(random_vec(kRows * kCols, -2.0, 2.0, seed + 1), DType::kF32);
+    const Vec dh = rounded(random_vec(kRows * kCols, -1.0, 1.0, seed + 2), DType::kF32);
+    const Shape s{kRows, kCols};
+    Tensor dg = empty(s, DType::kF32), du = empty(s, DType::kF32);
+    (ops().*backward)(from_vec(g, s), from_vec(u, s), from_vec(dh, s), dg, du);
+    EXPECT_TRUE(near_max_norm(to_vec(dg), ref::numeric_vjp([&](const Vec& v) { return reference(v, u); }, g, dh),
+                              kGradTol)) << "dgate";
+    EXPECT_TRUE(near_max_norm(to_vec(du), ref::numeric_vjp([&](const Vec& v) { return reference(g, v); }, u, dh),
+                              kGradTol)) << "dup";
+    Tensor gt = from_vec(g, s), ut = from_vec(u, s);
+    (ops().*backward)(gt, ut, from_vec(dh, s), gt, ut);
+    EXPECT_TRUE(same_bits(gt, dg));
+    EXPECT_TRUE(same_bits(ut, du));
+  }
+};
+
+using SwiGluTest = GatedTest;
 
 TEST_F(SwiGluTest, ForwardMatchesReference) {
   const Vec g = rounded(random_vec(kRows * kCols, -8.0, 8.0, 221), DType::kF32);
@@ -179,21 +204,8 @@ TEST_F(SwiGluTest, ForwardMatchesReference) {
 }
 
 TEST_F(SwiGluTest, BackwardMatchesFiniteDifferencesAlsoInPlace) {
-  const Vec g = rounded(random_vec(kRows * kCols, -6.0, 6.0, 223), DType::kF32);
-  const Vec u = rounded(random_vec(kRows * kCols, -2.0, 2.0, 224), DType::kF32);
-  const Vec dh = rounded(random_vec(kRows * kCols, -1.0, 1.0, 225), DType::kF32);
-  const Shape s{kRows, kCols};
-  Tensor dg = empty(s, DType::kF32), du = empty(s, DType::kF32);
-  ops().swiglu_backward(from_vec(g, s), from_vec(u, s), from_vec(dh, s), dg, du);
-  EXPECT_TRUE(near_max_norm(to_vec(dg), ref::numeric_vjp([&](const Vec& v) { return ref::swiglu(v, u); }, g, dh),
-                            kGradTol)) << "dgate";
-  EXPECT_TRUE(near_max_norm(to_vec(du), ref::numeric_vjp([&](const Vec& v) { return ref::swiglu(g, v); }, u, dh),
-                            kGradTol)) << "dup";
-  // dgate and dup written over gate and up: the same bits.
-  Tensor gt = from_vec(g, s), ut = from_vec(u, s);
-  ops().swiglu_backward(gt, ut, from_vec(dh, s), gt, ut);
-  EXPECT_TRUE(same_bits(gt, dg));
-  EXPECT_TRUE(same_bits(ut, du));
+  check_backward(&Ops::swiglu_backward, [](const Vec& g, const Vec& u) { return ref::swiglu(g, u); },
+                       223);
 }
 
 // ---------------------------------------------------------------- GeGLU
@@ -204,7 +216,7 @@ Vec geglu_ref(const Vec& gate, const Vec& up) {
   return h;
 }
 
-using GeGluTest = KernelTest;
+using GeGluTest = GatedTest;
 
 TEST_F(GeGluTest, ForwardMatchesReference) {
   const Vec g = rounded(random_vec(kRows * kCols, -8.0, 8.0, 231), DType::kF32);
@@ -215,20 +227,7 @@ TEST_F(GeGluTest, ForwardMatchesReference) {
 }
 
 TEST_F(GeGluTest, BackwardMatchesFiniteDifferencesAlsoInPlace) {
-  const Vec g = rounded(random_vec(kRows * kCols, -6.0, 6.0, 233), DType::kF32);
-  const Vec u = rounded(random_vec(kRows * kCols, -2.0, 2.0, 234), DType::kF32);
-  const Vec dh = rounded(random_vec(kRows * kCols, -1.0, 1.0, 235), DType::kF32);
-  const Shape s{kRows, kCols};
-  Tensor dg = empty(s, DType::kF32), du = empty(s, DType::kF32);
-  ops().geglu_backward(from_vec(g, s), from_vec(u, s), from_vec(dh, s), dg, du);
-  EXPECT_TRUE(near_max_norm(to_vec(dg), ref::numeric_vjp([&](const Vec& v) { return geglu_ref(v, u); }, g, dh),
-                            kGradTol)) << "dgate";
-  EXPECT_TRUE(near_max_norm(to_vec(du), ref::numeric_vjp([&](const Vec& v) { return geglu_ref(g, v); }, u, dh),
-                            kGradTol)) << "dup";
-  Tensor gt = from_vec(g, s), ut = from_vec(u, s);
-  ops().geglu_backward(gt, ut, from_vec(dh, s), gt, ut);
-  EXPECT_TRUE(same_bits(gt, dg));
-  EXPECT_TRUE(same_bits(ut, du));
+  check_backward(&Ops::geglu_backward, geglu_ref, 233);
 }
 
 // ---------------------------------------------------------------- logit soft-capping

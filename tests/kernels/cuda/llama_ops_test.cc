@@ -20,7 +20,13 @@ namespace {
 
 float ulp_rel(DType t) { return t == DType::kBF16 ? 1.0f / 128.0f : (t == DType::kF16 ? 1.0f / 1024.0f : 0.0f); }
 
-class LlamaOpsTest : public CudaVsCpuTest {};
+using GatedForward = void (Ops::*)(const Tensor&, const Tensor&, const Tensor&);
+using GatedBackward = void (Ops::*)(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&);
+
+class LlamaOpsTest : public CudaVsCpuTest {
+ protected:
+  void check_gated(GatedForward forward, GatedBackward backward, uint32_t seed);
+};
 
 TEST_F(LlamaOpsTest, RmsNormForwardAndBackwardMatchCpu) {
   // 7 rows: the direct column-sum path for dgamma; 301 rows: the chunked one.
@@ -137,54 +143,38 @@ TEST_F(LlamaOpsTest, RopeRowsOfEveryHeadTakeTheirPosition) {
   expect_close(got, values(x.cpu), 1e-6f, 1e-5f, "rope");
 }
 
-TEST_F(LlamaOpsTest, SwiGluMatchesCpuAndBackwardMayAliasItsInputs) {
-  const int64_t n = 10007;
-  const Shape shape{n};
-  Mirrored gate = random(shape, DType::kF32, 21, -12.0f, 12.0f);
-  Mirrored up = random(shape, DType::kF32, 22, -2.0f, 2.0f);
-  Mirrored h = random(shape, DType::kF32, 23);
-  cpu_.ops().swiglu_forward(gate.cpu, up.cpu, h.cpu);
-  gpu_->ops().swiglu_forward(gate.gpu, up.gpu, h.gpu);
+// act(gate) * up forward and backward against the CPU's, and the backward
+// writing dgate and dup over gate and up (consumed) giving the same bits.
+void LlamaOpsTest::check_gated(GatedForward forward, GatedBackward backward, uint32_t seed) {
+  const Shape shape{int64_t{10007}};
+  Mirrored gate = random(shape, DType::kF32, seed, -12.0f, 12.0f);
+  Mirrored up = random(shape, DType::kF32, seed + 1, -2.0f, 2.0f);
+  Mirrored h = random(shape, DType::kF32, seed + 2);
+  (cpu_.ops().*forward)(gate.cpu, up.cpu, h.cpu);
+  (gpu_->ops().*forward)(gate.gpu, up.gpu, h.gpu);
   expect_close(values(h.gpu), values(h.cpu), 1e-6f, 1e-5f, "h");
 
-  Mirrored dh = random(shape, DType::kF32, 24);
-  Mirrored dgate = random(shape, DType::kF32, 25);
-  Mirrored dup = random(shape, DType::kF32, 26);
-  cpu_.ops().swiglu_backward(gate.cpu, up.cpu, dh.cpu, dgate.cpu, dup.cpu);
-  gpu_->ops().swiglu_backward(gate.gpu, up.gpu, dh.gpu, dgate.gpu, dup.gpu);
+  Mirrored dh = random(shape, DType::kF32, seed + 3);
+  Mirrored dgate = random(shape, DType::kF32, seed + 4);
+  Mirrored dup = random(shape, DType::kF32, seed + 5);
+  (cpu_.ops().*backward)(gate.cpu, up.cpu, dh.cpu, dgate.cpu, dup.cpu);
+  (gpu_->ops().*backward)(gate.gpu, up.gpu, dh.gpu, dgate.gpu, dup.gpu);
   const std::vector<float> dgate_gpu = values(dgate.gpu), dup_gpu = values(dup.gpu);
   expect_close(dgate_gpu, values(dgate.cpu), 1e-6f, 1e-5f, "dgate");
   expect_close(dup_gpu, values(dup.cpu), 1e-6f, 1e-5f, "dup");
 
-  // dgate, dup in place of gate, up (consumed).
-  gpu_->ops().swiglu_backward(gate.gpu, up.gpu, dh.gpu, gate.gpu, up.gpu);
+  (gpu_->ops().*backward)(gate.gpu, up.gpu, dh.gpu, gate.gpu, up.gpu);
   expect_exact(values(gate.gpu), dgate_gpu, "dgate aliasing gate");
   expect_exact(values(up.gpu), dup_gpu, "dup aliasing up");
 }
 
+TEST_F(LlamaOpsTest, SwiGluMatchesCpuAndBackwardMayAliasItsInputs) {
+  check_gated(&Ops::swiglu_forward, &Ops::swiglu_backward, 21);
+}
+
 // Gemma's GeGLU: tanhf against the CPU's exp-based tanh.
 TEST_F(LlamaOpsTest, GeGluMatchesCpuAndBackwardMayAliasItsInputs) {
-  const int64_t n = 10007;
-  const Shape shape{n};
-  Mirrored gate = random(shape, DType::kF32, 31, -12.0f, 12.0f);
-  Mirrored up = random(shape, DType::kF32, 32, -2.0f, 2.0f);
-  Mirrored h = random(shape, DType::kF32, 33);
-  cpu_.ops().geglu_forward(gate.cpu, up.cpu, h.cpu);
-  gpu_->ops().geglu_forward(gate.gpu, up.gpu, h.gpu);
-  expect_close(values(h.gpu), values(h.cpu), 1e-6f, 1e-5f, "h");
-
-  Mirrored dh = random(shape, DType::kF32, 34);
-  Mirrored dgate = random(shape, DType::kF32, 35);
-  Mirrored dup = random(shape, DType::kF32, 36);
-  cpu_.ops().geglu_backward(gate.cpu, up.cpu, dh.cpu, dgate.cpu, dup.cpu);
-  gpu_->ops().geglu_backward(gate.gpu, up.gpu, dh.gpu, dgate.gpu, dup.gpu);
-  const std::vector<float> dgate_gpu = values(dgate.gpu), dup_gpu = values(dup.gpu);
-  expect_close(dgate_gpu, values(dgate.cpu), 1e-6f, 1e-5f, "dgate");
-  expect_close(dup_gpu, values(dup.cpu), 1e-6f, 1e-5f, "dup");
-
-  gpu_->ops().geglu_backward(gate.gpu, up.gpu, dh.gpu, gate.gpu, up.gpu);
-  expect_exact(values(gate.gpu), dgate_gpu, "dgate aliasing gate");
-  expect_exact(values(up.gpu), dup_gpu, "dup aliasing up");
+  check_gated(&Ops::geglu_forward, &Ops::geglu_backward, 31);
 }
 
 // Logit soft-capping: tanhf against the CPU's exp-based tanh.
