@@ -1,6 +1,7 @@
 # Finds every dependency from the operating system's packages (and CUDA from
 # /usr/local/cuda), then ze_print_summary() says what was found and what each
-# one enables. Required: oneDNN, Abseil, nlohmann/json, OpenMP, Open MPI.
+# one enables. Required: oneDNN, Abseil, nlohmann/json, OpenMP, Open MPI,
+# and for the tokenizers PCRE2, ICU and SentencePiece.
 # Optional: CUDA/cuBLAS/NCCL, liburing, GoogleTest, Google Benchmark.
 
 find_package(OpenMP REQUIRED)
@@ -16,6 +17,13 @@ find_package(PkgConfig)
 if(PkgConfig_FOUND)
   pkg_check_modules(LIBURING IMPORTED_TARGET liburing)
 endif()
+# The tokenizers (runtime/data): PCRE2 runs tokenizer.json's split patterns,
+# ICU gives the Unicode normal forms and categories, libsentencepiece reads
+# tokenizer.model.
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
+pkg_check_modules(SENTENCEPIECE REQUIRED IMPORTED_TARGET sentencepiece)
+find_package(ICU REQUIRED COMPONENTS uc)
 if(ZE_BUILD_TESTS)
   find_package(GTest)
   if(NOT GTest_FOUND)
@@ -71,6 +79,8 @@ function(ze_print_summary)
   ze_found_line("Abseil" ON "Status/StatusOr, string formatting, hash maps")
   ze_found_line("nlohmann/json ${nlohmann_json_VERSION}" ON "configs, metrics, manifests")
   ze_found_line("OpenMP ${OpenMP_CXX_VERSION}" ON "threaded CPU kernels")
+  ze_found_line("PCRE2 ${PCRE2_VERSION}, ICU ${ICU_VERSION}" ON "tokenizer.json split patterns, Unicode normal forms")
+  ze_found_line("SentencePiece ${SENTENCEPIECE_VERSION}" ON "tokenizer.model")
   ze_found_line("CUDA ${CUDAToolkit_VERSION} + cuBLAS" ${ZE_HAVE_CUDA}
                 "the CUDA backend (archs: ${CMAKE_CUDA_ARCHITECTURES})")
   ze_found_line("NCCL" ${ZE_HAVE_NCCL} "GPU collectives")

@@ -19,6 +19,7 @@ packages=(build-essential cmake ninja-build pkg-config
           libdnnl-dev ocl-icd-opencl-dev  # Debian's oneDNN CMake config requires OpenCL; libdnnl-dev only recommends it
           libabsl-dev nlohmann-json3-dev libcli11-dev
           libopenmpi-dev openmpi-bin liburing-dev
+          libpcre2-dev libicu-dev libsentencepiece-dev  # the tokenizers: split patterns, Unicode, tokenizer.model
           libgtest-dev libgmock-dev libbenchmark-dev
           python3 gnuplot-nox  # the benchmark scripts' tables and plot
           git)  # the revision --version and zero-report print (a source tarball builds without it: "unknown")

@@ -1,11 +1,17 @@
-// Training data: llm.c token shards are validated field by field with errors
-// that name the file and what is wrong; text files read as bytes; sampling is
-// a pure function of (seed, sample index), so N ranks at micro-batch b see
-// exactly the samples one rank sees at N*b.
+// Training data: llm.c token shards, 16-bit and 32-bit, are validated field
+// by field with errors that name the file and what is wrong; the writer picks
+// the width from the vocabulary and never truncates an id; text files read as
+// bytes, and a token shard given as text is refused; sampling is a pure
+// function of (seed, sample index), so N ranks at micro-batch b see exactly
+// the samples one rank sees at N*b.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "runtime/data/data_loader.h"
 
@@ -18,18 +24,53 @@ std::string tmp(const std::string& name) {
   return ::testing::TempDir() + "/" + t->test_suite_name() + "." + t->name() + "." + name;
 }
 
-void write_raw(const std::string& path, const std::vector<int32_t>& header, const std::vector<uint16_t>& tokens) {
-  std::ofstream f(path, std::ios::binary);
+// An empty directory private to the running test (left over from a previous run: emptied).
+std::string fresh_dir(const std::string& name) {
+  const std::string dir = tmp(name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// A shard as another program (llm.c's Python) would write it: header[256]
+// with the given leading fields, then the tokens in T's width.
+template <typename T = uint16_t>
+void write_raw(const std::string& path, const std::vector<int32_t>& header, const std::vector<T>& tokens) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
   std::vector<int32_t> h(256, 0);
   std::copy(header.begin(), header.end(), h.begin());
   f.write(reinterpret_cast<const char*>(h.data()), 1024);
-  f.write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(tokens.size() * 2));
+  f.write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(tokens.size() * sizeof(T)));
+}
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+// header[i] of a shard on disk.
+int32_t header_field(const std::string& path, int i) {
+  const std::string b = file_bytes(path);
+  int32_t v = 0;
+  std::memcpy(&v, b.data() + 4 * i, 4);
+  return v;
 }
 
 std::string open_error(const std::string& path, int64_t vocab = 100) {
   auto s = open_llmc_shards(path, vocab);
   EXPECT_FALSE(s.ok());
   return s.ok() ? "" : std::string(s.status().message());
+}
+
+// Every token of every sequence, in order.
+std::vector<int32_t> read_all(const TokenSource& src) {
+  std::vector<int32_t> out;
+  for (int64_t s = 0; s < src.num_sequences(); ++s) {
+    const size_t at = out.size();
+    out.resize(at + static_cast<size_t>(src.sequence_length(s)));
+    EXPECT_TRUE(src.read(s, 0, src.sequence_length(s), out.data() + at).ok());
+  }
+  return out;
 }
 
 TEST(DataTest, LlmcShardRoundTrips) {
@@ -48,18 +89,21 @@ TEST(DataTest, LlmcShardRoundTrips) {
   EXPECT_EQ((*src)->vocab_bound(), 97);
 }
 
-TEST(DataTest, BadMagicNamesTheFileAndHints) {
-  write_raw(tmp("magic.bin"), {12345, 1, 4}, {1, 2, 3, 4});
+TEST(DataTest, BadMagicNamesTheFileTheFieldAndBothKinds) {
+  write_raw(tmp("magic.bin"), {12345, 1, 4}, std::vector<uint16_t>{1, 2, 3, 4});
   const std::string msg = open_error(tmp("magic.bin"));
-  EXPECT_NE(msg.find("magic.bin: bad magic 12345, expected 20240520"), std::string::npos) << msg;
-  write_raw(tmp("llama.bin"), {20240801, 7, 4}, {1, 2, 3, 4});
-  EXPECT_NE(open_error(tmp("llama.bin")).find("llama-3 format"), std::string::npos);
+  EXPECT_NE(msg.find("data file " + tmp("magic.bin") + ": bad magic 12345 in header[0] (bytes 0-3), expected 20240520 "
+                     "(16-bit tokens) or 20240801 (32-bit tokens)"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("set data.format to \"text\" for raw text"), std::string::npos) << msg;
 }
 
 TEST(DataTest, TruncatedShardIsRefusedWithSizes) {
-  write_raw(tmp("short.bin"), {kLlmcMagic, 1, 100}, {1, 2, 3});
+  write_raw(tmp("short.bin"), {kLlmcMagicU16, 1, 100}, std::vector<uint16_t>{1, 2, 3});
   const std::string msg = open_error(tmp("short.bin"));
-  EXPECT_NE(msg.find("short.bin: header says 100 tokens, so the file should be 1224 bytes, but it is 1030 bytes"),
+  EXPECT_NE(msg.find("short.bin: header says 100 tokens, so the file should be 1224 bytes, but it is 1030 bytes (the "
+                     "count is header[2], bytes 8-11, of 2-byte tokens"),
             std::string::npos)
       << msg;
   std::ofstream(tmp("tiny.bin")) << "abc";
@@ -90,11 +134,186 @@ TEST(DataTest, ShardTruncatedDuringTheRunIsAnErrorNotASignal) {
 }
 
 TEST(DataTest, WrongVersionAndOutOfVocabTokens) {
-  write_raw(tmp("ver.bin"), {kLlmcMagic, 2, 2}, {1, 2});
-  EXPECT_NE(open_error(tmp("ver.bin")).find("unsupported version 2"), std::string::npos);
-  write_raw(tmp("vocab.bin"), {kLlmcMagic, 1, 3}, {1, 300, 2});
-  EXPECT_NE(open_error(tmp("vocab.bin"), 256).find("token 300 at position 1 is >= model.vocab_size 256"),
+  write_raw(tmp("ver.bin"), {kLlmcMagicU16, 2, 2}, std::vector<uint16_t>{1, 2});
+  EXPECT_NE(open_error(tmp("ver.bin")).find("ver.bin: bad version 2 in header[1] (bytes 4-7), expected 1 for magic "
+                                            "20240520"),
             std::string::npos);
+  write_raw(tmp("vocab.bin"), {kLlmcMagicU16, 1, 3}, std::vector<uint16_t>{1, 300, 2});
+  EXPECT_NE(open_error(tmp("vocab.bin"), 256).find("data file " + tmp("vocab.bin") +
+                                                   ": token 300 at position 1 is >= model.vocab_size 256"),
+            std::string::npos);
+}
+
+// Llama-3's vocabulary (128,256) needs ids above 65,535: written as a 32-bit
+// shard, they come back exactly.
+TEST(DataTest, ThirtyTwoBitShardRoundTripsIdsAbove65535) {
+  constexpr int64_t kLlama3Vocab = 128256;
+  const std::vector<int32_t> tokens = {128000, 0, 65535, 65536, 70000, 100000, 128255, 1, 128001};
+  const std::string path = tmp("llama3.bin");
+  ASSERT_TRUE(write_token_shard(path, tokens, kLlama3Vocab).ok());
+  EXPECT_EQ(std::filesystem::file_size(path), 1024u + 4 * tokens.size());
+  EXPECT_EQ(header_field(path, 0), 20240801);
+  EXPECT_EQ(header_field(path, 1), 7);
+  EXPECT_EQ(header_field(path, 2), static_cast<int32_t>(tokens.size()));
+  auto src = open_llmc_shards(path, kLlama3Vocab);
+  ASSERT_TRUE(src.ok()) << src.status();
+  EXPECT_EQ(read_all(**src), tokens);
+  std::vector<int32_t> part(3);
+  ASSERT_TRUE((*src)->read(0, 3, 3, part.data()).ok());
+  EXPECT_EQ(part, (std::vector<int32_t>{65536, 70000, 100000}));
+  EXPECT_EQ((*src)->vocab_bound(), 128256);
+  EXPECT_NE((*src)->describe().find("1 llm.c shard (32-bit tokens), 9 tokens"), std::string::npos)
+      << (*src)->describe();
+}
+
+// 16-bit tokens exactly while every id fits in 16 bits with room to spare
+// (vocabulary <= 65,535), 32-bit from 65,536 ids on.
+TEST(DataTest, WriterPicksTheTokenWidthFromTheVocabulary) {
+  const std::vector<int32_t> tokens = {0, 65534, 7};
+  ASSERT_TRUE(write_token_shard(tmp("u16.bin"), tokens, 65535).ok());
+  EXPECT_EQ(header_field(tmp("u16.bin"), 0), 20240520);
+  EXPECT_EQ(header_field(tmp("u16.bin"), 1), 1);
+  EXPECT_EQ(std::filesystem::file_size(tmp("u16.bin")), 1024u + 2 * 3);
+  ASSERT_TRUE(write_token_shard(tmp("u32.bin"), tokens, 65536).ok());
+  EXPECT_EQ(header_field(tmp("u32.bin"), 0), 20240801);
+  EXPECT_EQ(std::filesystem::file_size(tmp("u32.bin")), 1024u + 4 * 3);
+  for (const char* name : {"u16.bin", "u32.bin"}) {
+    auto src = open_llmc_shards(tmp(name), 65536);
+    ASSERT_TRUE(src.ok()) << src.status();
+    EXPECT_EQ(read_all(**src), tokens) << name;
+  }
+}
+
+// An id the vocabulary does not hold is never written (in 16 bits it would
+// have become another token); a file already at the path stays as it was.
+TEST(DataTest, WriterRefusesIdsOutsideTheVocabularyAndKeepsTheOldFile) {
+  const std::string path = tmp("keep.bin");
+  ASSERT_TRUE(write_token_shard(path, std::vector<int32_t>{1, 2, 3}, 50257).ok());
+  const std::string before = file_bytes(path);
+  absl::Status s = write_token_shard(path, std::vector<int32_t>{5, 6, 70000, 8}, 50257);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(std::string(s.message()).find("writing " + path + ": token 70000 at position 2 is outside the vocabulary "
+                                          "[0, 50257); nothing was written"),
+            std::string::npos)
+      << s;
+  s = write_token_shard(path, std::vector<int32_t>{-1}, 50257);
+  EXPECT_NE(std::string(s.message()).find("token -1 at position 0 is outside the vocabulary"), std::string::npos) << s;
+  EXPECT_EQ(file_bytes(path), before);
+}
+
+// A write that fails half way (here the file-size limit, as a full disk
+// would) reports the error and leaves the old shard and no temporary file.
+TEST(DataTest, FailedWriteLeavesTheOldShardIntact) {
+  const std::string dir = fresh_dir("dir");
+  const std::string path = dir + "/shard.bin";
+  ASSERT_TRUE(write_token_shard(path, std::vector<int32_t>{1, 2, 3}, 256).ok());
+  const std::string before = file_bytes(path);
+  rlimit old{};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &old), 0);
+  const auto old_handler = signal(SIGXFSZ, SIG_IGN);
+  rlimit small = old;
+  small.rlim_cur = 4096;
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
+  const absl::Status s = write_token_shard(path, std::vector<int32_t>(100000, 7), 256);
+  setrlimit(RLIMIT_FSIZE, &old);
+  signal(SIGXFSZ, old_handler);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(std::string(s.message()).find("writing " + path + ".tmp."), std::string::npos) << s;
+  EXPECT_EQ(file_bytes(path), before);
+  int files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) files += e.is_regular_file() ? 1 : 0;
+  EXPECT_EQ(files, 1) << "the temporary file was removed";
+}
+
+// What a user holding a damaged 32-bit shard reads: the file and the field.
+TEST(DataTest, CorruptThirtyTwoBitHeadersNameTheFileAndField) {
+  const std::vector<uint32_t> tokens = {70000, 1, 2, 3};
+  write_raw(tmp("ver.bin"), {kLlmcMagicU32, 1, 4}, tokens);
+  EXPECT_NE(open_error(tmp("ver.bin"), 128256)
+                .find("data file " + tmp("ver.bin") + ": bad version 1 in header[1] (bytes 4-7), expected 7 for magic "
+                      "20240801 (llm.c Llama-3 header, 32-bit tokens)"),
+            std::string::npos);
+  // A 16-bit count of 32-bit tokens: the size gives it away.
+  write_raw(tmp("size.bin"), {kLlmcMagicU32, 7, 8}, tokens);
+  EXPECT_NE(open_error(tmp("size.bin"), 128256)
+                .find("data file " + tmp("size.bin") + ": header says 8 tokens, so the file should be 1056 bytes, but "
+                      "it is 1040 bytes (the count is header[2], bytes 8-11, of 4-byte tokens"),
+            std::string::npos);
+  write_raw(tmp("negative.bin"), {kLlmcMagicU32, 7, -4}, tokens);
+  EXPECT_NE(open_error(tmp("negative.bin"), 128256).find("negative.bin: bad token count -4 in header[2] (bytes 8-11)"),
+            std::string::npos);
+  write_raw(tmp("vocab.bin"), {kLlmcMagicU32, 7, 4}, tokens);
+  EXPECT_NE(open_error(tmp("vocab.bin"), 50257)
+                .find("data file " + tmp("vocab.bin") + ": token 70000 at position 0 is >= model.vocab_size 50257"),
+            std::string::npos);
+}
+
+// A shard that llm.c's Python wrote with 16-bit tokens still reads, exactly.
+TEST(DataTest, SixteenBitShardFromLlmcReads) {
+  const std::vector<uint16_t> tokens = {50256, 0, 65535, 464, 2068};
+  write_raw(tmp("gpt2.bin"), {kLlmcMagicU16, kLlmcVersionU16, 5}, tokens);
+  auto src = open_llmc_shards(tmp("gpt2.bin"), 65536);
+  ASSERT_TRUE(src.ok()) << src.status();
+  EXPECT_EQ(read_all(**src), (std::vector<int32_t>{50256, 0, 65535, 464, 2068}));
+}
+
+// Two widths in one path come from two tokenizers: refused, naming both files.
+TEST(DataTest, ShardsOfTwoWidthsInOnePathAreRefused) {
+  const std::string dir = fresh_dir("mixed");
+  ASSERT_TRUE(write_token_shard(dir + "/a.bin", std::vector<int32_t>{1, 2}, 50257).ok());
+  ASSERT_TRUE(write_token_shard(dir + "/b.bin", std::vector<int32_t>{1, 2}, 128256).ok());
+  const std::string msg = open_error(dir, 128256);
+  EXPECT_NE(msg.find("data path " + dir + ": " + dir + "/a.bin has 16-bit tokens (llm.c GPT-2 header) but " + dir +
+                     "/b.bin has 32-bit tokens (llm.c Llama-3 header)"),
+            std::string::npos)
+      << msg;
+}
+
+// A shard rewritten in place after the run checked it: the read that meets
+// an id past the vocabulary fails naming it, rather than index past the
+// embedding table.
+TEST(DataTest, ShardRewrittenWithBadIdsDuringTheRunIsAnError) {
+  const std::string path = tmp("rewritten.bin");
+  ASSERT_TRUE(write_token_shard(path, std::vector<int32_t>(100, 5), 128256).ok());
+  auto src = open_llmc_shards(path, 128256);
+  ASSERT_TRUE(src.ok()) << src.status();
+  {
+    std::fstream f(path, std::ios::binary | std::ios::in | std::ios::out);
+    const uint32_t bad = 200000;
+    f.seekp(1024 + 4 * 50);
+    f.write(reinterpret_cast<const char*>(&bad), 4);
+  }
+  std::vector<int32_t> out(10);
+  const absl::Status s = (*src)->read(0, 45, 10, out.data());
+  ASSERT_FALSE(s.ok());
+  EXPECT_TRUE(absl::IsDataLoss(s)) << s;
+  EXPECT_NE(std::string(s.message()).find("data file " + path + ": token 200000 at position 50 is >= model.vocab_size "
+                                          "128256, but every token was below it when the run opened the file"),
+            std::string::npos)
+      << s;
+}
+
+// data.format "text" on a token shard would train on its bytes: refused,
+// naming the file, for both kinds and for a shard among text files.
+TEST(DataTest, TokenShardGivenAsTextIsRefused) {
+  ASSERT_TRUE(write_token_shard(tmp("u16.bin"), std::vector<int32_t>{1, 2, 3}, 50257).ok());
+  ASSERT_TRUE(write_token_shard(tmp("u32.bin"), std::vector<int32_t>{1, 2, 3}, 128256).ok());
+  for (const auto& [name, magic] : {std::pair{"u16.bin", "20240520"}, std::pair{"u32.bin", "20240801"}}) {
+    auto t = open_text_bytes(tmp(name));
+    ASSERT_FALSE(t.ok()) << name;
+    const std::string msg(t.status().message());
+    EXPECT_NE(msg.find("data file " + tmp(name) + ": is an llm.c token shard (magic " + magic), std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("Set data.format to \"llmc\""), std::string::npos) << msg;
+  }
+  const std::string dir = fresh_dir("texts");
+  std::ofstream(dir + "/a.txt") << "hello";
+  std::filesystem::copy_file(tmp("u32.bin"), dir + "/b.bin");
+  auto t = open_text_bytes(dir);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(std::string(t.status().message()).find("data file " + dir + "/b.bin: is an llm.c token shard"),
+            std::string::npos)
+      << t.status();
 }
 
 TEST(DataTest, MissingPathsAreNamed) {
