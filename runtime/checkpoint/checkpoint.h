@@ -12,22 +12,36 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "runtime/checkpoint/manifest.h"
+#include "runtime/config/run_config.h"
 #include "runtime/engine/engine.h"
 
 namespace zero {
+
+// One of the model's own files (a tokenizer's, a chat template,
+// generation_config.json: hf_model_files.h), whole.
+struct ModelFile {
+  std::string name;      // a plain file name ("tokenizer.json")
+  std::string contents;  // its bytes
+};
 
 struct SaveOptions {
   std::string dir;
   std::string tag;  // empty: "global_step<N>"
   int keep = 0;     // keep the newest `keep` tags (0: all)
   // The model as a Hugging Face config.json (hf_config_json), stored in the
-  // manifest for `zero-ckpt consolidate --format hf`; null: not recorded.
+  // manifest for `zero-ckpt consolidate --format hf` and for a resumed run;
+  // null: not recorded.
   Json model = nullptr;
+  // Written by rank 0 into the tag directory and listed in the manifest
+  // (size, CRC-32C), so the checkpoint carries them when their source is
+  // gone; the Hugging Face export copies them out.
+  std::vector<ModelFile> model_files = {};
 };
 
 // Returns the tag written.
@@ -53,9 +67,31 @@ struct ResumePoint {
   std::string note;  // empty when `latest` named it
 };
 absl::StatusOr<ResumePoint> resume_point(const std::string& dir);
+
+// The checkpoint a run resumes: `resume` is a checkpoint directory (its
+// resume_point; NOT_FOUND when it holds none) or "auto": `save_dir`'s
+// resume_point, nullopt when save_dir is absent or holds none (a fresh
+// start, never past a damaged checkpoint: DATA_LOSS then). Empty `resume`:
+// nullopt.
+struct ResumeTarget {
+  std::string dir;
+  ResumePoint point;
+  std::string name() const { return dir + "/" + point.tag; }
+};
+absl::StatusOr<std::optional<ResumeTarget>> find_resume_target(const std::string& resume, const std::string& save_dir);
+
+// ConfigOptions::resumed_model (runtime/config/run_config.h): the model the
+// checkpoint find_resume_target finds describes; nullopt where it finds
+// none, or one that does not read (restoring says why).
+absl::StatusOr<std::optional<CheckpointModel>> resumed_checkpoint_model(const RunSection& run);
 absl::StatusOr<Manifest> read_manifest(const std::string& dir, const std::string& tag);
 // Complete checkpoints in dir (those with a manifest), oldest first by step.
 absl::StatusOr<std::vector<std::string>> list_checkpoints(const std::string& dir);
+// The model files checkpoint <dir>/<tag> (manifest `m`) holds, read whole
+// and checked against the manifest's size and CRC-32C (DATA_LOSS naming the
+// file otherwise).
+absl::StatusOr<std::vector<ModelFile>> read_model_files(const std::string& dir, const std::string& tag,
+                                                        const Manifest& m);
 
 // Reads and checks one whole segment (CRC-32C), streaming through `chunk`
 // bytes of host memory at a time; calls sink(data, first_element, count) for

@@ -102,6 +102,43 @@ absl::StatusOr<std::vector<std::string>> list_checkpoints(const std::string& dir
   return std::move(scan.complete);
 }
 
+absl::StatusOr<std::optional<ResumeTarget>> find_resume_target(const std::string& resume, const std::string& save_dir) {
+  if (resume.empty()) return std::nullopt;
+  const bool automatic = resume == "auto";
+  const std::string dir = automatic ? save_dir : resume;
+  if (automatic && !std::filesystem::exists(dir)) return std::nullopt;
+  absl::StatusOr<ResumePoint> point = resume_point(dir);
+  if (automatic && absl::IsNotFound(point.status())) return std::nullopt;
+  if (!point.ok()) return point.status();
+  return ResumeTarget{dir, *std::move(point)};
+}
+
+absl::StatusOr<std::optional<CheckpointModel>> resumed_checkpoint_model(const RunSection& run) {
+  const absl::StatusOr<std::optional<ResumeTarget>> target = find_resume_target(run.resume, run.save_dir);
+  if (!target.ok() || !target->has_value()) return std::nullopt;
+  const absl::StatusOr<Manifest> m = read_manifest((*target)->dir, (*target)->point.tag);
+  if (!m.ok()) return std::nullopt;
+  return CheckpointModel{(*target)->name(), m->model};
+}
+
+absl::StatusOr<std::vector<ModelFile>> read_model_files(const std::string& dir, const std::string& tag,
+                                                        const Manifest& m) {
+  std::vector<ModelFile> out;
+  for (const CheckpointModelFile& f : m.model_files) {
+    const std::string path = dir + "/" + tag + "/" + f.name;
+    ZE_ASSIGN_OR_RETURN(std::string contents, read_file(path));
+    const uint32_t crc = crc32c(contents.data(), contents.size());
+    if (static_cast<int64_t>(contents.size()) != f.bytes || crc != f.crc32c) {
+      return absl::DataLossError(absl::StrFormat(
+          "checkpoint %s/%s: model file %s has %d bytes of CRC-32C %08x, its manifest says %d bytes of %08x (the "
+          "file was changed or damaged after the save)",
+          dir, tag, f.name, contents.size(), crc, f.bytes, f.crc32c));
+    }
+    out.push_back({f.name, std::move(contents)});
+  }
+  return out;
+}
+
 absl::Status read_segment(const FileReader& file, const CheckpointSegment& seg, const std::string& tensor,
                           const std::function<absl::Status(const float*, int64_t, int64_t)>& sink,
                           size_t chunk_bytes) {

@@ -282,7 +282,20 @@ absl::StatusOr<std::string> save_checkpoint(Engine& engine, const SaveOptions& o
       std::sort(t.segments.begin(), t.segments.end(),
                 [](const CheckpointSegment& a, const CheckpointSegment& b) { return a.begin < b.begin; });
     }
-    published = write_file_atomic(partial + "/manifest.json", m.to_json().dump(1));
+    // The model's files, before the manifest that lists them.
+    for (const ModelFile& f : options.model_files) {
+      if (!published.ok()) break;
+      if (f.name.empty() || f.name.find('/') != std::string::npos || f.name[0] == '.' || f.name == "manifest.json" ||
+          f.name.rfind("rank_", 0) == 0) {
+        published = absl::InvalidArgumentError(cat("checkpoint ", tag, ": model file \"", f.name,
+                                                    "\" is not a plain file name beside the shards"));
+        break;
+      }
+      published = write_file_atomic(partial + "/" + f.name, f.contents);
+      m.model_files.push_back(
+          {f.name, static_cast<int64_t>(f.contents.size()), crc32c(f.contents.data(), f.contents.size())});
+    }
+    if (published.ok()) published = write_file_atomic(partial + "/manifest.json", m.to_json().dump(1));
     if (published.ok()) published = fsync_directory(partial);
     if (published.ok() && std::filesystem::exists(final_dir)) published = remove_tree(final_dir);
     if (published.ok()) published = rename_path(partial, final_dir);

@@ -12,6 +12,7 @@
 #include "core/status.h"
 #include "core/strings.h"
 #include "runtime/checkpoint/file_io.h"
+#include "runtime/checkpoint/hf_model_files.h"
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/config/hf_config.h"
 
@@ -439,6 +440,8 @@ absl::Status consolidate_to_hf(const std::string& dir, const std::string& tag, c
         "--format safetensors instead"));
   }
   ZE_ASSIGN_OR_RETURN(const GptConfig config, gpt_config_from_hf(m.model, manifest_path + " \"model\""));
+  // Checked before anything is written.
+  ZE_ASSIGN_OR_RETURN(const std::vector<ModelFile> model_files, read_model_files(src.dir, src.tag, m));
 
   // The checkpoint's parameters must be the described model's, each once.
   std::map<std::string, Shape> expected;
@@ -513,9 +516,21 @@ absl::Status consolidate_to_hf(const std::string& dir, const std::string& tag, c
       const Json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
       ZE_RETURN_IF_ERROR(write_file_atomic(partial + "/" + kIndexFile, index.dump(2) + "\n"));
     }
-    Json hf = m.model;
-    hf["torch_dtype"] = dtype == DType::kBF16 ? "bfloat16" : "float32";
+    // The recorded description keeps the source's keys (token ids,
+    // model_type, ...); the weights' dtype is this export's.
+    const Json hf = hf_config_json(config, dtype, m.model);
     ZE_RETURN_IF_ERROR(write_file_atomic(partial + "/config.json", hf.dump(2) + "\n"));
+    // The tokenizer and generation files the checkpoint carries, byte for
+    // byte; a generation_config.json from config.json's ids where none came.
+    bool generation_config = false;
+    for (const ModelFile& f : model_files) {
+      ZE_RETURN_IF_ERROR(write_file_atomic(partial + "/" + f.name, f.contents));
+      generation_config = generation_config || f.name == kGenerationConfigFile;
+    }
+    if (!generation_config) {
+      ZE_RETURN_IF_ERROR(write_file_atomic(partial + "/" + kGenerationConfigFile,
+                                           generation_config_json(hf).dump(2) + "\n"));
+    }
     ZE_RETURN_IF_ERROR(fsync_directory(partial));
     ZE_RETURN_IF_ERROR(refuse_existing());  // filled while we wrote?
     ZE_RETURN_IF_ERROR(rename_path(partial, out_dir));  // replaces an empty directory

@@ -91,7 +91,11 @@ absl::Status load_hf_weights(Engine& engine, const GptConfig& config, const std:
 // Writes checkpoint <dir>/<tag> (tag empty: the newest complete one) as a
 // Hugging Face model directory `out_dir` in `dtype` (fp32 or bf16):
 // config.json from the model description the checkpoint's manifest holds
-// (SaveOptions::model; FAILED_PRECONDITION without one), and the master
+// (SaveOptions::model, with the keys of the config.json it came from:
+// hf_config_json's; FAILED_PRECONDITION without one), the tokenizer and
+// generation files the checkpoint carries (hf_model_files.h; checked
+// against the manifest first) and generation_config.json from config.json's
+// token ids where none came; and the master
 // weights under Hugging Face's names and layout in one model.safetensors, or
 // in shards of at most max_shard_bytes each (a larger tensor alone in its
 // shard) with model.safetensors.index.json. One tensor in memory at a time.

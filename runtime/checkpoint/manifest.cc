@@ -70,6 +70,13 @@ Json Manifest::to_json() const {
   }
   j["tensors"] = tensors_j;
   if (!model.is_null()) j["model"] = model;
+  if (!model_files.empty()) {
+    Json list = Json::array();
+    for (const CheckpointModelFile& f : model_files) {
+      list.push_back({{"name", f.name}, {"bytes", f.bytes}, {"crc32c", f.crc32c}});
+    }
+    j["model_files"] = list;
+  }
   j["crc32c"] = manifest_crc(j);
   return j;
 }
@@ -165,6 +172,21 @@ absl::StatusOr<Manifest> Manifest::parse(const Json& j, const std::string& path)
     if (j.contains("model") && !j.at("model").is_null()) {
       if (!j.at("model").is_object()) return bad("\"model\" is not an object (a Hugging Face config.json)");
       m.model = j.at("model");
+    }
+    if (j.contains("model_files")) {
+      for (const Json& e : j.at("model_files")) {
+        CheckpointModelFile f{e.at("name").get<std::string>(), e.at("bytes").get<int64_t>(),
+                              e.at("crc32c").get<uint32_t>()};
+        // A plain name in the tag directory, and none of the checkpoint's own files.
+        const bool shard = f.name.rfind("rank_", 0) == 0;
+        if (f.name.empty() || f.name.find('/') != std::string::npos || f.name[0] == '.' ||
+            f.name == "manifest.json" || shard || f.bytes < 0) {
+          return bad(cat("model file \"", f.name, "\" (", f.bytes, " bytes) is not a file name of the tag directory"));
+        }
+        for (const CheckpointModelFile& g : m.model_files)
+          if (g.name == f.name) return bad(cat("model file ", f.name, " is listed twice"));
+        m.model_files.push_back(std::move(f));
+      }
     }
     return m;
   } catch (const Json::exception& e) {

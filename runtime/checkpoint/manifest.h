@@ -3,6 +3,7 @@
 //   <dir>/latest                      the tag of the newest complete checkpoint
 //   <dir>/<tag>/manifest.json         everything below, written last by rank 0
 //   <dir>/<tag>/rank_00000.shard ...  one file per rank that saved
+//   <dir>/<tag>/tokenizer.json ...    the model's files (below), when it has any
 //   <dir>/.<tag>.partial/             a save in progress (ignored, removed)
 //
 // A shard file is a 128-byte header (magic "ZEROSHRD", version, rank, world,
@@ -17,7 +18,10 @@
 // writes its slice's elements as segments of the unsplit tensor — contiguous,
 // or strided (a row-parallel weight's columns: `run` elements every `stride`)
 // — so a checkpoint loads at any tensor, data-parallel or ZeRO layout, and
-// consolidates to the same file. The model-dtype parameters are not stored: they
+// consolidates to the same file. Beside them a checkpoint may hold the model's
+// own files (a Hugging Face directory's tokenizer files, chat template,
+// generation_config.json: hf_model_files.h), each listed with its size and
+// CRC-32C, copied whole. The model-dtype parameters are not stored: they
 // are cast(master) by construction (the engine's invariant), and are rebuilt
 // on load.
 #pragma once
@@ -82,6 +86,13 @@ struct CheckpointFile {
   int64_t bytes = 0;
 };
 
+// One of the model's files (hf_model_files.h) in the tag directory.
+struct CheckpointModelFile {
+  std::string name;  // a plain file name in the tag directory
+  int64_t bytes = 0;
+  uint32_t crc32c = 0;
+};
+
 struct Manifest {
   std::string tag;
   int world_size = 1;
@@ -97,6 +108,8 @@ struct Manifest {
   // when the saver recorded it; null otherwise (and in older checkpoints).
   // Inside the manifest's checksum like every other field.
   Json model;
+  // The model's files saved beside the shards (none in older checkpoints).
+  std::vector<CheckpointModelFile> model_files;
 
   static std::string key(const std::string& kind, const std::string& param) { return kind + "/" + param; }
   int64_t payload_bytes() const;

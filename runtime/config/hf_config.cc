@@ -461,6 +461,43 @@ Json hf_config_json(const GptConfig& c, DType dtype) {
   return j;
 }
 
+Json hf_config_json(const GptConfig& c, DType dtype, const Json& source) {
+  Json j = hf_config_json(c, dtype);
+  if (!source.is_object()) return j;
+  Json out = source;
+  out.erase("rope_parameters");  // ours: rope_theta and rope_scaling, read by 4.x and 5.x alike
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const bool token_id = it.key() == "bos_token_id" || it.key() == "eos_token_id" || it.key() == "pad_token_id";
+    if (!token_id || !source.contains(it.key())) out[it.key()] = it.value();
+  }
+  if (out.contains("dtype")) out["dtype"] = j["torch_dtype"];
+  return out;
+}
+
+std::string hf_model_difference(const GptConfig& a_in, const GptConfig& b_in) {
+  // Training-only settings and those a checkpoint does not describe.
+  auto architecture = [](GptConfig g) {
+    g.dropout = 0.0f;
+    g.init_std = 0.02f;
+    return hf_config_json(g, DType::kF32);
+  };
+  Json a = architecture(a_in), b = architecture(b_in);
+  // model_type says the class; no weight of a RoPE family depends on its
+  // positions (a run may go on at a longer seq_len).
+  for (Json* j : {&a, &b}) {
+    j->erase("architectures");
+    if (a_in.rope() && b_in.rope()) j->erase("max_position_embeddings");
+  }
+  for (auto it = a.begin(); it != a.end(); ++it) {
+    const Json& other = b.contains(it.key()) ? b.at(it.key()) : Json();
+    if (other != it.value()) return cat(it.key(), " ", it.value().dump(), " vs ", other.dump());
+  }
+  for (auto it = b.begin(); it != b.end(); ++it) {
+    if (!a.contains(it.key())) return cat(it.key(), " null vs ", it.value().dump());
+  }
+  return "";
+}
+
 bool is_gpt2_conv1d_weight(const std::string& name) {
   for (const char* s : {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight"})
     if (ends_with(name, s)) return true;

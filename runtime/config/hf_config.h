@@ -45,6 +45,22 @@ absl::StatusOr<GptConfig> gpt_config_from_hf(const Json& hf, const std::string& 
 // 5.x both load (5.x converts it to its "rope_parameters"); 4.x would
 // ignore 5.x's "rope_parameters" and run plain RoPE of theta 10000.
 Json hf_config_json(const GptConfig& c, DType dtype);
+// The same, keeping what `source` (the config.json the model was read from)
+// says beyond the architecture, as transformers' save_pretrained would: its
+// bos/eos/pad token ids (even where the family's own form writes null),
+// transformers_version, use_cache and the like. The architecture keys are
+// ours (they describe the same model: `source` read as `c`); its 5.x
+// "rope_parameters" gives way to our 4.x "rope_theta"/"rope_scaling", and
+// both "torch_dtype" and a 5.x "dtype" say `dtype`. A null `source`: the
+// plain form above.
+Json hf_config_json(const GptConfig& c, DType dtype, const Json& source);
+
+// The first key of hf_config_json on which two models differ, as
+// "num_hidden_layers 2 vs 4" ("" when they are the same model): how a
+// checkpoint's model and a run's config are compared. What only training
+// sets (seq_len, dropout, initializer_range) is not compared, nor the
+// positions of two RoPE models (no weight depends on them).
+std::string hf_model_difference(const GptConfig& a, const GptConfig& b);
 
 // Our parameter name -> Hugging Face's tensor name ("h.0.ln_1.weight" ->
 // "transformer.h.0.ln_1.weight").

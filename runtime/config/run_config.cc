@@ -37,28 +37,24 @@ std::vector<std::pair<std::string, ModelArch>> family_choices() {
   return out;
 }
 
-// model.hf_config: the architecture from the file; the section may still set
-// seq_len (at most max_position_embeddings) and nothing that contradicts it.
-void read_hf_config(ConfigReader& r, RunConfig& c) {
-  for (std::string_view key : kArchitectureKeys) {
-    if (r.has(key)) r.error(key, cat("comes from model.hf_config (", c.model.hf_config, "); remove one of them"));
-  }
-  absl::StatusOr<Json> file = load_json_file(c.model.hf_config);
-  if (!file.ok()) {
-    r.error("hf_config", std::string(file.status().message()));
-    return;
-  }
-  absl::StatusOr<GptConfig> hf = gpt_config_from_hf(*file, c.model.hf_config);
-  if (!hf.ok()) {
-    r.error("hf_config", std::string(hf.status().message()));
+// A model read from a Hugging Face config.json (`hf`, read from `where`):
+// the architecture from it; the section may still set seq_len (at most
+// max_position_embeddings) and dropout, and nothing that contradicts it.
+// A config.json that does not read is an error of `error_key`.
+void apply_hf_model(ConfigReader& r, RunConfig& c, const Json& hf, const std::string& where,
+                    const std::string& error_key) {
+  absl::StatusOr<GptConfig> parsed = gpt_config_from_hf(hf, where);
+  if (!parsed.ok()) {
+    r.diagnostics().errors.push_back(cat(error_key, ": ", parsed.status().message()));
     return;
   }
   GptConfig& g = c.model.gpt;
   const int64_t seq_len = g.seq_len;
   const float dropout = g.dropout;
-  g = *hf;
+  g = *parsed;
   g.seq_len = r.has("seq_len") ? seq_len : std::min(seq_len, g.positions());
   g.dropout = dropout;
+  c.model.hf_source = hf;
   r.set_effective("arch", std::string(g.family_name()));
   r.set_effective("n_layer", g.n_layer);
   r.set_effective("n_head", g.n_head);
@@ -77,20 +73,65 @@ void read_hf_config(ConfigReader& r, RunConfig& c) {
   r.set_effective("logit_softcap", g.logit_softcap);
 }
 
-void parse_model(ConfigReader r, RunConfig& c) {
+// model.hf_config: the architecture from the file.
+void read_hf_config(ConfigReader& r, RunConfig& c) {
+  for (std::string_view key : kArchitectureKeys) {
+    if (r.has(key)) r.error(key, cat("comes from model.hf_config (", c.model.hf_config, "); remove one of them"));
+  }
+  absl::StatusOr<Json> file = load_json_file(c.model.hf_config);
+  if (!file.ok()) {
+    r.error("hf_config", std::string(file.status().message()));
+    return;
+  }
+  apply_hf_model(r, c, *file, c.model.hf_config, r.key_path("hf_config"));
+}
+
+// A resumed checkpoint's model against the one the config names: the same
+// model (hf_model_difference), or an error naming both. The checkpoint's
+// description is kept for its saves (its token ids, the source's keys).
+void check_resumed_model(ConfigReader& r, RunConfig& c, const CheckpointModel& resumed) {
+  const std::string where = resumed.checkpoint + "/manifest.json \"model\"";
+  absl::StatusOr<GptConfig> theirs = gpt_config_from_hf(resumed.hf, where);
+  if (!theirs.ok()) {
+    r.diagnostics().errors.push_back(cat("run.resume: ", theirs.status().message()));
+    return;
+  }
+  const GptConfig& ours = c.model.gpt;
+  const std::string difference = hf_model_difference(*theirs, ours);
+  if (!difference.empty()) {
+    const std::string source =
+        c.model.hf_config.empty() ? std::string("the model section") : cat("model.hf_config ", c.model.hf_config);
+    r.diagnostics().errors.push_back(cat(
+        "run.resume: checkpoint ", resumed.checkpoint, " holds a ", model_family(theirs->arch).display,
+        " model and the run's config (", source, ") describes a ", model_family(ours.arch).display,
+        " model that differs from it: ", difference, " (the checkpoint's, then the config's). Resume with the "
+        "model the checkpoint was saved from, or name none (no model.hf_config, --init-from or architecture keys) "
+        "and the checkpoint's is used"));
+    return;
+  }
+  c.model.hf_source = resumed.hf;
+}
+
+void parse_model(ConfigReader r, RunConfig& c, const std::optional<CheckpointModel>& resumed) {
   read_declared_keys(r, c);
   GptConfig& g = c.model.gpt;
+  const bool section_names_model = std::any_of(std::begin(kArchitectureKeys), std::end(kArchitectureKeys),
+                                               [&](std::string_view key) { return r.has(key); });
   // --init-from a Hugging Face directory brings its config.json, unless the
   // section says what the model is (then the weights must fit it).
   std::error_code ec;
   if (c.model.hf_config.empty() && !c.run.init_from.empty() &&
       std::filesystem::is_regular_file(std::filesystem::path(c.run.init_from) / "config.json", ec) &&
-      std::none_of(std::begin(kArchitectureKeys), std::end(kArchitectureKeys),
-                   [&](std::string_view key) { return r.has(key); })) {
+      !section_names_model) {
     c.model.hf_config = (std::filesystem::path(c.run.init_from) / "config.json").string();
     r.set_effective("hf_config", c.model.hf_config);
   }
-  if (!c.model.hf_config.empty()) {
+  // A resumed checkpoint's model, where nothing else names one.
+  const bool from_checkpoint =
+      resumed && !resumed->hf.is_null() && c.model.hf_config.empty() && !section_names_model;
+  if (from_checkpoint) {
+    apply_hf_model(r, c, resumed->hf, resumed->checkpoint + "/manifest.json \"model\"", "run.resume");
+  } else if (!c.model.hf_config.empty()) {
     read_hf_config(r, c);
   } else if (g.rope()) {
     if (g.n_kv_head > g.n_head || (g.n_kv_head > 0 && g.n_head % g.n_kv_head != 0)) {
@@ -112,11 +153,14 @@ void parse_model(ConfigReader r, RunConfig& c) {
   }
   if (g.seq_len > g.positions()) {
     r.error("seq_len", cat(g.seq_len, " is longer than the model's ", g.positions(), " positions (",
-                           c.model.hf_config.empty() ? "model.max_positions" : "max_position_embeddings", ")"));
+                           c.model.hf_source.is_null() ? "model.max_positions" : "max_position_embeddings", ")"));
   }
   if (g.rope() && g.dropout > 0.0f) {
     r.error("dropout", cat("the ", model_family(g.arch).display, " family has no dropout sites here (Hugging Face's "
                            "attention_dropout is 0)"));
+  }
+  if (resumed && !resumed->hf.is_null() && !from_checkpoint && r.diagnostics().errors.empty()) {
+    check_resumed_model(r, c, *resumed);
   }
   r.finish();
 }
@@ -130,9 +174,10 @@ void parse_run(ConfigReader r, RunConfig& c) {
   else if (!resume.is_null()) r.error("resume", cat("expected a directory or \"auto\", got ", resume.dump()));
   r.set_effective("resume", run.resume);
   if (run.resume == "auto" && run.save_dir.empty()) r.error("resume", "\"auto\" needs run.save_dir (--save-dir)");
-  if (!run.resume.empty() && !run.init_from.empty()) {
-    r.error("init_from", "and run.resume both set: a resumed run takes its weights from the checkpoint");
-  }
+  // run.init_from beside run.resume: the checkpoint wins where there is one
+  // (its weights, optimizer state and step; the model must be the same), as
+  // the Hugging Face Trainer's model_name_or_path beside
+  // resume_from_checkpoint. So one launch command starts and restarts a job.
   r.finish();
 }
 
@@ -299,8 +344,14 @@ absl::StatusOr<RunConfig> parse_run_config(const Json& config, const ConfigOptio
   RunConfig out;
   out.world_size = options.world_size;
 
-  parse_run(root.section("run"), out);  // first: run.init_from may say what the model is
-  parse_model(root.section("model"), out);
+  parse_run(root.section("run"), out);  // first: run.init_from and run.resume may say what the model is
+  std::optional<CheckpointModel> resumed;
+  if (options.resumed_model != nullptr && !out.run.resume.empty()) {
+    absl::StatusOr<std::optional<CheckpointModel>> found = options.resumed_model(out.run);
+    if (found.ok()) resumed = *std::move(found);
+    else root.diagnostics().errors.push_back(cat("run.resume: ", found.status().message()));
+  }
+  parse_model(root.section("model"), out, resumed);
   ConfigReader data = root.section("data");
   read_declared_keys(data, out);
   data.finish();
@@ -470,9 +521,12 @@ std::vector<ConfigKey> run_config_keys() {
                       "save every N optimizer steps (0: only at the end)"));
   k.push_back(integer("run.keep", ZE_FIELD(run.keep), 0, kMax, "keep the newest N checkpoints (0: all)"));
   k.push_back(text("run.resume", ZE_FIELD(run.resume),
-                   "a checkpoint directory, or \"auto\" (save_dir's newest, if any)")
+                   "a checkpoint directory, or \"auto\" (save_dir's newest, if any): its model, weights, optimizer "
+                   "state and step")
                   .read_by_code());
-  k.push_back(text("run.init_from", ZE_FIELD(run.init_from), "a safetensors file to initialise the weights from"));
+  k.push_back(text("run.init_from", ZE_FIELD(run.init_from),
+                   "a Hugging Face model directory (its config.json, weights and tokenizer files) or a safetensors "
+                   "file to initialise the weights from; a checkpoint run.resume finds wins"));
   k.push_back(integer("run.seed", ZE_FIELD(engine.seed), 0, kMax, "parameter initialisation and dropout seed"));
   k.push_back(text_choice("run.backend", ZE_FIELD(run.backend), {"cpu", "cuda"},
                           "where ops run (cuda: one GPU per rank, the node-local rank's)"));

@@ -4,6 +4,7 @@
 // in DeepSpeed, with its current defaults.
 #pragma once
 
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -19,7 +20,12 @@ namespace zero {
 struct ModelSection {
   std::string type = "gpt";
   std::string hf_config;  // a Hugging Face config.json the architecture is read from ("": none)
-  GptConfig gpt;          // arch: "gpt2" or "llama"
+  GptConfig gpt;          // arch: any family of graph/model_features.h
+  // The Hugging Face config.json the model came from (model.hf_config's, or
+  // the resumed checkpoint's); null when the section describes it. Saved
+  // with every checkpoint (hf_config_json(gpt, dtype, hf_source)) so the
+  // export keeps its token ids, model_type and the keys we do not read.
+  Json hf_source;
 };
 
 // "data": where training tokens come from.
@@ -38,7 +44,10 @@ struct RunSection {
   int64_t save_every = 0; // save every N optimizer steps (0: only at the end)
   int64_t keep = 0;       // keep the newest N checkpoints (0: all)
   std::string resume;     // a checkpoint directory, or "auto" (save_dir's newest if any)
-  std::string init_from;  // a safetensors file to initialise the weights from
+  // A Hugging Face model directory (its config.json, weights and tokenizer
+  // files) or a safetensors file to initialise the weights from; a run that
+  // resumes a checkpoint takes the checkpoint's instead.
+  std::string init_from;
   std::string backend = "cpu";  // where ops run: "cpu" or "cuda" (one GPU per rank: the node-local rank's)
   // Consecutive steps with inf/NaN gradients or loss that are skipped before
   // the run stops with an error (fp32, bf16; fp16's loss scaler has its own
@@ -134,12 +143,28 @@ struct RunConfig {
 inline constexpr int64_t kMaxBatchSamples = int64_t{1} << 31;       // train_batch_size, micro batch
 inline constexpr int64_t kMaxAccumulationSteps = int64_t{1} << 20;  // gradient_accumulation_steps
 
+// The model a checkpoint describes, for a run that resumes it.
+struct CheckpointModel {
+  std::string checkpoint;  // "DIR/TAG", for messages
+  Json hf;                 // its Hugging Face config.json (the manifest's "model"); null: it recorded none
+};
+
+// Finds the checkpoint run.resume names ("auto": run.save_dir's newest) and
+// returns its model; nullopt when there is none to resume, or none that
+// reads (restoring says why). The checkpoint layer's
+// resumed_checkpoint_model (runtime/checkpoint/checkpoint.h).
+using ResumedModelFinder = absl::StatusOr<std::optional<CheckpointModel>> (*)(const RunSection& run);
+
 struct ConfigOptions {
   int world_size = 1;               // ranks (the batch triple depends on the data-parallel part of them)
   bool allow_unknown_keys = false;  // unknown keys warn instead of failing
   // Key paths a config layer gave as "auto" that an earlier layer had set
   // (ConfigSources::auto_filled()): listed as derived with the value kept.
-  std::set<std::string> auto_filled;
+  std::set<std::string> auto_filled = {};
+  // Set (zero-train, zero-estimate): a resumed checkpoint's model is the
+  // run's, and a model the config names must be the same one. Unset: the
+  // config's model, unchecked.
+  ResumedModelFinder resumed_model = nullptr;
 };
 
 absl::StatusOr<RunConfig> parse_run_config(const Json& config, const ConfigOptions& options);

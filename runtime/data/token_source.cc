@@ -86,6 +86,7 @@ class TextBytes final : public TokenSource {
     return absl::OkStatus();
   }
   int64_t vocab_bound() const override { return 256; }
+  int64_t declared_vocab() const override { return 256; }
   std::string describe() const override {
     int64_t total = 0;
     for (const auto& d : docs) total += static_cast<int64_t>(d.size());
@@ -98,6 +99,7 @@ struct Shard {
   std::string path;
   int fd = -1;
   int64_t ntok = 0;
+  int64_t declared_vocab = 0;  // header[3]; 0 = not declared
   const ShardFormat* format = nullptr;
 };
 
@@ -173,17 +175,33 @@ class LlmcShards final : public TokenSource {
     return st.ok() || absl::IsDataLoss(st) ? st : absl::DataLossError(st.message());
   }
   int64_t vocab_bound() const override { return max_token + 1; }
+  int64_t declared_vocab() const override {
+    for (const Shard& s : shards)
+      if (s.declared_vocab != shards[0].declared_vocab) return -1;
+    return shards.empty() ? 0 : shards[0].declared_vocab;
+  }
   std::string describe() const override {
     int64_t total = 0;
     for (const auto& s : shards) total += s.ntok;
     const char* width = shards.empty() ? "no" : shards[0].format->width;
-    return cat(shards.size(), " llm.c shard", shards.size() == 1 ? "" : "s", " (", width, " tokens), ", total,
-               " tokens");
+    std::string text = cat(shards.size(), " llm.c shard", shards.size() == 1 ? "" : "s", " (", width, " tokens), ",
+                           total, " tokens");
+    const int64_t declared = declared_vocab();
+    if (declared > 0) text += cat(", written for a vocabulary of ", declared);
+    if (declared < 0) {
+      const Shard& other = *std::find_if(shards.begin(), shards.end(), [&](const Shard& s) {
+        return s.declared_vocab != shards[0].declared_vocab;
+      });
+      text += cat(", written for different vocabularies (", shards[0].path, ": ", shards[0].declared_vocab, ", ",
+                  other.path, ": ", other.declared_vocab, "; 0 = not recorded)");
+    }
+    return text;
   }
 };
 
 // Opens one shard and validates it: size, then header[0] magic, header[1]
-// version, header[2] token count against the exact size, then every token.
+// version, header[2] token count against the exact size, header[3] declared
+// vocabulary (not negative), then every token.
 absl::Status open_shard(const std::string& path, int64_t vocab_size, Shard& s, int64_t& max_token) {
   s.path = path;
   s.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -228,6 +246,11 @@ absl::Status open_shard(const std::string& path, int64_t vocab_size, Shard& s, i
                                           "8-11, of ", s.format->token_bytes, "-byte tokens; truncated or corrupt?)"));
   }
   s.ntok = ntok;
+  s.declared_vocab = header[3];
+  if (s.declared_vocab < 0) {
+    return absl::InvalidArgumentError(cat("data file ", path, ": bad vocabulary size ", s.declared_vocab,
+                                          " in header[3] (bytes 12-15): it is negative (corrupt header?)"));
+  }
   std::vector<int32_t> chunk(size_t{1} << 20);
   for (int64_t first = 0; first < ntok; first += static_cast<int64_t>(chunk.size())) {
     const int64_t n = std::min<int64_t>(static_cast<int64_t>(chunk.size()), ntok - first);
@@ -266,9 +289,11 @@ absl::Status write_all(int fd, const void* data, size_t bytes, const std::string
 
 // Writes header and tokens of `format` to a temporary name beside `path`,
 // fsyncs, renames over `path` and fsyncs the directory. encode(first, n, dst)
-// stores tokens [first, first + n) in the format's width at dst.
+// stores tokens [first, first + n) in the format's width at dst;
+// declared_vocab goes into header[3] (0: not known).
 template <typename Encode>
-absl::Status write_shard(const std::string& path, const ShardFormat& format, int64_t ntok, Encode encode) {
+absl::Status write_shard(const std::string& path, const ShardFormat& format, int64_t ntok, int32_t declared_vocab,
+                         Encode encode) {
   if (ntok > INT32_MAX) {
     return absl::InvalidArgumentError(cat("writing ", path, ": ", ntok, " tokens do not fit the llm.c header's int32 "
                                           "count (at most 2147483647 per shard): split them across shards"));
@@ -282,6 +307,7 @@ absl::Status write_shard(const std::string& path, const ShardFormat& format, int
   header[0] = format.magic;
   header[1] = format.version;
   header[2] = static_cast<int32_t>(ntok);
+  header[3] = declared_vocab;
   absl::Status st = write_all(fd, header, sizeof(header), tmp);
   constexpr int64_t kChunk = int64_t{1} << 20;
   std::vector<char> buf(static_cast<size_t>(std::min(ntok, kChunk) * format.token_bytes));
@@ -362,9 +388,11 @@ absl::StatusOr<std::unique_ptr<TokenSource>> open_llmc_shards(const std::string&
 }
 
 absl::Status write_token_shard(const std::string& path, std::span<const int32_t> tokens, int64_t vocab_size) {
-  if (vocab_size < 1) {
-    return absl::InvalidArgumentError(cat("writing ", path, ": vocabulary size ", vocab_size, " must be at least 1"));
+  if (vocab_size < 1 || vocab_size > INT32_MAX) {
+    return absl::InvalidArgumentError(cat("writing ", path, ": vocabulary size ", vocab_size,
+                                          " must be in [1, 2147483647] (it goes into header[3], an int32)"));
   }
+  const auto declared = static_cast<int32_t>(vocab_size);
   // Every id is checked before a byte is written: below, a 16-bit shard is
   // only chosen for vocab_size <= 65535, so the narrowing cast cannot truncate.
   for (size_t i = 0; i < tokens.size(); ++i) {
@@ -375,19 +403,20 @@ absl::Status write_token_shard(const std::string& path, std::span<const int32_t>
   }
   const int64_t ntok = static_cast<int64_t>(tokens.size());
   if (vocab_size <= kLlmcMaxVocabU16) {
-    return write_shard(path, kFormatU16, ntok, [&](int64_t first, int64_t n, char* dst) {
+    return write_shard(path, kFormatU16, ntok, declared, [&](int64_t first, int64_t n, char* dst) {
       auto* out = reinterpret_cast<uint16_t*>(dst);
       for (int64_t i = 0; i < n; ++i) out[i] = static_cast<uint16_t>(tokens[static_cast<size_t>(first + i)]);
     });
   }
-  return write_shard(path, kFormatU32, ntok, [&](int64_t first, int64_t n, char* dst) {
+  return write_shard(path, kFormatU32, ntok, declared, [&](int64_t first, int64_t n, char* dst) {
     auto* out = reinterpret_cast<uint32_t*>(dst);
     for (int64_t i = 0; i < n; ++i) out[i] = static_cast<uint32_t>(tokens[static_cast<size_t>(first + i)]);
   });
 }
 
 absl::Status write_llmc_shard(const std::string& path, const std::vector<uint16_t>& tokens) {
-  return write_shard(path, kFormatU16, static_cast<int64_t>(tokens.size()), [&](int64_t first, int64_t n, char* dst) {
+  const auto ntok = static_cast<int64_t>(tokens.size());
+  return write_shard(path, kFormatU16, ntok, /*declared_vocab=*/0, [&](int64_t first, int64_t n, char* dst) {
     std::memcpy(dst, tokens.data() + first, static_cast<size_t>(n) * sizeof(uint16_t));
   });
 }

@@ -28,6 +28,11 @@ class TokenSource {
   virtual absl::Status read(int64_t seq, int64_t offset, int64_t n, int32_t* out) const = 0;
   // Largest token id + 1 the source can produce (256 for bytes; the max seen for llm.c shards).
   virtual int64_t vocab_bound() const = 0;
+  // The vocabulary size the data was written for: 256 for bytes; for llm.c
+  // shards header[3] (the writer's tokenizer's vocabulary size; 0 = unknown,
+  // as in llm.c's own files), or -1 when the shards of one path declare
+  // different sizes (describe() names them). Nothing is refused on it here.
+  virtual int64_t declared_vocab() const = 0;
   // "3 llm.c shards (32-bit tokens), 1.2M tokens"
   virtual std::string describe() const = 0;
 };
@@ -52,18 +57,21 @@ absl::StatusOr<std::unique_ptr<TokenSource>> open_llmc_shards(const std::string&
                                                               int64_t vocab_size);
 
 // Writes `tokens` as one llm.c shard for a vocabulary of `vocab_size` ids:
-// 16-bit tokens when vocab_size <= kLlmcMaxVocabU16, 32-bit otherwise. A token
+// 16-bit tokens when vocab_size <= kLlmcMaxVocabU16, 32-bit otherwise, and
+// vocab_size in header[3] (declared_vocab() reads it back). A token
 // < 0 or >= vocab_size is refused, naming its position and value, before
 // anything is written, so no id is ever truncated. Atomic: a temporary file
 // beside `path`, fsync, rename, fsync of the directory; on any failure a file
 // already at `path` is left as it was.
 absl::Status write_token_shard(const std::string& path, std::span<const int32_t> tokens, int64_t vocab_size);
 
-// Writes tokens that are already 16-bit as one 16-bit shard (same atomicity).
+// Writes tokens that are already 16-bit as one 16-bit shard (same atomicity),
+// with header[3] = 0: the vocabulary is not known.
 // Token ids held as int32 go through write_token_shard, which cannot truncate.
 absl::Status write_llmc_shard(const std::string& path, const std::vector<uint16_t>& tokens);
 
-// The llm.c header: 256 little-endian int32 {magic, version, token count, 0...}.
+// The llm.c header: 256 little-endian int32 {magic, version, token count,
+// declared vocabulary size (ours; llm.c writes 0), 0...}.
 inline constexpr int64_t kLlmcHeaderBytes = 256 * 4;
 inline constexpr int32_t kLlmcMagicU16 = 20240520;  // llm.c "gpt-2": uint16 tokens
 inline constexpr int32_t kLlmcVersionU16 = 1;

@@ -9,6 +9,7 @@
 
 #include "core/status.h"
 #include "core/strings.h"
+#include "runtime/checkpoint/checkpoint.h"
 
 namespace zero {
 
@@ -110,7 +111,11 @@ absl::Status check_run_paths(const RunConfig& config, int rank) {
                                           fs::exists(run.resume, ec) ? " is not a directory" : " does not exist",
                                           "; give a checkpoint directory, or \"auto\" with --save-dir"));
   }
-  if (!run.init_from.empty()) {
+  // init_from is not read when a checkpoint is resumed: one launch command
+  // restarts its job after the source directory is gone.
+  const absl::StatusOr<std::optional<ResumeTarget>> resumed = find_resume_target(run.resume, run.save_dir);
+  const bool init_from_unused = resumed.ok() && resumed->has_value() && !fs::exists(run.init_from, ec);
+  if (!run.init_from.empty() && !init_from_unused) {
     // A Hugging Face model directory, or one safetensors file.
     std::string weights = run.init_from;
     if (fs::is_directory(run.init_from, ec)) {

@@ -21,6 +21,7 @@
 #include "kernels/cpu/bf16_gemm_policy.h"
 #include "kernels/cpu/simd_kernels.h"
 #include "runtime/checkpoint/checkpoint.h"
+#include "runtime/checkpoint/hf_model_files.h"
 #include "runtime/checkpoint/hf_weights.h"
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/config/hf_config.h"
@@ -131,6 +132,9 @@ class TrainingRun {
   std::unique_ptr<Engine> engine_;
   std::string resume_dir_;
   absl::StatusOr<ResumePoint> point_ = absl::NotFoundError("");
+  // The tokenizer and generation files of the model (init_from's, or the
+  // resumed checkpoint's), saved with each checkpoint.
+  std::vector<ModelFile> model_files_;
   int64_t first_step_ = 0;
   std::unique_ptr<ProgressReporter> progress_;
   std::unique_ptr<Monitors> monitors_;
@@ -335,28 +339,49 @@ void TrainingRun::describe() {
 }
 
 absl::StatusOr<bool> TrainingRun::restore() {
-  // Resume (checkpoint) or initial weights (safetensors).
-  // The newest complete checkpoint, whatever `latest` says; "auto" starts
-  // fresh only where there is none (never silently past one).
-  resume_dir_ = c_.run.resume;
-  if (!resume_dir_.empty()) {
-    const bool fresh_dir = resume_dir_ == "auto" && !std::filesystem::exists(c_.run.save_dir);
-    if (resume_dir_ == "auto") resume_dir_ = c_.run.save_dir;
-    point_ = fresh_dir ? absl::NotFoundError("") : resume_point(resume_dir_);
-    if (!point_.ok() && c_.run.resume == "auto" && absl::IsNotFound(point_.status())) {
-      out_ << "resume: auto, no checkpoint in " << c_.run.save_dir << " yet; starting fresh\n";
-      resume_dir_.clear();
-    } else if (!point_.ok()) {
-      return annotate(point_.status(), "resuming");
-    }
+  // A checkpoint (the newest complete one, whatever `latest` says; "auto":
+  // save_dir's, starting fresh only where there is none, never silently past
+  // one) wins over run.init_from: one launch command starts a job from
+  // init_from and restarts it from its checkpoint.
+  absl::StatusOr<std::optional<ResumeTarget>> found = find_resume_target(c_.run.resume, c_.run.save_dir);
+  if (!found.ok()) return annotate(found.status(), "resuming");
+  const std::optional<ResumeTarget>& target = *found;
+  const std::string& init_from = c_.run.init_from;
+  if (!target && c_.run.resume == "auto") {
+    out_ << "resume: auto, no checkpoint in " << c_.run.save_dir << " yet; starting from "
+         << (init_from.empty() ? cat("a fresh initialisation (run.seed ", c_.engine.seed, ")") : init_from) << "\n";
   }
-  if (!resume_dir_.empty()) {
+  if (target) {
+    resume_dir_ = target->dir;
+    point_ = target->point;
     if (!point_->note.empty()) out_ << "resume: " << point_->note << "\n";
     ZE_RETURN_IF_ERROR(annotate(load_checkpoint(*engine_, resume_dir_, point_->tag), "resuming"));
-    out_ << "resumed from " << resume_dir_ << "/" << point_->tag << " at step " << engine_->global_step() << "\n";
-  } else if (!c_.run.init_from.empty()) {
-    ZE_RETURN_IF_ERROR(annotate(load_hf_weights(*engine_, g_, c_.run.init_from), "initialising"));
-    out_ << "weights initialised from " << c_.run.init_from << "\n";
+    std::error_code ec;
+    const bool gone = !init_from.empty() && !std::filesystem::exists(init_from, ec);
+    out_ << "resumed from " << target->name() << " at step " << engine_->global_step()
+         << (init_from.empty() ? std::string()
+                               : cat(" (its weights, optimizer state and step; --init-from ", init_from, " is not read",
+                                     gone ? ", and is gone" : "", ")"))
+         << "\n";
+    // The model's files travel with each checkpoint; an older one without
+    // them takes init_from's.
+    ZE_ASSIGN_OR_RETURN(const Manifest m, read_manifest(resume_dir_, point_->tag));
+    ZE_ASSIGN_OR_RETURN(model_files_, read_model_files(resume_dir_, point_->tag, m));
+  }
+  std::string files_from = target ? target->name() : "";
+  if (model_files_.empty() && !init_from.empty()) {
+    ZE_ASSIGN_OR_RETURN(model_files_, read_hf_model_files(init_from));
+    files_from = init_from;
+  }
+  if (!target && !init_from.empty()) {
+    ZE_RETURN_IF_ERROR(annotate(load_hf_weights(*engine_, g_, init_from), "initialising"));
+    out_ << "weights initialised from " << init_from << "\n";
+  }
+  if (!model_files_.empty() && !c_.run.save_dir.empty()) {
+    std::string names;
+    for (const ModelFile& f : model_files_) names += cat(names.empty() ? "" : ", ", f.name);
+    out_ << "model files: " << names << " (from " << files_from
+         << "), saved with every checkpoint and written back by zero-ckpt consolidate --format hf\n";
   }
   first_step_ = engine_->global_step();
   if (first_step_ >= c_.run.steps) {
@@ -417,7 +442,10 @@ absl::Status TrainingRun::open_outputs() {
 
 absl::Status TrainingRun::save() {
   SaveOptions so{c_.run.save_dir, "", static_cast<int>(c_.run.keep)};
-  so.model = hf_config_json(g_, DType::kF32);  // what `zero-ckpt consolidate --format hf` writes as config.json
+  // What `zero-ckpt consolidate --format hf` writes as config.json, and
+  // what a resumed run builds.
+  so.model = hf_config_json(g_, DType::kF32, c_.model.hf_source);
+  so.model_files = model_files_;
   ZE_ASSIGN_OR_RETURN(std::string tag, save_checkpoint(*engine_, so));
   out_ << "saved checkpoint " << c_.run.save_dir << "/" << tag << "\n";
   last_checkpoint_ = cat(c_.run.save_dir, "/", tag);

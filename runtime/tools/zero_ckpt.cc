@@ -10,10 +10,13 @@
 //   zero-ckpt consolidate DIR --format hf --out OUT_DIR [--dtype fp32|bf16]
 //                         [--max-shard-size BYTES|5GB|500MiB] [--tag TAG]
 //       a Hugging Face model directory transformers loads: config.json (from
-//       the model description the checkpoint records) and the weights under
-//       Hugging Face's names, in one model.safetensors or in shards of at most
-//       --max-shard-size (default 5GB) with model.safetensors.index.json.
-//       OUT_DIR must not exist, or be empty.
+//       the model description the checkpoint records, with the source's
+//       token ids and model_type), the tokenizer files and
+//       generation_config.json the checkpoint carries (or one from the token
+//       ids), and the weights under Hugging Face's names, in one
+//       model.safetensors or in shards of at most --max-shard-size (default
+//       5GB) with model.safetensors.index.json. OUT_DIR must not exist, or be
+//       empty.
 //
 // `zero-ckpt SUBCOMMAND --help` prints each one's usage (runtime/tools/cli.h).
 // Exit status: 0 fine, 1 a problem with the checkpoint (named), 2 bad usage.
@@ -56,7 +59,8 @@ constexpr const char* kConsolidateUsage =
     "\n"
     "Writes the fp32 master weights of checkpoint TAG (default: the latest) as one safetensors file\n"
     "(GPT-2's names and Conv1D layout), or with --format hf as a Hugging Face model directory that\n"
-    "transformers loads (config.json, and the weights in one file or in shards with an index).\n";
+    "transformers loads (config.json, the tokenizer files and generation_config.json, and the weights\n"
+    "in one file or in shards with an index).\n";
 
 // "5GB" (10^9), "500MiB" (2^20), "123" (bytes); nullopt when malformed.
 std::optional<int64_t> parse_size(std::string v) {
@@ -124,6 +128,13 @@ int inspect(const std::string& dir, std::string tag) {
       ++segments;
       bytes += (seg.end - seg.begin) * 4;
     }
+  }
+  // The model's own files (tokenizer, generation config), each checked.
+  absl::StatusOr<std::vector<zero::ModelFile>> model_files = zero::read_model_files(dir, tag, *m);
+  if (!model_files.ok()) return fail(model_files.status());
+  for (const zero::ModelFile& f : *model_files) {
+    std::printf("  %s  model file  %s, checksum OK\n", f.name.c_str(),
+                zero::format_bytes(static_cast<int64_t>(f.contents.size())).c_str());
   }
   absl::StatusOr<std::string> manifest = zero::read_file(dir + "/" + tag + "/manifest.json");
   const int64_t on_disk = m->payload_bytes() + zero::kShardHeaderBytes * static_cast<int64_t>(m->files.size()) +

@@ -4,20 +4,24 @@
 // per stage beside ZeroEngine's own (padding, aliasing) and DeepSpeed's
 // estimators.
 //
-//   zero-estimate --config run.json [--config ds.json] [--set k=v]... --world N [--rank R] [--json]
+//   zero-estimate --config run.json [--config ds.json] [--set k=v]... [--init-from DIR] --world N [--rank R] [--json]
 //   zero-estimate --params 7.5e9 --world 1,4,16,64 [--dtype bf16] [--optimizer adamw]
 //
 // Configs load exactly as zero-train loads them (load_merged_config,
-// parse_run_config at the given world size). Exit status: 0 success; 2 bad
-// usage or a config that cannot be planned; 1 anything else.
+// parse_run_config at the given world size): --init-from DIR's config.json
+// is the model unless the model section names one, and a run that resumes
+// a checkpoint (run.resume) plans the checkpoint's model. Exit status: 0
+// success; 2 bad usage or a config that cannot be planned; 1 anything else.
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_format.h"
 #include "core/strings.h"
+#include "runtime/checkpoint/checkpoint.h"
 #include "runtime/config/config_reader.h"
 #include "runtime/config/memory_preflight.h"
 #include "runtime/config/run_config.h"
@@ -27,7 +31,8 @@
 
 namespace {
 
-constexpr const char* kUsage = R"(usage: zero-estimate --config FILE... [--set KEY.PATH=VALUE]... --world N [options]
+constexpr const char* kUsage = R"(usage: zero-estimate --config FILE... [--set KEY.PATH=VALUE]... [--init-from DIR]
+                     --world N [options]
        zero-estimate --params P --world N[,N...] [options]
 
 Per-rank peak memory of a zero-train run (parameters, gradients, optimizer
@@ -153,12 +158,28 @@ int config_mode(const Args& a) {
   options.world_size = world;
   options.allow_unknown_keys = a.allow_unknown;
   options.auto_filled = sources.auto_filled();
+  options.resumed_model = zero::resumed_checkpoint_model;  // as zero-train: a resumed checkpoint's model
   absl::StatusOr<zero::RunConfig> config = zero::parse_run_config(*merged, options);
   if (!config.ok()) return fail(2, sources.annotate(config.status()));
   for (const std::string& w : config->warnings) {
     std::fprintf(stderr, "zero-estimate: warning: %s\n", (sources.layered() ? sources.annotate(w) : w).c_str());
   }
   if (a.rank >= world) return usage_error(zero::cat("--rank ", a.rank, " is not a rank of --world ", world));
+  // run.init_from names the model only through its config.json: never plan
+  // another model silently.
+  const std::string& init_from = config->run.init_from;
+  std::error_code ec;
+  if (!init_from.empty() && !std::filesystem::exists(init_from, ec)) {
+    return fail(2, absl::InvalidArgumentError(zero::cat("run.init_from (--init-from): ", init_from,
+                                                        " does not exist; give a Hugging Face model directory")));
+  }
+  if (!init_from.empty() && config->model.hf_config.empty() && config->model.hf_source.is_null()) {
+    const bool no_config = std::filesystem::is_directory(init_from, ec) &&
+                           !std::filesystem::exists(init_from + "/config.json", ec);
+    std::fprintf(stderr, "zero-estimate: warning: planning the model section's model: run.init_from %s %s\n",
+                 init_from.c_str(),
+                 no_config ? "has no config.json" : "gives weights only: the section names the architecture");
+  }
 
   if (config->model.type != "gpt") {
     return fail(2, absl::InvalidArgumentError(
@@ -274,6 +295,12 @@ int main(int argc, char** argv) {
                                       ->take_all();
   const CLI::Option* set_opt =
       app.add_option("--set")->type_name("KEY.PATH=VALUE")->description("override one key (repeatable)")->take_all();
+  const CLI::Option* init_from_opt =
+      app.add_option("--init-from")
+          ->type_name("DIR|FILE")
+          ->description("as zero-train's: a Hugging Face directory whose config.json is the model unless the model "
+                        "section names one (run.init_from)")
+          ->take_all();
   app.add_option("--world", world,
                  "ranks: data-parallel x tensor_parallel.autotp_size x pipeline.stages (with --params: "
                  "data-parallel ranks, a comma list, e.g. 1,4,16,64)")
@@ -308,6 +335,9 @@ int main(int argc, char** argv) {
   for (const zero::cli::Occurrence& o : zero::cli::options_in_order(app)) {
     if (o.option == config_opt) a.configs.push_back(o.value);
     if (o.option == set_opt) a.overrides.push_back({o.value, "--set"});
+    if (o.option == init_from_opt) {
+      a.overrides.push_back({zero::cat("run.init_from=", zero::Json(o.value).dump()), "--init-from"});
+    }
   }
   if (app.count("--world")) {
     a.world_text = world;
@@ -346,6 +376,12 @@ int main(int argc, char** argv) {
   }
   if (app.count("--largest-layer") && !parse_positive(largest_layer, a.largest_layer))
     return usage_error(zero::cat("--largest-layer: \"", largest_layer, "\" is not a number of parameters"));
+  if (app.count("--init-from") && a.params > 0) {
+    return usage_error("--init-from plans a run's model: give it with --config FILE, not --params");
+  }
+  if (a.configs.empty() && app.count("--init-from")) {
+    return usage_error("--init-from needs --config FILE too (the run's batch, precision and ZeRO settings)");
+  }
   if (a.configs.empty() && a.params == 0) return usage_error("give --config FILE (a run) or --params P (model states)");
   if (!a.configs.empty() && a.params > 0) return usage_error("give --config or --params, not both");
   if (a.worlds.empty()) return usage_error("--world N is required (the number of data-parallel ranks)");

@@ -28,6 +28,7 @@
 #include "comm/mpi_communicator.h"
 #include "core/signals.h"
 #include "core/strings.h"
+#include "runtime/checkpoint/checkpoint.h"
 #include "runtime/config/config_reader.h"
 #include "runtime/config/memory_preflight.h"
 #include "runtime/config/run_config.h"
@@ -70,9 +71,11 @@ constexpr KeyFlag kKeyFlags[] = {
      "checkpoint every N optimizer steps and at the end"},
     {"--keep", "K", "run.keep", KeyValue::kAsTyped, "keep only the newest K checkpoints"},
     {"--resume", "DIR|auto", "run.resume", KeyValue::kString,
-     "continue from DIR's newest checkpoint; auto: --save-dir's, if any"},
+     "continue from DIR's newest checkpoint (its model, weights, optimizer state and step); auto: --save-dir's, if "
+     "any, else start as without --resume"},
     {"--init-from", "DIR|FILE", "run.init_from", KeyValue::kString,
-     "initialise the weights from a safetensors file or a Hugging Face directory"},
+     "initialise the weights from a Hugging Face directory (its config.json and tokenizer files too) or a "
+     "safetensors file; a checkpoint --resume finds wins"},
     {"--peak-tflops", "X", "run.peak_tflops", KeyValue::kAsTyped,
      "one rank's peak TFLOP/s for MFU (default: the CPU's ISA x clock peak; on a GPU, a GEMM rate measured at start)"},
 };
@@ -180,6 +183,7 @@ int run(int argc, char** argv) {
   options.allow_unknown_keys = args.allow_unknown;
   options.auto_filled = sources.auto_filled();
   options.world_size = world;
+  options.resumed_model = zero::resumed_checkpoint_model;  // a resumed checkpoint's model is the run's
   absl::StatusOr<zero::RunConfig> config = zero::parse_run_config(*merged, options);
   if (!config.ok()) return fail(2, sources.annotate(config.status()));
   if (rank == 0) {

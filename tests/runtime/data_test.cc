@@ -1,9 +1,10 @@
 // Training data: llm.c token shards, 16-bit and 32-bit, are validated field
 // by field with errors that name the file and what is wrong; the writer picks
 // the width from the vocabulary and never truncates an id; text files read as
-// bytes, and a token shard given as text is refused; sampling is a pure
-// function of (seed, sample index), so N ranks at micro-batch b see exactly
-// the samples one rank sees at N*b.
+// bytes, and a token shard given as text is refused; header[3] carries the
+// writer's vocabulary size; sampling is a pure function of (seed, sample
+// index), so N ranks at micro-batch b see exactly the samples one rank sees
+// at N*b.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -255,6 +256,45 @@ TEST(DataTest, SixteenBitShardFromLlmcReads) {
   auto src = open_llmc_shards(tmp("gpt2.bin"), 65536);
   ASSERT_TRUE(src.ok()) << src.status();
   EXPECT_EQ(read_all(**src), (std::vector<int32_t>{50256, 0, 65535, 464, 2068}));
+}
+
+// header[3] records the writer's vocabulary (llm.c writes 0 there): it reads
+// back from a shard, from a path of shards that agree, and as -1 with both
+// files named when they do not; nothing is refused on it.
+TEST(DataTest, ShardHeaderDeclaresTheWritersVocabulary) {
+  const std::string dir = fresh_dir("declared");
+  ASSERT_TRUE(write_token_shard(dir + "/a.bin", std::vector<int32_t>{1, 2}, 50257).ok());
+  EXPECT_EQ(header_field(dir + "/a.bin", 3), 50257);
+  ASSERT_TRUE(write_token_shard(dir + "/b.bin", std::vector<int32_t>{3}, 50257).ok());
+  auto src = open_llmc_shards(dir, 50304);
+  ASSERT_TRUE(src.ok()) << src.status();
+  EXPECT_EQ((*src)->declared_vocab(), 50257);
+  EXPECT_NE((*src)->describe().find("2 llm.c shards (16-bit tokens), 3 tokens, written for a vocabulary of 50257"),
+            std::string::npos)
+      << (*src)->describe();
+  ASSERT_TRUE(write_token_shard(tmp("u32.bin"), std::vector<int32_t>{70000}, 128256).ok());
+  EXPECT_EQ(header_field(tmp("u32.bin"), 3), 128256);
+  EXPECT_EQ(open_llmc_shards(tmp("u32.bin"), 128256).value()->declared_vocab(), 128256);
+
+  // llm.c's own shards, and write_llmc_shard, which is not told the vocabulary: 0.
+  write_raw(dir + "/c.bin", {kLlmcMagicU16, kLlmcVersionU16, 1}, std::vector<uint16_t>{5});
+  EXPECT_EQ(open_llmc_shards(dir + "/c.bin", 256).value()->declared_vocab(), 0);
+  ASSERT_TRUE(write_llmc_shard(tmp("plain.bin"), {1, 2}).ok());
+  EXPECT_EQ(header_field(tmp("plain.bin"), 3), 0);
+
+  src = open_llmc_shards(dir, 50304);
+  ASSERT_TRUE(src.ok()) << src.status() << " (a mismatch is not refused here)";
+  EXPECT_EQ((*src)->declared_vocab(), -1);
+  EXPECT_NE((*src)->describe().find("written for different vocabularies (" + dir + "/a.bin: 50257, " + dir +
+                                    "/c.bin: 0; 0 = not recorded)"),
+            std::string::npos)
+      << (*src)->describe();
+  std::ofstream(tmp("text.txt")) << "bytes";
+  EXPECT_EQ(open_text_bytes(tmp("text.txt")).value()->declared_vocab(), 256);
+
+  write_raw(tmp("negative.bin"), {kLlmcMagicU16, kLlmcVersionU16, 1, -3}, std::vector<uint16_t>{5});
+  EXPECT_NE(open_error(tmp("negative.bin")).find("negative.bin: bad vocabulary size -3 in header[3] (bytes 12-15)"),
+            std::string::npos);
 }
 
 // Two widths in one path come from two tokenizers: refused, naming both files.

@@ -5,11 +5,18 @@
 // `zero-ckpt consolidate --format hf`: the exported directory holds the
 // source's tensors bit for bit, under the source's names, with a config.json
 // that reads back as the same model. And what a user gets wrong is named.
+// The export is a whole model directory (tokenizer files byte for byte,
+// generation_config.json, a Mistral still a Mistral with its token ids),
+// even after the source is gone; one launch command (--init-from X
+// --resume auto) starts a job from X and, run again after a stop, resumes
+// it from its checkpoint with the uninterrupted run's losses; a resumed run
+// takes its model from the checkpoint.
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -133,6 +140,215 @@ TEST(HfCliTest, WhatDoesNotFitIsNamed) {
                  " --set model.d_model=32 --set model.d_ff=96 --set model.vocab_size=96 --init-from " + golden("llama"));
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("embed_tokens.weight"), std::string::npos) << r.output;
+}
+
+// ---------------------------------------------------------------- a complete directory back
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+// A Mistral directory as transformers writes one (the golden Llama's
+// weights: Mistral's layers are Llama's), with its token ids, tokenizer
+// files (tokenizer.model binary, every byte value) and chat template, and
+// no generation_config.json.
+std::string mistral_dir(const std::string& name) {
+  const std::string dir = fresh(name);
+  fs::create_directories(dir);
+  for (const auto& e : fs::directory_iterator(golden("llama")))
+    if (e.path().extension() == ".safetensors" || e.path().filename() == "model.safetensors.index.json")
+      if (e.path().filename() != "golden.safetensors") {
+        fs::copy_file(e.path(), dir + "/" + e.path().filename().string());
+      }
+  Json c = load_json_file(golden("llama") + "/config.json").value();
+  c["model_type"] = "mistral";
+  c["architectures"] = {"MistralForCausalLM"};
+  c.erase("attention_bias");
+  c.erase("mlp_bias");
+  c.erase("pretraining_tp");
+  c["sliding_window"] = nullptr;
+  c["bos_token_id"] = 1;
+  c["eos_token_id"] = 2;
+  write_bytes(dir + "/config.json", c.dump(2));
+  std::string model;
+  for (int i = 0; i < 1024; ++i) model += static_cast<char>(i * 131 % 256);
+  write_bytes(dir + "/tokenizer.model", model);
+  write_bytes(dir + "/tokenizer.json", R"({"version": "1.0", "added_tokens": [{"id": 1, "content": "<s>"}]})");
+  write_bytes(dir + "/tokenizer_config.json", R"({"bos_token": "<s>", "eos_token": "</s>", "legacy": false})");
+  write_bytes(dir + "/special_tokens_map.json", R"({"bos_token": "<s>", "eos_token": "</s>"})");
+  write_bytes(dir + "/chat_template.jinja", "{% for m in messages %}[INST] {{ m['content'] }} [/INST]{% endfor %}\n");
+  return dir;
+}
+
+// A Mistral fine-tuned and given back: the run started from the directory
+// saves its tokenizer files in the checkpoint; the directory is then gone,
+// and the same launch command resumes from the checkpoint alone (its
+// config.json is the model; --init-from is not read) and carries them into
+// its own checkpoint, the first one deleted (--keep 1). The export is a complete
+// directory: the tokenizer files byte for byte, config.json still a
+// "mistral" (MistralForCausalLM) with the source's bos/eos ids,
+// generation_config.json with those ids, and the weights (lr 0) the
+// source's bit for bit.
+TEST(HfCliTest, AMistralComesBackAsACompleteMistralDirectory) {
+  const std::string source = mistral_dir("mistral"), kept = fresh("mistral.kept");
+  fs::copy(source, kept);
+  const std::string ckpt = fresh("mistral.ckpt"), out = fresh("mistral.export");
+  const std::string common = "--config configs/ds/fp32-adamw.json --set model.seq_len=16 --set data.format=llmc"
+                             " --set data.path=" + token_file(96) + " --set optimizer.params.lr=0"
+                             " --set optimizer.params.weight_decay=0 --save-dir " + ckpt + " --keep 1" +
+                             " --init-from " + source + " --resume auto";
+  testing::CommandResult r = run(1, common + " --steps 1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("model: Mistral n_layer=2"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("model files: tokenizer.json, tokenizer.model, tokenizer_config.json, "
+                          "special_tokens_map.json, chat_template.jinja (from " + source + ")"),
+            std::string::npos)
+      << r.output;
+  fs::remove_all(source);
+  r = run(1, common + " --steps 2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("model: Mistral n_layer=2"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("resumed from " + ckpt + "/global_step1 at step 1 (its weights, optimizer state and step; "
+                          "--init-from " + source + " is not read, and is gone)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("model files: tokenizer.json, tokenizer.model, tokenizer_config.json, "
+                          "special_tokens_map.json, chat_template.jinja (from " + ckpt + "/global_step1)"),
+            std::string::npos)
+      << r.output;
+  ASSERT_FALSE(fs::exists(ckpt + "/global_step1")) << "--keep 1 removed it";
+  const testing::CommandResult c =
+      testing::run_command(std::string(ZE_CKPT_BIN) + " consolidate " + ckpt + " --format hf --out " + out);
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+
+  for (const char* f : {"tokenizer.model", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                        "chat_template.jinja"}) {
+    ASSERT_TRUE(fs::exists(out + "/" + f)) << f;
+    EXPECT_EQ(read_bytes(out + "/" + f), read_bytes(kept + "/" + f)) << f << " is not the source's, byte for byte";
+  }
+  const Json config = load_json_file(out + "/config.json").value();
+  EXPECT_EQ(config["model_type"], "mistral");
+  EXPECT_EQ(config["architectures"], Json::array({"MistralForCausalLM"}));
+  EXPECT_EQ(config["bos_token_id"], 1);
+  EXPECT_EQ(config["eos_token_id"], 2);
+  EXPECT_EQ(config["tie_word_embeddings"], false);
+  EXPECT_EQ(config["torch_dtype"], "float32");
+  EXPECT_EQ(config["dtype"], "float32");
+  const Json generation = load_json_file(out + "/generation_config.json").value();
+  EXPECT_EQ(generation["bos_token_id"], 1);
+  EXPECT_EQ(generation["eos_token_id"], 2);
+  absl::StatusOr<HfWeights> exported = HfWeights::open(out), original = HfWeights::open(kept);
+  ASSERT_TRUE(exported.ok()) << exported.status();
+  ASSERT_TRUE(original.ok()) << original.status();
+  testing::expect_same_hf_tensors(*exported, *original, "mistral");
+}
+
+// ---------------------------------------------------------------- one launch command
+
+std::vector<Json> metrics_lines(const std::string& path) {
+  std::vector<Json> out;
+  std::ifstream f(path);
+  for (std::string line; std::getline(f, line);) out.push_back(Json::parse(line));
+  return out;
+}
+
+// The command a job scheduler runs, the first time and after a preemption:
+// `--init-from X --resume auto`. The first run starts from X (no checkpoint
+// yet, said so) and is stopped by SIGTERM a few steps in, after some of its
+// saves (every 5 steps); the same command again resumes from the newest
+// checkpoint, at its step, and its losses from there on are those of the
+// same command run once without a stop, bit for bit.
+TEST(HfCliTest, OneLaunchCommandStartsFromTheSourceAndRestartsFromItsCheckpoint) {
+  const std::string ckpt = fresh("launch.ckpt"), metrics = fresh("launch.metrics.jsonl");
+  const std::string straight_ckpt = fresh("straight.ckpt"), straight = fresh("straight.metrics.jsonl");
+  const std::string launch = "--config configs/ds/fp32-adamw.json --init-from " +
+                             golden("llama") + " --set model.seq_len=16 --set data.format=llmc --set data.path=" +
+                             token_file(96) + " --steps 1000 --save-every 5 --resume auto";
+  const std::string first_log = fresh("launch.first.log");
+  // Preempted: SIGTERM once 8 steps are in the metrics (it stops at the end of a step). The
+  // poll races the run: 1000 steps (a few seconds) leave room for a shell the suite's load
+  // keeps off the CPU; with 300 the run once finished before the kill.
+  testing::CommandResult r = testing::run_command(
+      "cd " + kSource + " && { " + ZE_TRAIN_BIN + " " + launch + " --save-dir " + ckpt + " --metrics " + metrics +
+      " > " + first_log + " 2>&1 & pid=$!; for i in $(seq 6000); do [ -f " + metrics + " ] && [ $(wc -l < " + metrics +
+      ") -ge 8 ] && break; sleep 0.01; done; kill -TERM $pid; wait $pid; }");
+  const std::string first = read_bytes(first_log);
+  ASSERT_EQ(r.exit_code, 143) << "the first run was to be stopped by SIGTERM before step 1000\n" << r.output << first;
+  EXPECT_NE(first.find("resume: auto, no checkpoint in " + ckpt + " yet; starting from " + golden("llama")),
+            std::string::npos)
+      << first;
+  EXPECT_NE(first.find("weights initialised from " + golden("llama")), std::string::npos) << first;
+  const size_t at = first.find("stopped by signal 15 after step ");
+  ASSERT_NE(at, std::string::npos) << first;
+  const int stopped = std::stoi(first.substr(at + 32));
+  const int saved = stopped / 5 * 5;
+  ASSERT_GE(saved, 5) << first;
+
+  r = run(1, launch + " --save-dir " + ckpt + " --metrics " + metrics);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("resumed from " + ckpt + "/global_step" + std::to_string(saved) + " at step " +
+                          std::to_string(saved) + " (its weights, optimizer state and step; --init-from " +
+                          golden("llama") + " is not read)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("weights initialised"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("model: Llama n_layer=2 n_head=4 n_kv_head=2 d_model=64"), std::string::npos) << r.output;
+
+  r = run(1, launch + " --save-dir " + straight_ckpt + " --metrics " + straight);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::vector<Json> once = metrics_lines(straight), twice = metrics_lines(metrics);
+  ASSERT_EQ(once.size(), 1000u);
+  // The first run's steps, then the resumed run's (appended), from saved + 1.
+  ASSERT_EQ(twice.size(), static_cast<size_t>(stopped + 1000 - saved));
+  for (int i = 0; i < stopped; ++i) {
+    EXPECT_EQ(twice[i]["step"], i + 1);
+    EXPECT_EQ(twice[i]["loss"], once[i]["loss"]) << "step " << i + 1;
+  }
+  for (int step = saved + 1; step <= 1000; ++step) {
+    const Json& resumed = twice[static_cast<size_t>(stopped + step - saved - 1)];
+    ASSERT_EQ(resumed["step"], step);
+    EXPECT_EQ(resumed["loss"], once[static_cast<size_t>(step - 1)]["loss"]) << "step " << step;
+  }
+}
+
+// A run resumed with no --init-from and no model keys builds the model the
+// checkpoint describes (a Llama, not the default GPT-2), at the checkpoint's
+// step; a config that names another model is refused naming both, and so is
+// an --init-from of another family.
+TEST(HfCliTest, AResumedRunTakesItsModelFromTheCheckpoint) {
+  const std::string ckpt = fresh("resume.ckpt");
+  const std::string base = "--config configs/ds/fp32-adamw.json --set model.seq_len=16 --set data.format=llmc"
+                           " --set data.path=" + token_file(96);
+  testing::CommandResult r = run(1, base + " --init-from " + golden("llama") + " --steps 2 --save-dir " + ckpt);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run(1, base + " --resume " + ckpt + " --steps 3");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("model: Llama n_layer=2 n_head=4 n_kv_head=2 d_model=64 d_ff=96 vocab=96 seq_len=16"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("resumed from " + ckpt + "/global_step2 at step 2\n"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("step 3/3"), std::string::npos) << r.output;
+
+  r = run(1, base + " --resume " + ckpt + " --steps 3 --set model.arch=llama --set model.n_layer=3"
+                    " --set model.n_head=4 --set model.n_kv_head=2 --set model.d_model=64 --set model.d_ff=96"
+                    " --set model.vocab_size=96");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("run.resume: checkpoint " + ckpt + "/global_step2 holds a Llama model and the run's "
+                          "config (the model section) describes a Llama model that differs from it: "
+                          "num_hidden_layers 2 vs 3"),
+            std::string::npos)
+      << r.output;
+  r = run(1, base + " --resume " + ckpt + " --steps 3 --init-from " + golden("qwen2"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("describes a Qwen2 model that differs from it: model_type \"llama\" vs \"qwen2\""),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("model.hf_config " + golden("qwen2") + "/config.json"), std::string::npos) << r.output;
 }
 
 }  // namespace

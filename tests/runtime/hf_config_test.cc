@@ -8,6 +8,8 @@
 //    rope_scaling type, key/value heads that do not divide, a Mistral or
 //    Qwen sliding window, Gemma's activation), and so is a size past the model section's
 //    limit for the same field (a billion layers), naming the limit;
+//  * written from the source's config.json, its token ids, model_type and
+//    other keys are kept; two models' first differing key is named;
 //  * names: ours <-> Hugging Face's, GPT-2's Conv1D weights transposed, and
 //    the parameter list computed from a config is the model's own.
 #include <gtest/gtest.h>
@@ -359,6 +361,84 @@ TEST(HfConfigTest, WritesTheFormBothTransformersVersionsRead) {
   const Json g = hf_config_json(kModel, DType::kF32);
   EXPECT_TRUE(g.contains("bos_token_id") && g["bos_token_id"].is_null()) << g.dump();
   EXPECT_TRUE(g.contains("eos_token_id") && g["eos_token_id"].is_null()) << g.dump();
+}
+
+// Written from the config.json a model came from, as save_pretrained
+// would: a Mistral stays a Mistral, its token ids (null in the family's own
+// form for Gemma, absent for a small GPT-2) and the keys we do not read are
+// the source's, and the weights' dtype is the export's in both forms.
+TEST(HfConfigTest, WritingFromTheSourceKeepsItsTokenIdsAndModelType) {
+  Json mistral = parsed(kLlamaConfigV5);
+  mistral["model_type"] = "mistral";
+  mistral["architectures"] = {"MistralForCausalLM"};
+  mistral.erase("attention_bias");
+  mistral.erase("mlp_bias");
+  mistral["sliding_window"] = nullptr;
+  mistral["bos_token_id"] = 1;
+  mistral["eos_token_id"] = Json::array({2, 32000});
+  mistral["pad_token_id"] = 0;
+  mistral["dtype"] = "float32";
+  const GptConfig c = gpt_config_from_hf(mistral, "mistral/config.json").value();
+  const Json j = hf_config_json(c, DType::kBF16, mistral);
+  EXPECT_EQ(j["model_type"], "mistral");
+  EXPECT_EQ(j["architectures"], Json::array({"MistralForCausalLM"}));
+  EXPECT_EQ(j["bos_token_id"], 1);
+  EXPECT_EQ(j["eos_token_id"], Json::array({2, 32000}));
+  EXPECT_EQ(j["pad_token_id"], 0);
+  EXPECT_EQ(j["tie_word_embeddings"], mistral["tie_word_embeddings"]);
+  EXPECT_EQ(j["transformers_version"], mistral["transformers_version"]);
+  EXPECT_EQ(j["torch_dtype"], "bfloat16");
+  EXPECT_EQ(j["dtype"], "bfloat16");
+  EXPECT_FALSE(j.contains("rope_parameters"));  // 4.x's rope_theta / rope_scaling say it
+  testing::expect_same_model(c, gpt_config_from_hf(j, "written").value());
+  EXPECT_EQ(hf_config_json(c, DType::kBF16, Json()), hf_config_json(c, DType::kBF16));
+  // Gemma's own form writes null ids; the source's win.
+  Json gemma = hf_config_json(gpt_config_from_hf(mistral, "m").value(), DType::kF32);
+  gemma["model_type"] = "gemma";
+  gemma.erase("sliding_window");
+  gemma["hidden_act"] = "gelu_pytorch_tanh";
+  gemma["bos_token_id"] = 2;
+  gemma["eos_token_id"] = 1;
+  gemma["pad_token_id"] = 0;
+  const GptConfig g = gpt_config_from_hf(gemma, "gemma").value();
+  EXPECT_TRUE(hf_config_json(g, DType::kF32)["bos_token_id"].is_null());
+  const Json gj = hf_config_json(g, DType::kF32, gemma);
+  EXPECT_EQ(gj["bos_token_id"], 2);
+  EXPECT_EQ(gj["eos_token_id"], 1);
+  EXPECT_EQ(gj["pad_token_id"], 0);
+  // GPT-2's <|endoftext|> of its real vocabulary.
+  const Json gpt2 = parsed(kGpt2Config);
+  const Json g2 = hf_config_json(gpt_config_from_hf(gpt2, "g").value(), DType::kF32, gpt2);
+  EXPECT_EQ(g2["bos_token_id"], 50256);
+  EXPECT_EQ(g2["task_specific_params"], gpt2["task_specific_params"]);
+}
+
+// A checkpoint's model against a run's: the first key that differs, by the
+// config.json keys; what only training sets does not count, nor a RoPE
+// model's positions (GPT-2's are its position table).
+TEST(HfConfigTest, ModelDifferenceNamesTheFirstKeyThatDiffers) {
+  const GptConfig llama = gpt_config_from_hf(parsed(kLlamaConfig), "l").value();
+  GptConfig other = llama;
+  EXPECT_EQ(hf_model_difference(llama, other), "");
+  other.seq_len = 64;
+  other.init_std = 0.5f;
+  EXPECT_EQ(hf_model_difference(llama, other), "");
+  other.max_positions = 4096;  // RoPE: no weight depends on it
+  EXPECT_EQ(hf_model_difference(llama, other), "");
+  other.n_layer = 3;
+  EXPECT_EQ(hf_model_difference(llama, other), "num_hidden_layers 16 vs 3");
+  other = llama;
+  other.arch = ModelArch::kMistral;
+  EXPECT_EQ(hf_model_difference(llama, other).rfind("model_type \"llama\" vs \"mistral\"", 0), 0u)
+      << hf_model_difference(llama, other);
+  GptConfig gpt2 = kModel, dropped = kModel;
+  dropped.dropout = 0.1f;
+  EXPECT_EQ(hf_model_difference(gpt2, dropped), "");
+  dropped.seq_len = 16;  // GPT-2's position table (max_positions 0: seq_len rows)
+  EXPECT_EQ(hf_model_difference(gpt2, dropped), "n_positions 8 vs 16");
+  dropped.seq_len = kModel.seq_len;
+  dropped.vocab_size = 42;
+  EXPECT_EQ(hf_model_difference(gpt2, dropped), "vocab_size 41 vs 42");
 }
 
 absl::Status llama_with(const std::string& key, const Json& value, const std::string& model_type = "llama") {

@@ -11,7 +11,9 @@
 //  * a checkpoint consolidated to a Hugging Face directory (one file, or
 //    shards whose index maps every tensor once) reloads bit for bit; an
 //    existing non-empty directory is refused and left alone; a checkpoint
-//    without a model description is refused with the fix.
+//    without a model description is refused with the fix; the tokenizer
+//    files a checkpoint carries come back byte for byte beside a
+//    generation_config.json, and a changed one is refused by name.
 //  * the same for a trained Llama with grouped-query attention, its head
 //    tied or not (model. names, lm_head.weight only when untied).
 // Not covered here: multi-rank loads of tensor-parallel slices and ZeRO
@@ -489,6 +491,87 @@ TEST(HfConsolidateTest, AnExistingDirectoryAndAMissingDescriptionAreRefused) {
   EXPECT_MESSAGE_HAS(s, "has no model description");
   EXPECT_MESSAGE_HAS(s, "--format safetensors");
   EXPECT_FALSE(fs::exists(root + "/none"));
+}
+
+// The model's own files travel in the checkpoint (listed with size and
+// CRC-32C) and come out of the export byte for byte; where none is a
+// generation_config.json, one is written from config.json's token ids. A
+// file changed after the save is refused by name, and nothing is exported.
+TEST(HfConsolidateTest, TokenizerFilesComeBackByteForByteWithAGenerationConfig) {
+  Trained a;
+  const std::string root = fresh_dir("root");
+  Json source = hf_config_json(kModel, DType::kF32);
+  source["bos_token_id"] = 7;
+  source["eos_token_id"] = Json::array({8, 9});
+  std::string binary;
+  for (int i = 0; i < 512; ++i) binary += static_cast<char>(i * 37 % 256);  // every byte, NULs too
+  const std::vector<ModelFile> files = {{"tokenizer.json", R"({"version": "1.0", "model": {"type": "BPE"}})"},
+                                        {"tokenizer.model", binary},
+                                        {"special_tokens_map.json", R"({"eos_token": "<|end|>"})"}};
+  SaveOptions so{root + "/ckpt", "", 0};
+  so.model = hf_config_json(kModel, DType::kF32, source);
+  so.model_files = files;
+  ASSERT_TRUE(save_checkpoint(*a.engine, so).ok());
+  const Manifest m = read_manifest(root + "/ckpt", "global_step3").value();
+  ASSERT_EQ(m.model_files.size(), 3u);
+  EXPECT_EQ(m.model_files[1].name, "tokenizer.model");
+  EXPECT_EQ(m.model_files[1].bytes, 512);
+
+  const std::string out = root + "/hf";
+  absl::Status s = consolidate_to_hf(root + "/ckpt", "", out, DType::kF32, int64_t{1} << 30);
+  ASSERT_TRUE(s.ok()) << s;
+  for (const ModelFile& f : files) EXPECT_EQ(testing::read_file(out + "/" + f.name), f.contents) << f.name;
+  const Json config = load_json_file(out + "/config.json").value();
+  EXPECT_EQ(config["bos_token_id"], 7);
+  EXPECT_EQ(config["eos_token_id"], Json::array({8, 9}));
+  const Json generation = load_json_file(out + "/generation_config.json").value();
+  EXPECT_EQ(generation["bos_token_id"], 7);
+  EXPECT_EQ(generation["eos_token_id"], Json::array({8, 9}));
+  EXPECT_FALSE(generation.contains("pad_token_id"));
+
+  // The source's own generation_config.json is the one written.
+  Trained b;
+  so.dir = root + "/ckpt2";
+  so.model_files.push_back({"generation_config.json", R"({"do_sample": true, "temperature": 0.6})"});
+  ASSERT_TRUE(save_checkpoint(*b.engine, so).ok());
+  s = consolidate_to_hf(so.dir, "", root + "/hf2", DType::kF32, int64_t{1} << 30);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(testing::read_file(root + "/hf2/generation_config.json"), R"({"do_sample": true, "temperature": 0.6})");
+
+  // One byte of tokenizer.json changed: refused naming it, no export made.
+  std::string changed = files[0].contents;
+  changed[3] = 'X';
+  std::ofstream(root + "/ckpt/global_step3/tokenizer.json", std::ios::binary | std::ios::trunc) << changed;
+  s = consolidate_to_hf(root + "/ckpt", "", root + "/hf3", DType::kF32, int64_t{1} << 30);
+  EXPECT_TRUE(absl::IsDataLoss(s)) << s;
+  EXPECT_MESSAGE_HAS(s, "model file tokenizer.json has ");
+  EXPECT_FALSE(fs::exists(root + "/hf3"));
+}
+
+// Model file names are plain names beside the shards, none of the
+// checkpoint's own: a save given another is refused, and so is a manifest
+// listing one (a checksummed manifest cannot be edited to say it, but a bug
+// could write it).
+TEST(HfConsolidateTest, AModelFileThatIsNotAPlainNameIsRefused) {
+  Trained a;
+  const std::string root = fresh_dir("root");
+  SaveOptions so{root + "/ckpt", "", 0};
+  so.model_files = {{"../escape.json", "{}"}};
+  const absl::StatusOr<std::string> saved = save_checkpoint(*a.engine, so);
+  EXPECT_TRUE(absl::IsInvalidArgument(saved.status())) << saved.status();
+  EXPECT_MESSAGE_HAS(saved.status(), "model file \"../escape.json\" is not a plain file name");
+  EXPECT_FALSE(fs::exists(root + "/escape.json"));
+  EXPECT_FALSE(fs::exists(root + "/ckpt/global_step3"));
+  // A manifest that lists one (its checksum recomputed) does not parse.
+  so.model_files = {{"tokenizer.json", "{}"}};
+  ASSERT_TRUE(save_checkpoint(*a.engine, so).ok());
+  Manifest m = read_manifest(root + "/ckpt", "global_step3").value();
+  for (const char* name : {"../escape.json", "manifest.json", "rank_00000.shard", ""}) {
+    m.model_files[0].name = name;
+    const absl::StatusOr<Manifest> back = Manifest::parse(m.to_json(), "manifest.json");
+    EXPECT_TRUE(absl::IsDataLoss(back.status())) << name << ": " << back.status();
+    EXPECT_MESSAGE_HAS(back.status(), "is not a file name of the tag directory");
+  }
 }
 
 GptConfig llama_model(bool tied) {

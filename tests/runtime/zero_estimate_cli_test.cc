@@ -1,6 +1,7 @@
 // zero-estimate as a user runs it: exit codes, the table's numbers are the
 // planner's (runtime/engine/memory_plan.h, itself held to the engine's
-// measured peaks by memory_plan_test.cc), errors name the bad argument.
+// measured peaks by memory_plan_test.cc), --init-from plans the directory's
+// model, errors name the bad argument.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -11,6 +12,7 @@
 
 #include "core/strings.h"
 #include "kernels/cpu/bf16_gemm_policy.h"
+#include "runtime/config/hf_config.h"
 #include "runtime/config/memory_preflight.h"
 #include "runtime/config/run_config.h"
 #include "tests/testing/run_command.h"
@@ -120,6 +122,42 @@ TEST(ZeroEstimateCliTest, ModelLineNamesTheFamily) {
   r = estimate("--config " + write_config("gpt.json", kRunConfig) + " --world 1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("model: GPT-2 n_layer=4 n_head=2 d_model=32 vocab=97 seq_len=16, "), std::string::npos)
+      << r.output;
+}
+
+// --init-from DIR plans DIR's model (its config.json), as zero-train builds
+// it: the golden Llama, not the default GPT-2; the same plan as the config
+// naming that file. A directory that is not there is refused, never planned
+// as the default model.
+TEST(ZeroEstimateCliTest, InitFromPlansTheDirectorysModel) {
+  const std::string llama = std::string(ZE_SOURCE_DIR) + "/tests/data/hf/llama";
+  const std::string config = write_config("batch.json", R"({
+    "train_micro_batch_size_per_gpu": 2,
+    "zero_optimization": {"stage": 3}
+  })");
+  CommandResult r = estimate("--config " + config + " --init-from " + llama + " --world 2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("model: Llama n_layer=2 n_head=4 n_kv_head=2 d_model=64 d_ff=96 vocab=96 seq_len=32, "),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("GPT"), std::string::npos) << r.output;
+  r = estimate("--config " + config + " --init-from " + llama + " --world 2 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json planned = nlohmann::json::parse(r.output);
+  const GptConfig model = gpt_config_from_hf(load_json_file(llama + "/config.json").value(), "llama").value();
+  EXPECT_EQ(planned["num_parameters"].get<int64_t>(), model.num_parameters());
+  const CommandResult named =
+      estimate("--config " + config + " --set model.hf_config=" + llama + "/config.json --world 2 --json");
+  ASSERT_EQ(named.exit_code, 0) << named.output;
+  EXPECT_EQ(nlohmann::json::parse(named.output), planned);
+
+  r = estimate("--config " + config + " --init-from /no/such/model --world 2");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("run.init_from (--init-from): /no/such/model does not exist"), std::string::npos)
+      << r.output;
+  r = estimate("--params 7e9 --world 2 --init-from " + llama);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--init-from plans a run's model: give it with --config FILE"), std::string::npos)
       << r.output;
 }
 
