@@ -306,6 +306,34 @@ const std::string& BpeModel::id_to_token(int32_t id) const {
   return id >= 0 && static_cast<size_t>(id) < tokens_.size() ? tokens_[id] : kNone;
 }
 
+std::string piece_text(std::string_view piece) {
+  if (piece.size() == 6 && piece.substr(0, 3) == "<0x" && piece[5] == '>') {
+    auto hex = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1; };
+    if (hex(piece[3]) >= 0 && hex(piece[4]) >= 0) return std::string(1, static_cast<char>(hex(piece[3]) * 16 + hex(piece[4])));
+  }
+  std::string out;
+  out.reserve(piece.size());
+  for (size_t at = 0;;) {
+    const size_t next = piece.find("\xE2\x96\x81", at);  // "▁", 3 bytes
+    if (next == std::string_view::npos) {
+      out.append(piece.substr(at));
+      return out;
+    }
+    out.append(piece.substr(at, next - at));
+    out += ' ';
+    at = next + 3;
+  }
+}
+
+std::string BpeModel::token_text(int32_t id) const {
+  const std::string& t = id_to_token(id);
+  if (byte_level_) {
+    if (auto raw = byte_level_bytes(t)) return *raw;
+    return t;
+  }
+  return piece_text(t);
+}
+
 std::string BpeModel::describe() const {
   return cat(byte_level_ ? "byte-level BPE" : byte_fallback_ ? "BPE with byte fallback" : "BPE", ", ",
              vocab_.size(), " tokens, ", merges_.size(), " merges");

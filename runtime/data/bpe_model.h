@@ -29,6 +29,9 @@ char32_t byte_level_char(uint8_t b);
 // The inverse: the byte a code point spells, or -1 when it spells none.
 int byte_level_byte(char32_t cp);
 
+// What a SentencePiece-style piece stands for: "▁" as a space, "<0xAB>" as its byte.
+std::string piece_text(std::string_view piece);
+
 class BpeModel {
  public:
   // Reads `model` (the "model" object of `file`). byte_level: the
@@ -44,6 +47,9 @@ class BpeModel {
   std::optional<int32_t> token_to_id(std::string_view token) const;
   // The token's text as the file spells it ("Ġthe", "▁the", "<0x0A>"); "" for an unused id.
   const std::string& id_to_token(int32_t id) const;
+  // What the token stands for: its bytes (byte-level), else its text with
+  // "▁" as a space and a fallback "<0xAB>" as its byte.
+  std::string token_text(int32_t id) const;
   int64_t size() const { return static_cast<int64_t>(tokens_.size()); }
   bool byte_level() const { return byte_level_; }
   bool byte_fallback() const { return byte_fallback_; }

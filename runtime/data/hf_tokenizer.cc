@@ -4,8 +4,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include <unicode/uchar.h>
-
 #include "core/status.h"
 #include "core/strings.h"
 #include "runtime/config/json_file.h"
@@ -24,17 +22,27 @@ struct AddedToken {
 };
 
 // Added tokens of one kind (normalized or not), found leftmost-longest as
-// the aho-corasick automaton `tokenizers` uses finds them.
+// the aho-corasick automaton `tokenizers` uses finds them: a byte trie, so a
+// file with thousands of added tokens (`<unused123>`) costs one walk of the
+// longest match per candidate position, not a scan of every token.
 class AddedTokenMatcher {
  public:
-  void add(const AddedToken* token, std::string pattern) {
+  void add(const AddedToken* token, const std::string& pattern) {
     if (pattern.empty()) return;
     first_bytes_[static_cast<unsigned char>(pattern[0])] = true;
-    entries_.push_back({token, std::move(pattern)});
-    std::stable_sort(entries_.begin(), entries_.end(),
-                     [](const Entry& a, const Entry& b) { return a.pattern.size() > b.pattern.size(); });
+    int32_t node = 0;
+    for (unsigned char c : pattern) {
+      const uint64_t edge = (static_cast<uint64_t>(node) << 8) | c;
+      auto it = edges_.find(edge);
+      if (it == edges_.end()) {
+        it = edges_.emplace(edge, static_cast<int32_t>(terminal_.size())).first;
+        terminal_.push_back(nullptr);
+      }
+      node = it->second;
+    }
+    if (terminal_[node] == nullptr) terminal_[node] = token;  // the first of two equal texts wins
   }
-  bool empty() const { return entries_.empty(); }
+  bool empty() const { return terminal_.size() == 1; }
 
   // Cuts `piece` into text parts and added tokens, appended to `out` as
   // (token or nullptr, part).
@@ -43,16 +51,21 @@ class AddedTokenMatcher {
     size_t start_offset = 0;
     for (size_t i = 0; i < s.size(); ++i) {
       if (!first_bytes_[static_cast<unsigned char>(s[i])]) continue;
-      const Entry* hit = nullptr;
-      for (const Entry& e : entries_) {
-        if (s.compare(i, e.pattern.size(), e.pattern) == 0) {
-          hit = &e;
-          break;
+      const AddedToken* hit = nullptr;
+      size_t hit_length = 0;
+      int32_t node = 0;
+      for (size_t k = i; k < s.size(); ++k) {
+        const auto it = edges_.find((static_cast<uint64_t>(node) << 8) | static_cast<unsigned char>(s[k]));
+        if (it == edges_.end()) break;
+        node = it->second;
+        if (terminal_[node] != nullptr) {
+          hit = terminal_[node];
+          hit_length = k + 1 - i;
         }
       }
       if (hit == nullptr) continue;
-      size_t start = i, stop = i + hit->pattern.size();
-      const AddedToken& t = *hit->token;
+      size_t start = i, stop = i + hit_length;
+      const AddedToken& t = *hit;
       if (t.single_word && ((start > 0 && word_char_before(s, start)) || (stop < s.size() && word_char_at(s, stop)))) {
         i = stop - 1;  // the automaton moves past a match it then rejects
         continue;
@@ -88,7 +101,7 @@ class AddedTokenMatcher {
   }
 
  private:
-  static bool is_word(char32_t cp) { return cp == '_' || u_isalnum(static_cast<UChar32>(cp)); }
+  static bool is_word(char32_t cp) { return unicode::is_word_char(cp); }
   static bool word_char_at(const std::string& s, size_t i) {
     int len = 0;
     return is_word(unicode::decode_at(s, i, &len));
@@ -98,11 +111,8 @@ class AddedTokenMatcher {
     while (c > 0 && (static_cast<unsigned char>(s[c]) & 0xC0) == 0x80) --c;
     return word_char_at(s, c);
   }
-  struct Entry {
-    const AddedToken* token;
-    std::string pattern;
-  };
-  std::vector<Entry> entries_;
+  std::vector<const AddedToken*> terminal_{nullptr};  // trie node -> the token ending there; node 0 is the root
+  absl::flat_hash_map<uint64_t, int32_t> edges_;      // (node << 8 | byte) -> child node
   bool first_bytes_[256] = {};
 };
 
@@ -181,6 +191,11 @@ class HfTokenizer final : public Tokenizer {
     if (t.empty()) return std::nullopt;
     return t;
   }
+  std::string token_text(int32_t id) const override {
+    const auto added = added_by_id_.find(id);
+    if (added != added_by_id_.end()) return added->second->content;
+    return model_.token_text(id);
+  }
   std::string describe() const override { return cat(model_.describe(), ", ", added_.size(), " added tokens (tokenizer.json)"); }
 
   BpeModel model_;
@@ -196,8 +211,26 @@ class HfTokenizer final : public Tokenizer {
 
 }  // namespace
 
+namespace {
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> read_tokenizer_json(const std::string& path, const Json& j);
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Tokenizer>> open_hf_tokenizer_json(const std::string& path) {
   ZE_ASSIGN_OR_RETURN(const Json j, load_json_file(path));
+  // A value of the wrong type ("fuse_unk": null) makes nlohmann throw where a
+  // reader asks for a bool: one catch turns every such case into an error naming the file.
+  try {
+    return read_tokenizer_json(path, j);
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(cat(path, ": a value of the wrong type: ", e.what()));
+  }
+}
+
+namespace {
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> read_tokenizer_json(const std::string& path, const Json& j) {
   if (!j.is_object()) return absl::InvalidArgumentError(cat(path, ": expected a JSON object (a tokenizer.json)"));
   const std::string file = path;
   const Json& model = j.value("model", Json());
@@ -257,5 +290,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> open_hf_tokenizer_json(const std::str
                                                     [raw](const std::string& s) { return raw->token_to_id(s); }));
   return std::unique_ptr<Tokenizer>(std::move(t));
 }
+
+}  // namespace
 
 }  // namespace zero

@@ -123,8 +123,19 @@ absl::Status SftEncoder::encode_segments(absl::Span<const ChatSegment> segments,
       }
       --end;
     }
-    // Token index of each flip: the ids of the text up to it are a prefix of
-    // the run's ids, unless a token spans the flip; that token is trained.
+    // Token index of each flip: where the ids of the text up to it are a
+    // prefix of the run's ids, right after them. Otherwise BPE merged across
+    // the flip (a word split between prompt and reply) and may have cut the
+    // whole word differently, so the tokens are placed by the bytes they
+    // stand for: those wholly before the flip take the part before it, the
+    // token spanning it is trained (it holds reply text), the rest the part
+    // after. A dummy "▁" the normalizer put at the start shows as surplus bytes.
+    std::vector<size_t> starts;  // byte offset in `text` of each token in [begin, end], then its end
+    const size_t lead = use_left ? left->text.size() : 0;
+    const size_t body = text.size() - lead - (use_right ? right->text.size() : 0);
+    size_t covered = 0;
+    for (size_t t = begin; t < end; ++t) covered += tokenizer_->token_text(ids[t]).size();
+    const size_t surplus = covered >= body ? covered - body : 0;
     std::vector<size_t> cuts;
     for (size_t f = 0; f < flips.size(); ++f) {
       const std::vector<int32_t> head = tokenizer_->encode(std::string_view(text).substr(0, flips[f]), false);
@@ -132,7 +143,21 @@ absl::Status SftEncoder::encode_segments(absl::Span<const ChatSegment> segments,
       size_t cut = same;
       if (same < head.size()) {
         ++out->merged_boundaries;
-        if (trained[f]) ++cut;  // a reply's last character shares the token: train it
+        if (starts.empty()) {
+          size_t at = lead;
+          for (size_t t = begin; t < end; ++t) {
+            starts.push_back(at);
+            at += tokenizer_->token_text(ids[t]).size();
+          }
+          starts.push_back(at);
+          for (size_t& s : starts) s = s >= lead + surplus ? s - surplus : lead;
+        }
+        // The first token that ends after the flip: it spans the flip or starts at it.
+        size_t t = 0;
+        while (t + 1 < starts.size() && starts[t + 1] <= flips[f]) ++t;
+        cut = begin + t;
+        const bool spans = t + 1 < starts.size() && starts[t] < flips[f];
+        if (spans && trained[f]) ++cut;  // a reply's last character shares the token: train it
       }
       cut = std::clamp(cut, begin, end);
       if (!cuts.empty()) cut = std::max(cut, cuts.back());
@@ -160,7 +185,12 @@ absl::StatusOr<SftExample> SftEncoder::encode_prompt_completion(std::string_view
   if (!completion.empty()) segments.push_back({std::string(completion), true, false});
   const bool ends_with_eos = completion.size() >= eos_->text.size() &&
                              completion.substr(completion.size() - eos_->text.size()) == eos_->text;
-  if (!ends_with_eos) segments.push_back({eos_->text, true, true});
+  if (ends_with_eos && !eos_->read_in_text) {
+    // A tokenizer.model reads "</s>" in text as plain pieces: the eos goes in by id instead.
+    segments.back().text.resize(segments.back().text.size() - eos_->text.size());
+    if (segments.back().text.empty()) segments.pop_back();
+  }
+  if (!ends_with_eos || !eos_->read_in_text) segments.push_back({eos_->text, true, true});
   SftExample out;
   for (int32_t id : post_prefix_) push(&out, id, false);
   ZE_RETURN_IF_ERROR(encode_segments(segments, &out));

@@ -11,9 +11,11 @@
 
 #include "core/status.h"
 #include "core/strings.h"
+#include "runtime/data/bpe_model.h"
 #include "runtime/config/json_file.h"
 #include "runtime/data/hf_tokenizer.h"
 #include "runtime/data/sentencepiece_model.h"
+#include "runtime/data/unicode_text.h"
 
 namespace zero {
 
@@ -30,7 +32,11 @@ class SentencePieceTokenizer final : public Tokenizer {
       : model_(std::move(model)), add_bos_(add_bos), add_eos_(add_eos) {}
   void encode(std::string_view text, bool add_special, std::vector<int32_t>* out) const override {
     if (add_special && add_bos_ && model_->bos_id() >= 0) out->push_back(model_->bos_id());
-    model_->encode(text, out);
+    if (unicode::is_valid_utf8(text)) {
+      model_->encode(text, out);
+    } else {  // libsentencepiece would replace each bad byte; Python replaces each ill-formed sequence once
+      model_->encode(unicode::repair_utf8(text), out);
+    }
     if (add_special && add_eos_ && model_->eos_id() >= 0) out->push_back(model_->eos_id());
   }
   std::string decode(absl::Span<const int32_t> ids, bool skip_special) const override {
@@ -50,6 +56,10 @@ class SentencePieceTokenizer final : public Tokenizer {
   std::optional<std::string> id_to_token(int32_t id) const override {
     if (id < 0 || id >= model_->size()) return std::nullopt;
     return model_->id_to_piece(id);
+  }
+  std::string token_text(int32_t id) const override {
+    if (id < 0 || id >= model_->size() || model_->is_control(id)) return "";
+    return piece_text(model_->id_to_piece(id));
   }
   std::string describe() const override { return model_->describe(); }
 
@@ -72,7 +82,7 @@ std::optional<Json> read_optional_json(const fs::path& p, absl::Status* error) {
 }
 
 // "<s>" or {"content": "<s>", ...} -> "<s>"; anything else -> "".
-std::string token_text(const Json& v) {
+std::string special_token_text(const Json& v) {
   if (v.is_string()) return v.get<std::string>();
   if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
   return "";
@@ -81,6 +91,14 @@ std::string token_text(const Json& v) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& path) {
+  try {
+    return load_tokenizer_files(path);
+  } catch (const nlohmann::json::exception& e) {  // a value of the wrong type in tokenizer_config.json
+    return absl::InvalidArgumentError(cat("tokenizer ", path, ": a value of the wrong type: ", e.what()));
+  }
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> load_tokenizer_files(const std::string& path) {
   std::error_code ec;
   fs::path dir = path, tokenizer_json, tokenizer_model;
   if (fs::is_directory(path, ec)) {
@@ -130,7 +148,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& pat
   };
   for (const Slot& slot : {Slot{"bos_token", &sp.bos_token, &sp.bos_id}, Slot{"eos_token", &sp.eos_token, &sp.eos_id},
                            Slot{"pad_token", &sp.pad_token, &sp.pad_id}, Slot{"unk_token", &sp.unk_token, &sp.unk_id}}) {
-    *slot.text = token_text(setting(slot.key));
+    *slot.text = special_token_text(setting(slot.key));
     if (slot.text->empty()) continue;
     *slot.id = t->token_to_id(*slot.text);
     if (!slot.id->has_value()) {

@@ -59,6 +59,11 @@ class Tokenizer {
   // The id of one token's text ("<|eot_id|>"), or nullopt.
   virtual std::optional<int32_t> token_to_id(std::string_view token) const = 0;
   virtual std::optional<std::string> id_to_token(int32_t id) const = 0;
+  // The text a token stands for in the normalized input: a byte-level token's
+  // bytes, a SentencePiece piece with "▁" as a space and "<0xAB>" as its
+  // byte, an added token's content; "" for an unknown id. Summed over the
+  // ids of an encode, it gives each token's byte span (SFT's label boundaries).
+  virtual std::string token_text(int32_t id) const = 0;
   // "byte-level BPE, 50257 tokens (tokenizer.json)"
   virtual std::string describe() const = 0;
 
@@ -72,7 +77,7 @@ class Tokenizer {
   SpecialTokens special_;
   std::string chat_template_;
   std::string source_;
-  friend absl::StatusOr<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& path);
+  friend absl::StatusOr<std::unique_ptr<Tokenizer>> load_tokenizer_files(const std::string& path);
 };
 
 // Reads the tokenizer of a model directory (tokenizer.json, else
@@ -80,5 +85,7 @@ class Tokenizer {
 // those files named directly. Errors name the file, and for a malformed JSON
 // file its line; an unsupported component is refused by its type name.
 absl::StatusOr<std::unique_ptr<Tokenizer>> load_tokenizer(const std::string& path);
+// load_tokenizer without its catch of JSON type errors (what it calls).
+absl::StatusOr<std::unique_ptr<Tokenizer>> load_tokenizer_files(const std::string& path);
 
 }  // namespace zero

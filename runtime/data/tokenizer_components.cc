@@ -347,7 +347,7 @@ class WhitespaceSplitPreTokenizer final : public PreTokenizer {
   }
 };
 
-// `\w+|[^\w\s]+`: words and runs of punctuation; white space dropped.
+// `\w+|[^\w\s]+` (Oniguruma's \w): words and runs of punctuation; white space dropped.
 class WhitespacePreTokenizer final : public PreTokenizer {
  public:
   explicit WhitespacePreTokenizer(Regex regex) : regex_(std::move(regex)) {}
@@ -604,7 +604,9 @@ absl::StatusOr<std::unique_ptr<PreTokenizer>> make_pre_tokenizer(const Json& j, 
   if (type == "Digits") return std::make_unique<DigitsPreTokenizer>(j.value("individual_digits", false));
   if (type == "WhitespaceSplit") return std::make_unique<WhitespaceSplitPreTokenizer>();
   if (type == "Whitespace") {
-    ZE_ASSIGN_OR_RETURN(Regex re, Regex::compile(R"(\w+|[^\w\s]+)"));
+    // \w as Oniguruma has it (UTS #18's word characters); PCRE2's \w differs (marks, No).
+    ZE_ASSIGN_OR_RETURN(Regex re, Regex::compile(R"([\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\x{200C}\x{200D}]+|)"
+                                                 R"([^\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\x{200C}\x{200D}\s]+)"));
     return std::make_unique<WhitespacePreTokenizer>(std::move(re));
   }
   if (type == "Metaspace") {

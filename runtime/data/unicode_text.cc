@@ -170,10 +170,22 @@ std::string lowercase(std::string_view s) {
     }
     return out;
   }
-  icu::UnicodeString u = icu::UnicodeString::fromUTF8(icu::StringPiece(s.data(), static_cast<int32_t>(s.size())));
-  u.toLower(icu::Locale::getRoot());
+  // One code point at a time, as Rust's char::to_lowercase: no context (a
+  // final sigma stays σ), but full mappings (İ becomes i + U+0307).
   std::string out;
-  u.toUTF8String(out);
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    int len = 0;
+    const char32_t cp = decode_at(s, i, &len);
+    if (cp < 0x80) {
+      out.push_back(static_cast<char>(cp >= 'A' && cp <= 'Z' ? cp - 'A' + 'a' : cp));
+    } else {
+      icu::UnicodeString u(static_cast<UChar32>(cp));
+      u.toLower(icu::Locale::getRoot());
+      u.toUTF8String(out);
+    }
+    i += len;
+  }
   return out;
 }
 
@@ -181,6 +193,15 @@ bool is_numeric(char32_t cp) {
   if (cp < 0x80) return cp >= '0' && cp <= '9';
   const int8_t t = u_charType(static_cast<UChar32>(cp));
   return t == U_DECIMAL_DIGIT_NUMBER || t == U_LETTER_NUMBER || t == U_OTHER_NUMBER;
+}
+
+bool is_word_char(char32_t cp) {
+  if (cp < 0x80) return cp == '_' || (cp >= '0' && cp <= '9') || ((cp | 0x20) >= 'a' && (cp | 0x20) <= 'z');
+  if (cp == 0x200C || cp == 0x200D) return true;  // Join_Control
+  const int8_t t = u_charType(static_cast<UChar32>(cp));
+  return u_hasBinaryProperty(static_cast<UChar32>(cp), UCHAR_ALPHABETIC) || t == U_NON_SPACING_MARK ||
+         t == U_ENCLOSING_MARK || t == U_COMBINING_SPACING_MARK || t == U_DECIMAL_DIGIT_NUMBER ||
+         t == U_CONNECTOR_PUNCTUATION;
 }
 
 bool is_whitespace(char32_t cp) {

@@ -35,11 +35,13 @@ void append_utf8(char32_t cp, std::string* out);
 
 enum class NormalForm { kNFC, kNFD, kNFKC, kNFKD };
 std::string normalize(std::string_view s, NormalForm form);
-// Unicode lower case (root locale), as Rust's str::to_lowercase.
+// Unicode lower case one code point at a time, as `tokenizers`' Lowercase normalizer.
 std::string lowercase(std::string_view s);
 
 // Rust's char::is_numeric: general category Nd, Nl or No.
 bool is_numeric(char32_t cp);
+// Rust regex's \w (UTS #18 word characters: Alphabetic, marks, Nd, Pc, Join_Control).
+bool is_word_char(char32_t cp);
 // Unicode White_Space, as Rust's char::is_whitespace.
 bool is_whitespace(char32_t cp);
 

@@ -398,6 +398,48 @@ TEST(SftExamplesTest, APromptEndingInASpaceSharesItsTokenWithTheCompletion) {
   EXPECT_EQ(trained_spans(tok, *ex), std::vector<std::string>{" A<|im_end|>"});
 }
 
+// A word split between prompt and reply is merged by BPE differently from the
+// prompt alone ("The token" + "the end": " tokenthe" is cut Ġto|k|ent|he): the
+// tokens wholly inside the prompt stay masked, only the one holding the
+// boundary and those after are trained.
+TEST(SftExamplesTest, AWordSplitBetweenPromptAndReplyTrainsOnlyFromTheTokenHoldingTheBoundary) {
+  for (const char* kind : {"gpt2", "llama3", "llama2"}) {
+    const Tokenizer& tok = tokenizer(kind);
+    const std::string prompt = "The token", completion = "the end";
+    absl::StatusOr<SftExample> ex = encoder(kind).encode_prompt_completion(prompt, completion);
+    ASSERT_TRUE(ex.ok()) << ex.status();
+    EXPECT_EQ(ex->merged_boundaries, 1) << kind;
+    // Bytes the masked tokens stand for: all of them inside the prompt, and
+    // the first trained token reaches past it.
+    size_t masked_bytes = 0, first_trained = ex->ids.size();
+    const size_t bos = tok.encode("", true).size();  // the post-processor's bos, not text
+    for (size_t t = bos; t < ex->ids.size(); ++t) {
+      if (ex->labels[t] != kIgnoreLabel) {
+        first_trained = t;
+        break;
+      }
+      masked_bytes += tok.token_text(ex->ids[t]).size();
+    }
+    ASSERT_LT(first_trained, ex->ids.size()) << kind;
+    const size_t dummy_prefix = std::string(kind) == "llama2" ? 1 : 0;  // the normalizer's "▁"
+    EXPECT_LT(masked_bytes, prompt.size() + dummy_prefix) << kind;
+    EXPECT_GT(masked_bytes + tok.token_text(ex->ids[first_trained]).size(), prompt.size() + dummy_prefix) << kind;
+  }
+}
+
+// A tokenizer.model reads "</s>" in text as pieces: a completion ending with
+// it still ends with the eos id, trained.
+TEST(SftExamplesTest, ACompletionEndingWithEosTextGetsTheEosIdFromATokenizerModel) {
+  const Tokenizer& tok = tokenizer("spm_only");
+  absl::StatusOr<SftExample> ex = encoder("spm_only").encode_prompt_completion("Hi", " there</s>");
+  ASSERT_TRUE(ex.ok()) << ex.status();
+  ASSERT_TRUE(tok.special().eos_id.has_value());
+  ASSERT_FALSE(ex->ids.empty());
+  EXPECT_EQ(ex->ids.back(), *tok.special().eos_id);
+  EXPECT_EQ(ex->labels.back(), *tok.special().eos_id);
+  EXPECT_EQ(std::count(ex->ids.begin(), ex->ids.end(), *tok.special().eos_id), 1);
+}
+
 TEST(SftExamplesTest, ACompletionEndingWithEosGetsNoSecond) {
   const Tokenizer& tok = tokenizer("llama3");
   absl::StatusOr<SftExample> ex = encoder("llama3").encode_prompt_completion("Q", "A<|eot_id|>");
