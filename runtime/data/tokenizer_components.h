@@ -6,7 +6,9 @@
 // the file ("tokenizer.json: pre_tokenizer.pretokenizers[1]: type
 // \"Punctuation\" is not supported").
 //
-// Read: normalizers NFC, NFD, NFKC, NFKD, Lowercase, Strip, Prepend, Replace,
+// Each kind lives in its file (tokenizer_normalizers.cc, tokenizer_pre_tokenizers.cc,
+// tokenizer_decoders.cc, tokenizer_post_processors.cc); what they share is in
+// tokenizer_json_parts.h. Read: normalizers NFC, NFD, NFKC, NFKD, Lowercase, Strip, Prepend, Replace,
 // Sequence; pre-tokenizers ByteLevel, Split, Digits, Metaspace, Whitespace,
 // WhitespaceSplit, Sequence; decoders ByteLevel, Metaspace, Replace,
 // ByteFallback, Fuse, Strip, Sequence; post-processors TemplateProcessing,
