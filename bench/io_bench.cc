@@ -44,7 +44,6 @@
 // a tmpfs mounted huge=always does not: fio's mmap: maps it privately, in
 // 4 KiB pages; and mmapshared: buffers fail io_uring's registration.)
 #include <benchmark/benchmark.h>
-#include <signal.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -57,9 +56,12 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "bench/bench_flags.h"
+#include "bench/temp_file.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "nlohmann/json.hpp"
 #include "offload/aligned_buffer_pool.h"
@@ -221,96 +223,6 @@ void BM_SequentialIo(benchmark::State& state, bool write, int qd) {
   state.SetBytesProcessed(g_config.size_bytes * state.iterations());
 }
 
-// A whole decimal integer in [lo, hi], or false.
-bool parse_int(const std::string& s, int64_t lo, int64_t hi, int64_t* out) {
-  char* end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(s.c_str(), &end, 10);
-  if (s.empty() || errno != 0 || end != s.c_str() + s.size() || v < lo || v > hi) return false;
-  *out = v;
-  return true;
-}
-
-enum class Parsed { kRun, kHelp, kBad };
-
-// Takes this program's flags out of argv (the rest go to Google Benchmark);
-// kBad after naming the bad value on stderr.
-Parsed parse_flags(int* argc, char** argv) {
-  int out = 1;
-  bool help = false;
-  for (int i = 1; i < *argc; ++i) {
-    const std::string a = argv[i];
-    int64_t v = 0;
-    auto bad = [&](const char* what) {
-      std::fprintf(stderr, "io_bench: %s: \"%s\" is not %s (see --help)\n", a.substr(0, a.find('=')).c_str(),
-                   a.substr(a.find('=') + 1).c_str(), what);
-      return Parsed::kBad;
-    };
-    if (a == "--help" || a == "-h") {
-      help = true;
-    } else if (a.rfind("--dir=", 0) == 0) {
-      g_config.dir = a.substr(6);
-    } else if (a.rfind("--size_mib=", 0) == 0) {
-      if (!parse_int(a.substr(11), kChunkBytes >> 20, int64_t{1} << 30, &v)) return bad("a size of 64 MiB or more");
-      g_config.size_bytes = v << 20;
-    } else if (a.rfind("--rounds=", 0) == 0) {
-      if (!parse_int(a.substr(9), 1, INT_MAX, &v)) return bad("a number of rounds (1 or more)");
-      g_config.rounds = static_cast<int>(v);
-    } else if (a.rfind("--huge_pages=", 0) == 0) {
-      if (!parse_int(a.substr(13), 0, 1, &v)) return bad("0 or 1");
-      g_config.huge_pages = v != 0;
-    } else if (a.rfind("--fio_mem=", 0) == 0) {
-      g_config.fio_mem = a.substr(10);
-    } else {
-      argv[out++] = argv[i];
-    }
-  }
-  *argc = out;
-  return help ? Parsed::kHelp : Parsed::kRun;
-}
-
-// --benchmark_list_tests given (and not false): nothing is measured, so no file is written.
-bool list_tests_only(const std::vector<char*>& args) {
-  bool list = false;
-  for (const char* a : args) {
-    const std::string s = a;
-    if (s.rfind("--benchmark_list_tests", 0) != 0) continue;
-    const std::string value = s.size() > 22 && s[22] == '=' ? s.substr(23) : "true";
-    list = !(value == "false" || value == "0" || value == "no");
-  }
-  return list;
-}
-
-// The benchmark file's path for the signal handler (async-signal-safe: a
-// fixed buffer and unlink).
-char g_signal_path[PATH_MAX] = "";
-
-void remove_file_and_die(int sig) {
-  if (g_signal_path[0] != '\0') ::unlink(g_signal_path);
-  ::signal(sig, SIG_DFL);
-  ::raise(sig);
-}
-
-// Removes the file when run() returns, and on SIGINT, SIGTERM and SIGHUP
-// (then dies of the signal, so the shell sees 128 + signal).
-class FileRemover {
- public:
-  explicit FileRemover(const std::string& path) : path_(path) {
-    std::snprintf(g_signal_path, sizeof(g_signal_path), "%s", path.c_str());
-    for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, remove_file_and_die);
-  }
-  ~FileRemover() {
-    for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, SIG_DFL);
-    g_signal_path[0] = '\0';
-    ::unlink(path_.c_str());
-  }
-  FileRemover(const FileRemover&) = delete;
-  FileRemover& operator=(const FileRemover&) = delete;
-
- private:
-  std::string path_;
-};
-
 // Shrinks the file to what the filesystem holds with a 1 GiB margin.
 bool fit_to_free_space() {
   struct statvfs vfs;
@@ -364,25 +276,7 @@ void print_summary() {
   if (!g_config.have_fio) std::printf("fio is not installed (apt-get install fio): no ratio\n");
 }
 
-int run(int argc, char** argv) {
-  // Every argument is checked before anything is written.
-  const Parsed parsed = parse_flags(&argc, argv);
-  if (parsed == Parsed::kBad) return 2;
-  if (parsed == Parsed::kHelp) {
-    std::fputs(kUsage, stdout);
-    benchmark::PrintDefaultHelp();
-    return 0;
-  }
-  // Interleave the repetitions unless the caller chose otherwise.
-  std::vector<char*> args(argv, argv + argc);
-  std::string interleave = "--benchmark_enable_random_interleaving=true";
-  bool chosen = false;
-  for (char* a : args) chosen |= std::strncmp(a, "--benchmark_enable_random_interleaving", 38) == 0;
-  if (!chosen) args.push_back(interleave.data());
-  const bool list_only = list_tests_only(args);
-  int n = static_cast<int>(args.size());
-  benchmark::Initialize(&n, args.data());
-  if (benchmark::ReportUnrecognizedArguments(n, args.data())) return 2;
+void register_benchmarks() {
   for (int qd : {32, 8}) {
     for (bool write : {true, false}) {
       const std::string name = "BM_SequentialIo/" + key(write, qd);
@@ -394,16 +288,28 @@ int run(int argc, char** argv) {
           ->Unit(benchmark::kMillisecond);
     }
   }
-  if (list_only) {
-    benchmark::RunSpecifiedBenchmarks();
-    benchmark::Shutdown();
-    return 0;
-  }
+}
+
+int run(int argc, char** argv) {
+  // Every argument is checked before anything is written (nothing is, when
+  // the benchmarks are only listed). Repetitions are interleaved unless the
+  // caller chose otherwise.
+  const std::optional<int> done = bench::start_benchmarks(
+      "io_bench", kUsage,
+      {bench::string_flag("--dir", &g_config.dir),
+       bench::int_flag("--size_mib", kChunkBytes >> 20, int64_t{1} << 30, "a size of 64 MiB or more",
+                       [](int64_t v) { g_config.size_bytes = v << 20; }),
+       bench::int_flag("--rounds", 1, INT_MAX, "a number of rounds (1 or more)",
+                       [](int64_t v) { g_config.rounds = static_cast<int>(v); }),
+       bench::int_flag("--huge_pages", 0, 1, "0 or 1", [](int64_t v) { g_config.huge_pages = v != 0; }),
+       bench::string_flag("--fio_mem", &g_config.fio_mem)},
+      {"--benchmark_enable_random_interleaving=true"}, register_benchmarks, argc, argv);
+  if (done) return *done;
 
   if (!fit_to_free_space()) return 1;
   g_config.path = g_config.dir + "/io_bench." + std::to_string(::getpid()) + ".dat";
   g_config.have_fio = std::system("command -v fio >/dev/null 2>&1") == 0;
-  const FileRemover remover(g_config.path);
+  const bench::FileRemover remover(g_config.path);
 
   CpuBackend backend;
   auto pool = AlignedBufferPool::create(backend, 1, kChunkBytes);

@@ -31,17 +31,13 @@
 // in the label, and a difference marks it "MISMATCH" and makes the program
 // exit 1 after the summary table.
 #include <benchmark/benchmark.h>
-#include <signal.h>
-#include <stdlib.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <climits>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -50,12 +46,15 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
 
+#include "bench/bench_flags.h"
+#include "bench/temp_file.h"
 #include "nlohmann/json.hpp"
 #include "runtime/data/tokenizer.h"
 
@@ -379,120 +378,6 @@ void BM_Encode(benchmark::State& state, const std::string& kind, int threads) {
   g_rows.push_back(row);
 }
 
-// A whole decimal integer in [lo, hi], or false.
-bool parse_int(const std::string& s, int64_t lo, int64_t hi, int64_t* out) {
-  char* end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(s.c_str(), &end, 10);
-  if (s.empty() || errno != 0 || end != s.c_str() + s.size() || v < lo || v > hi) return false;
-  *out = v;
-  return true;
-}
-
-enum class Parsed { kRun, kHelp, kBad };
-
-// Takes this program's flags out of argv (the rest go to Google Benchmark);
-// kBad after naming the bad value on stderr.
-Parsed parse_flags(int* argc, char** argv) {
-  int out = 1;
-  bool help = false;
-  for (int i = 1; i < *argc; ++i) {
-    const std::string a = argv[i];
-    int64_t v = 0;
-    auto bad = [&](const char* what) {
-      std::fprintf(stderr, "tokenizer_bench: %s: \"%s\" is not %s (see --help)\n", a.substr(0, a.find('=')).c_str(),
-                   a.substr(a.find('=') + 1).c_str(), what);
-      return Parsed::kBad;
-    };
-    if (a == "--help" || a == "-h") {
-      help = true;
-    } else if (a.rfind("--corpus_kib=", 0) == 0) {
-      if (!parse_int(a.substr(13), 1, int64_t{1} << 22, &v)) return bad("a size in KiB (1 to 4194304)");
-      g_config.corpus_bytes = v << 10;
-    } else if (a.rfind("--passes=", 0) == 0) {
-      if (!parse_int(a.substr(9), 1, 1000, &v)) return bad("a number of passes (1 to 1000)");
-      g_config.passes = static_cast<int>(v);
-    } else if (a.rfind("--add_special=", 0) == 0) {
-      if (!parse_int(a.substr(14), 0, 1, &v)) return bad("0 or 1");
-      g_config.add_special = v != 0;
-    } else if (a.rfind("--peer_fast=", 0) == 0) {
-      if (!parse_int(a.substr(12), 0, 1, &v)) return bad("0 or 1");
-      g_config.peer_fast = v != 0;
-    } else if (a.rfind("--data_dir=", 0) == 0) {
-      g_config.data_dir = a.substr(11);
-    } else {
-      argv[out++] = argv[i];
-    }
-  }
-  *argc = out;
-  return help ? Parsed::kHelp : Parsed::kRun;
-}
-
-// --benchmark_list_tests given (and not false): nothing is measured, so no file is written.
-bool list_tests_only(const std::vector<char*>& args) {
-  bool list = false;
-  for (const char* a : args) {
-    const std::string s = a;
-    if (s.rfind("--benchmark_list_tests", 0) != 0) continue;
-    const std::string value = s.size() > 22 && s[22] == '=' ? s.substr(23) : "true";
-    list = !(value == "false" || value == "0" || value == "no");
-  }
-  return list;
-}
-
-// The peer's text file, for the signal handler (async-signal-safe: a fixed buffer and unlink).
-char g_signal_path[PATH_MAX] = "";
-
-void remove_file_and_die(int sig) {
-  if (g_signal_path[0] != '\0') ::unlink(g_signal_path);
-  ::signal(sig, SIG_DFL);
-  ::raise(sig);
-}
-
-// Writes the text to a new file in $TMPDIR (else /tmp) that is removed when
-// this object goes, and on SIGINT, SIGTERM and SIGHUP (the process then dies
-// of the signal). path() is "" when the file could not be written.
-class TempTextFile {
- public:
-  explicit TempTextFile(const std::string& text) {
-    const char* tmp = std::getenv("TMPDIR");
-    std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/tokenizer_bench.XXXXXX";
-    std::vector<char> name(pattern.begin(), pattern.end());
-    name.push_back('\0');
-    for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, remove_file_and_die);
-    const int fd = ::mkstemp(name.data());
-    if (fd < 0) {
-      error_ = pattern + ": " + std::strerror(errno);
-      return;
-    }
-    std::snprintf(g_signal_path, sizeof(g_signal_path), "%s", name.data());
-    path_ = name.data();
-    size_t done = 0;
-    while (done < text.size()) {
-      const ssize_t w = ::write(fd, text.data() + done, text.size() - done);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) {
-        error_ = path_ + ": " + std::strerror(errno);
-        break;
-      }
-      done += static_cast<size_t>(w);
-    }
-    ::close(fd);
-  }
-  ~TempTextFile() {
-    for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, SIG_DFL);
-    g_signal_path[0] = '\0';
-    if (!path_.empty()) ::unlink(path_.c_str());
-  }
-  TempTextFile(const TempTextFile&) = delete;
-  TempTextFile& operator=(const TempTextFile&) = delete;
-  const std::string& path() const { return path_; }
-  const std::string& error() const { return error_; }
-
- private:
-  std::string path_, error_;
-};
-
 void print_summary() {
   std::printf("\nEncode throughput, %.2f MiB in %zu lines (corpus.txt repeated), add_special=%d, "
               "median of passes; %u hardware threads here\n",
@@ -522,19 +407,7 @@ void print_summary() {
   }
 }
 
-int run(int argc, char** argv) {
-  const Parsed parsed = parse_flags(&argc, argv);
-  if (parsed == Parsed::kBad) return 2;
-  if (parsed == Parsed::kHelp) {
-    std::fputs(kUsage, stdout);
-    benchmark::PrintDefaultHelp();
-    return 0;
-  }
-  std::vector<char*> args(argv, argv + argc);
-  const bool list_only = list_tests_only(args);
-  int n = static_cast<int>(args.size());
-  benchmark::Initialize(&n, args.data());
-  if (benchmark::ReportUnrecognizedArguments(n, args.data())) return 2;
+void register_benchmarks() {
   for (const char* kind : kKinds) {
     for (int threads : kThreadCounts) {
       const std::string name = std::string("BM_Encode/") + kind + "/threads:" + std::to_string(threads);
@@ -545,11 +418,20 @@ int run(int argc, char** argv) {
           ->Unit(benchmark::kMillisecond);
     }
   }
-  if (list_only) {
-    benchmark::RunSpecifiedBenchmarks();
-    benchmark::Shutdown();
-    return 0;
-  }
+}
+
+int run(int argc, char** argv) {
+  const std::optional<int> done = bench::start_benchmarks(
+      "tokenizer_bench", kUsage,
+      {bench::int_flag("--corpus_kib", 1, int64_t{1} << 22, "a size in KiB (1 to 4194304)",
+                       [](int64_t v) { g_config.corpus_bytes = v << 10; }),
+       bench::int_flag("--passes", 1, 1000, "a number of passes (1 to 1000)",
+                       [](int64_t v) { g_config.passes = static_cast<int>(v); }),
+       bench::int_flag("--add_special", 0, 1, "0 or 1", [](int64_t v) { g_config.add_special = v != 0; }),
+       bench::int_flag("--peer_fast", 0, 1, "0 or 1", [](int64_t v) { g_config.peer_fast = v != 0; }),
+       bench::string_flag("--data_dir", &g_config.data_dir)},
+      /*defaults=*/{}, register_benchmarks, argc, argv);
+  if (done) return *done;
 
   const std::string corpus_path = g_config.data_dir + "/corpus.txt";
   std::ifstream in(corpus_path, std::ios::binary);
@@ -567,9 +449,9 @@ int run(int argc, char** argv) {
 
   const char* python = std::getenv("ZE_TOKENIZERS_PYTHON");
   g_config.python = python ? python : "";
-  std::unique_ptr<TempTextFile> text_file;
+  std::unique_ptr<bench::TempTextFile> text_file;
   if (!g_config.python.empty()) {
-    text_file = std::make_unique<TempTextFile>(g_config.text);
+    text_file = std::make_unique<bench::TempTextFile>("tokenizer_bench", g_config.text);
     if (!text_file->error().empty()) {
       std::fprintf(stderr, "tokenizer_bench: cannot write the peer's text file: %s\n", text_file->error().c_str());
       return 1;
