@@ -18,6 +18,7 @@ namespace {
 struct AddedToken {
   int32_t id = 0;
   std::string content;
+  std::string text;  // what decoding writes: content, normalized when "normalized" is true (as `tokenizers` 0.23)
   bool single_word = false, lstrip = false, rstrip = false, normalized = false, special = false;
 };
 
@@ -160,7 +161,7 @@ class HfTokenizer final : public Tokenizer {
     for (int32_t id : ids) {
       const auto added = added_by_id_.find(id);
       if (added != added_by_id_.end()) {
-        if (!(skip_special && added->second->special)) tokens.push_back(added->second->content);
+        if (!(skip_special && added->second->special)) tokens.push_back(added->second->text);
         continue;
       }
       const std::string& t = model_.id_to_token(id);
@@ -270,10 +271,11 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> read_tokenizer_json(const std::string
     token.single_word = a.value("single_word", false);
     token.lstrip = a.value("lstrip", false);
     token.rstrip = a.value("rstrip", false);
+    token.text = token.content;
     t->added_.push_back(std::move(token));
   }
   int64_t vocab = t->model_.size();
-  for (const AddedToken& token : t->added_) {
+  for (AddedToken& token : t->added_) {
     t->added_by_id_[token.id] = &token;
     vocab = std::max<int64_t>(vocab, token.id + 1);
     if (!token.normalized) {
@@ -282,6 +284,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> read_tokenizer_json(const std::string
       std::string pattern = token.content;
       if (t->normalizer_) t->normalizer_->apply(pattern);
       t->normalized_added_.add(&token, pattern);
+      token.text = pattern;
     }
   }
   t->vocab_size_ = vocab;

@@ -136,12 +136,19 @@ absl::Status SftEncoder::encode_segments(absl::Span<const ChatSegment> segments,
     size_t covered = 0;
     for (size_t t = begin; t < end; ++t) covered += tokenizer_->token_text(ids[t]).size();
     const size_t surplus = covered >= body ? covered - body : 0;
+    // A normalizer that shortened the text (NFC composing e + U+0301) leaves
+    // no byte map back to it: there the tokens from the first one that
+    // differs are trained, which may train a prompt token, never mask a reply's.
+    const bool bytes_map = covered >= body;
     std::vector<size_t> cuts;
     for (size_t f = 0; f < flips.size(); ++f) {
       const std::vector<int32_t> head = tokenizer_->encode(std::string_view(text).substr(0, flips[f]), false);
       const size_t same = common_prefix(head, ids);
       size_t cut = same;
-      if (same < head.size()) {
+      if (same < head.size() && !bytes_map) {
+        ++out->merged_boundaries;
+        if (trained[f]) ++cut;
+      } else if (same < head.size()) {
         ++out->merged_boundaries;
         if (starts.empty()) {
           size_t at = lead;

@@ -427,6 +427,20 @@ TEST(SftExamplesTest, AWordSplitBetweenPromptAndReplyTrainsOnlyFromTheTokenHoldi
   }
 }
 
+// Qwen2's NFC shortens "e + U+0301" to "é", so token bytes no longer map to
+// the text: the token from which the ids differ is trained (" he" holds the
+// reply's "ello"), never masked.
+TEST(SftExamplesTest, AfterANormalizerShortensThePromptTheBoundaryTokenIsStillTrained) {
+  const Tokenizer& tok = tokenizer("qwen2");
+  absl::StatusOr<SftExample> ex = encoder("qwen2").encode_prompt_completion("e\u0301 h", "ello");
+  ASSERT_TRUE(ex.ok()) << ex.status();
+  EXPECT_EQ(ex->ids, tok.encode("e\u0301 hello<|im_end|>", true));
+  ASSERT_GE(ex->ids.size(), 2u);
+  EXPECT_EQ(tok.token_text(ex->ids[1]), " he");
+  EXPECT_EQ(ex->labels[0], kIgnoreLabel);
+  EXPECT_EQ(ex->labels[1], ex->ids[1]);
+}
+
 // A tokenizer.model reads "</s>" in text as pieces: a completion ending with
 // it still ends with the eos id, trained.
 TEST(SftExamplesTest, ACompletionEndingWithEosTextGetsTheEosIdFromATokenizerModel) {

@@ -101,6 +101,20 @@ TEST(TokenizerTest, AValueOfTheWrongTypeIsAnErrorNamingTheFile) {
       << t.status();
 }
 
+// An added token with "normalized": true is matched in normalized text and
+// decodes as its normalized content, as in tokenizers 0.23 ("<N>" under Lowercase).
+TEST(TokenizerTest, ANormalizedAddedTokenDecodesNormalized) {
+  const std::string dir = testing::fresh_test_dir("tokenizer_normalized_added");
+  write_file(dir + "/tokenizer.json",
+             R"({"normalizer": {"type": "Lowercase"}, "decoder": {"type": "Fuse"},
+                 "added_tokens": [{"id": 2, "content": "<N>", "normalized": true, "special": false}],
+                 "model": {"type": "BPE", "vocab": {"x": 0, "y": 1}, "merges": []}})");
+  absl::StatusOr<std::unique_ptr<Tokenizer>> t = load_tokenizer(dir);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ((*t)->encode("X<N>y"), (std::vector<int32_t>{0, 2, 1}));
+  EXPECT_EQ((*t)->decode({0, 2, 1}), "x<n>y");
+}
+
 TEST(TokenizerTest, InvalidUtf8IsReadAsReplacementCharacters) {
   absl::StatusOr<std::unique_ptr<Tokenizer>> t = load_tokenizer(data_dir("gpt2"));
   ASSERT_TRUE(t.ok()) << t.status();
