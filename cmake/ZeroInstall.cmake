@@ -163,7 +163,8 @@ endif()
 
 # --- The public headers ------------------------------------------------------
 # What a program using zero::initialize, Engine, Gpt, Module (with the
-# recorded ops of a forward-only module: graph/functional.h), configs,
+# recorded ops of a forward-only module: graph/functional.h; freezing
+# parameters: graph/freeze.h), configs,
 # checkpoints, data and communicators includes, and every header those include
 # (cmake/ZeroPublicHeaders.cmake computes the closure when installing).
 set(ze_public_entry_headers
@@ -171,6 +172,7 @@ set(ze_public_entry_headers
   graph/gpt.h
   graph/layers.h
   graph/functional.h
+  graph/freeze.h
   runtime/checkpoint/checkpoint.h
   runtime/checkpoint/hf_weights.h
   runtime/config/run_config.h

@@ -46,6 +46,15 @@ Tensor summing_gradients(Context& ctx, Communicator* group, std::initializer_lis
   return dx;
 }
 
+// p's gradient; for a frozen parameter (no gradient) a zeroed fp32 scratch
+// of its shape, for a kernel that computes dx and the parameter's gradient
+// in one pass (the norms'): its parameter part is thrown away.
+Tensor grad_or_scratch(Context& ctx, const Parameter& p) {
+  if (p.grad.defined()) return p.grad;
+  ZE_CHECK(!p.requires_grad()) << p.name() << " trains but has no gradient buffer in backward";
+  return ctx.backend().zeros(p.shape(), DType::kF32, MemCategory::kWorkspace);
+}
+
 }  // namespace
 
 Tensor linear(Context& ctx, const Tensor& x, Parameter& weight, Parameter* bias) {
@@ -143,11 +152,11 @@ Tensor layer_norm(Context& ctx, const Tensor& x, Parameter& weight, Parameter& b
   ctx.ops().layernorm_forward(x2, weight.data, bias.data, eps, as_rows(y, features), mean, var);
   ctx.record("layer_norm " + weight.name(), {x}, y,
              [x, mean, var, &weight, &bias, eps, features, sum_grads_over](Context& c, const Tensor& dy) {
-               ZE_CHECK(weight.grad.defined() && bias.grad.defined()) << "frozen layer norm " << weight.name();
                return std::vector<Tensor>{summing_gradients(c, sum_grads_over, {&weight, &bias}, [&] {
                  Tensor dx = c.activation(x.shape());
                  c.ops().layernorm_backward(as_rows(dy, features), as_rows(x, features), weight.data, mean, var, eps,
-                                            as_rows(dx, features), weight.grad, bias.grad);
+                                            as_rows(dx, features), grad_or_scratch(c, weight),
+                                            grad_or_scratch(c, bias));
                  return dx;
                })};
              },
@@ -164,11 +173,10 @@ Tensor rms_norm(Context& ctx, const Tensor& x, Parameter& weight, float eps, Com
   ctx.ops().rmsnorm_forward(x2, weight.data, eps, as_rows(y, features), rstd, unit_offset);
   ctx.record("rms_norm " + weight.name(), {x}, y,
              [x, rstd, &weight, features, sum_grads_over, unit_offset](Context& c, const Tensor& dy) {
-               ZE_CHECK(weight.grad.defined()) << "frozen RMSNorm " << weight.name();
                return std::vector<Tensor>{summing_gradients(c, sum_grads_over, {&weight}, [&] {
                  Tensor dx = c.activation(x.shape());
                  c.ops().rmsnorm_backward(as_rows(dy, features), as_rows(x, features), weight.data, rstd,
-                                          as_rows(dx, features), weight.grad, unit_offset);
+                                          as_rows(dx, features), grad_or_scratch(c, weight), unit_offset);
                  return dx;
                })};
              },

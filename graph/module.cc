@@ -4,11 +4,24 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "core/strings.h"
 #include "graph/context.h"
 
 namespace zero {
 
 Tensor Module::backward(Context& ctx, const Tensor& dy) { return ctx.replay(*this, dy); }
+
+absl::Status Parameter::set_requires_grad(bool requires_grad) {
+  if (requires_grad == requires_grad_) return absl::OkStatus();
+  if (index_ >= 0) {
+    return absl::FailedPreconditionError(cat(
+        "parameter ", name_, ": cannot ", requires_grad ? "unfreeze" : "freeze",
+        " it while an engine holds the model (its gradient, master weights and optimizer state were laid out when "
+        "the engine was built); set requires_grad before initialize / Engine::create"));
+  }
+  requires_grad_ = requires_grad;
+  return absl::OkStatus();
+}
 
 void Parameter::set_slice(ParamSlice s) {
   ZE_CHECK(s.global_shape.size() == shape_.size() && s.dim >= 0 && s.dim < static_cast<int>(shape_.size()))

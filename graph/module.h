@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "core/tensor.h"
 
 namespace zero {
@@ -85,14 +86,26 @@ class Parameter {
   // fn(local_begin, global_begin, count). One run when the parameter is whole.
   void for_each_global_run(int64_t begin, int64_t end,
                            const std::function<void(int64_t, int64_t, int64_t)>& fn) const;
-  // Position in Module::parameters() of the root (set when the engine registers the model).
+  // Position in Module::parameters() of the root (set when the engine
+  // registers the model; -1 before, and again once the engine is gone).
   int64_t index() const { return index_; }
   void set_index(int64_t i) { index_ = i; }
 
-  // Set by the engine. `data` in the model dtype; `grad` in the gradient dtype.
+  // Whether training updates this parameter (PyTorch's requires_grad). A
+  // frozen one (false) still takes part in forward and passes gradients
+  // through to its inputs, but gets no gradient buffer, no reduction, no
+  // fp32 master and no optimizer state, at any ZeRO stage; under stage 3 it
+  // is still partitioned and gathered. Decided before the engine is built
+  // (graph/freeze.h freezes by name): the engine lays its buffers out from
+  // it, so changing it on a parameter an engine holds is refused
+  // (FAILED_PRECONDITION naming the parameter).
+  bool requires_grad() const { return requires_grad_; }
+  absl::Status set_requires_grad(bool requires_grad);
+
+  // Set by the engine. `data` in the model dtype; `grad` in the gradient
+  // dtype (never defined for a frozen parameter).
   Tensor data;
   Tensor grad;
-  bool requires_grad = true;
 
  private:
   std::string name_;
@@ -101,6 +114,7 @@ class Parameter {
   ParamInit init_;
   std::optional<ParamSlice> slice_;
   int64_t index_ = -1;
+  bool requires_grad_ = true;
 };
 
 class Module {

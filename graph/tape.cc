@@ -66,12 +66,12 @@ void Tape::warn_unreached(const Node& node, const std::string& module) {
   // so its gradients may not be placed: requires_grad alone decides there.
   std::vector<std::pair<Parameter*, std::string>> used;  // (parameter, the module using it)
   for (Parameter* p : node.params) {
-    if (p->requires_grad && p->grad.defined()) used.emplace_back(p, module);
+    if (p->requires_grad() && p->grad.defined()) used.emplace_back(p, module);
   }
   if (node.module != nullptr) {
     for (Module* m : node.module->modules()) {
       for (Parameter* p : m->direct_parameters()) {
-        if (p->requires_grad) used.emplace_back(p, m->name().empty() ? "the model" : m->name());
+        if (p->requires_grad()) used.emplace_back(p, m->name().empty() ? "the model" : m->name());
       }
     }
   }

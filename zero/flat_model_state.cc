@@ -15,11 +15,19 @@ FlatModelState::FlatModelState(Module& model, const ModelStateOptions& options, 
 
 absl::Status FlatModelState::init() {
   const int world = comm_.world_size();
-  std::vector<Parameter*> params = model_.parameters();
-  for (size_t i = 0; i < params.size(); ++i) params[i]->set_index(static_cast<int64_t>(i));
-  // DeepSpeed pads the flat group to a multiple of 2 x world (stages 1-2).
-  layout_ = FlatLayout(params, stage() == ZeroStage::k0 ? 1 : 2 * world);
-  num_parameters_ = layout_.real_numel();
+  std::vector<Parameter*> params = model_.parameters(), trainable, frozen;
+  for (size_t i = 0; i < params.size(); ++i) {
+    params[i]->set_index(static_cast<int64_t>(i));
+    (params[i]->requires_grad() ? trainable : frozen).push_back(params[i]);
+  }
+  // DeepSpeed pads the flat group to a multiple of 2 x world (stages 1-2);
+  // its groups hold the trainable parameters only, the frozen ones stay
+  // whole on every rank.
+  layout_ = FlatLayout(trainable, stage() == ZeroStage::k0 ? 1 : 2 * world);
+  for (size_t i = 0; i < layout_.segments().size(); ++i) segment_of_[layout_.segments()[i].param] = i;
+  frozen_layout_ = FlatLayout(frozen);
+  num_trainable_parameters_ = layout_.real_numel();
+  num_parameters_ = layout_.real_numel() + frozen_layout_.real_numel();
   const int64_t n = layout_.numel();
   part_ = stage() == ZeroStage::k0 ? n : n / world;
   const Tier tier = backend_.compute_tier();
@@ -29,6 +37,10 @@ absl::Status FlatModelState::init() {
   };
 
   ZE_ASSIGN_OR_RETURN(params_, alloc(n, options_.param_dtype, MemCategory::kParameters));
+  if (frozen_layout_.numel() > 0) {
+    ZE_ASSIGN_OR_RETURN(frozen_params_, alloc(frozen_layout_.numel(), options_.param_dtype, MemCategory::kParameters));
+    ZE_RETURN_IF_ERROR(init_frozen_weights(backend_, frozen_params_));
+  }
   const int64_t grad_elems = stage() == ZeroStage::k2 ? part_ : n;
   ZE_ASSIGN_OR_RETURN(grads_, alloc(grad_elems, options_.grad_dtype, MemCategory::kGradients));
   backend_.ops().fill(grads_, 0.0f);
@@ -52,6 +64,13 @@ absl::Status FlatModelState::init() {
     seg.param->data = layout_.param_view(params_, seg);
     seg.param->grad = stage() == ZeroStage::k2 ? Tensor() : layout_.param_view(grads_, seg);
   }
+  // The frozen weights: the same initial values, cast once, never a gradient.
+  for (const FlatSegment& seg : frozen_layout_.segments()) {
+    const InitialValues init(backend_, *seg.param, options_.seed, 0, seg.param->numel(), seg.param->numel());
+    upload_fp32(backend_, init.values(), frozen_layout_.param_view(frozen_params_, seg));
+    seg.param->data = frozen_layout_.param_view(frozen_params_, seg);
+    seg.param->grad = Tensor();
+  }
 
   buckets_ = plan_grad_buckets(layout_, options_.zero.reduce_bucket_size);
   for (size_t b = 0; b < buckets_.size(); ++b)
@@ -74,7 +93,7 @@ absl::Status FlatModelState::pre_backward(Module& m) {
   // Stage 2 keeps no full gradient buffer: a bucket's buffer exists from the
   // first use of one of its parameters until its reduce-scatter completes.
   for (Parameter* p : m.direct_parameters()) {
-    if (p->grad.defined()) continue;
+    if (!p->requires_grad() || p->grad.defined()) continue;
     const size_t b = bucket_of_.at(p);
     const GradBucket& bucket = buckets_[b];
     Tensor& buf = bucket_buffers_[b];
@@ -83,7 +102,7 @@ absl::Status FlatModelState::pre_backward(Module& m) {
       backend_.ops().fill(buf, 0.0f);
     }
     for (Parameter* q : bucket.params) {
-      q->grad = buf.slice(layout_.segments()[q->index()].offset - bucket.begin, q->shape());
+      q->grad = buf.slice(layout_.segments()[segment_of_.at(q)].offset - bucket.begin, q->shape());
     }
   }
   return absl::OkStatus();
@@ -92,6 +111,7 @@ absl::Status FlatModelState::pre_backward(Module& m) {
 absl::Status FlatModelState::post_backward(Module& m) {
   // A reduction's failure surfaces at end_backward, after the reductions in flight.
   for (Parameter* p : m.direct_parameters()) {
+    if (!p->requires_grad()) continue;   // nothing to reduce
     if (--uses_left_[p] != 0) continue;  // a tied parameter is complete after its last use
     const size_t b = bucket_of_.at(p);
     if (--params_pending_[b] == 0 && reduces_now()) launch(b);
@@ -246,6 +266,26 @@ std::vector<StateRange> FlatModelState::held_ranges() const {
   return stage() == ZeroStage::k0 ? ranges_in(0, layout_.numel()) : ranges_in(part_begin(), part_begin() + part_);
 }
 
+std::vector<StateRange> FlatModelState::frozen_held_ranges() const {
+  std::vector<StateRange> out;
+  for (const FlatSegment& seg : frozen_layout_.segments()) {
+    out.push_back({seg.param, 0, seg.param->numel(), seg.offset});
+  }
+  return out;
+}
+
+std::vector<StateRange> FlatModelState::frozen_written_ranges(int rank) const {
+  // Every rank holds them whole: split the writing evenly, as stage 0 does.
+  const int64_t n = frozen_layout_.numel(), world = comm_.world_size();
+  const int64_t part = (n + world - 1) / world, lo = std::min(n, rank * part), hi = std::min(n, lo + part);
+  std::vector<StateRange> out;
+  for (const FlatSegment& seg : frozen_layout_.segments()) {
+    const int64_t a = std::max(lo, seg.offset), b = std::min(hi, seg.offset + seg.param->numel());
+    if (a < b) out.push_back({seg.param, a - seg.offset, b - seg.offset, a});
+  }
+  return out;
+}
+
 std::vector<StateRange> FlatModelState::written_ranges(int rank) const {
   // Stage 0 holds everything on every rank: split the writing evenly.
   const int64_t n = layout_.numel(), world = comm_.world_size();
@@ -265,7 +305,8 @@ absl::Status FlatModelState::refresh_parameters() {
 }
 
 absl::StatusOr<std::vector<float>> FlatModelState::gather_master(const Parameter& p) {
-  const FlatSegment& seg = layout_.segments().at(p.index());
+  if (!p.requires_grad()) return download_fp32(backend_, p.data.view({p.numel()}));  // no master: the weights
+  const FlatSegment& seg = layout_.segments().at(segment_of_.at(&p));
   if (stage() == ZeroStage::k0) return store_->read(0, seg.offset, p.numel());
   Tensor full = backend_.zeros({layout_.numel()}, DType::kF32, MemCategory::kWorkspace);
   ZE_RETURN_IF_ERROR(copy_master(0, full.slice(part_begin(), {part_})));

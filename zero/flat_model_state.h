@@ -5,7 +5,9 @@
 // fills a bucket buffer per range on every micro-step and reduce-scatters it
 // straight into each owner's gradient partition. With overlap_comm the
 // reductions run on the communication thread while backward goes on;
-// without, each is waited for at once.
+// without, each is waited for at once. Frozen parameters sit apart, whole on
+// every rank in one buffer of the model dtype, outside the flat layout, the
+// buckets and the partitions.
 #pragma once
 
 #include <deque>
@@ -34,6 +36,8 @@ class FlatModelState final : public ModelState {
   absl::StatusOr<std::vector<float>> gather_master(const Parameter& p) override;
   std::vector<StateRange> held_ranges() const override;
   std::vector<StateRange> written_ranges(int rank) const override;
+  std::vector<StateRange> frozen_held_ranges() const override;
+  std::vector<StateRange> frozen_written_ranges(int rank) const override;
   absl::Status refresh_parameters() override;
   absl::StatusOr<std::vector<float>> gather_parameter(const Parameter& p) override;
 
@@ -64,9 +68,12 @@ class FlatModelState final : public ModelState {
   int64_t part_begin() const { return stage() == ZeroStage::k0 ? 0 : comm_.rank() * part_; }
 
   Module& model_;
-  FlatLayout layout_;
+  FlatLayout layout_;  // the trainable parameters
+  std::unordered_map<const Parameter*, size_t> segment_of_;  // index into layout_.segments()
+  FlatLayout frozen_layout_;
   int64_t part_ = 0;  // partition size (stages 1, 2)
   Tensor params_;     // full, model dtype
+  Tensor frozen_params_;  // full on every rank, model dtype (undefined: nothing frozen)
   Tensor grads_;      // stages 0/1: full; stage 2: this rank's partition
   bool master_is_params_ = false;  // stage 0 in fp32: the parameters are the master weights
 

@@ -19,8 +19,9 @@ namespace zero {
 // One parameter's stage-3 partition (see plan_stage3_partitions).
 struct ParamPartition {
   int64_t chunk = 0;         // elements per rank (numel padded to a multiple of world, / world)
-  int64_t shard_offset = 0;  // where this rank's chunk starts in its shard buffers
+  int64_t shard_offset = 0;  // where this rank's chunk starts in its shard buffers (the frozen shard when frozen)
   bool persistent = false;
+  bool frozen = false;       // requires_grad false: in the frozen shard, no gradient or optimizer state
 };
 
 class GatherTrace {

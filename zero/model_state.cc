@@ -90,6 +90,17 @@ absl::Status ModelState::init_optimizer_state(int64_t numel, Tensor master, int6
   return absl::OkStatus();
 }
 
+absl::Status ModelState::init_frozen_weights(Backend& backend, const Tensor& weights) {
+  if (!weights.defined() || weights.numel() == 0) return absl::OkStatus();
+  ZE_CHECK(weights.dtype() == options_.param_dtype && weights.tier() == backend.compute_tier())
+      << weights.debug_string();
+  OptimizerPrecision precision;
+  precision.master = options_.param_dtype;  // the one array is the weights themselves
+  ZE_ASSIGN_OR_RETURN(frozen_store_, make_resident_state_store(backend, weights.numel(), {}, weights.numel(),
+                                                               precision, weights.view({weights.numel()})));
+  return absl::OkStatus();
+}
+
 absl::Status ModelState::step_sub_groups(const Tensor& grads, const Tensor& param_out,
                                          const Optimizer::StepArgs& args) {
   if (host_step_ != nullptr) return host_step_->step(*store_, *optimizer_, grads, param_out, args);

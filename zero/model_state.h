@@ -22,6 +22,13 @@
 // Gradients are pre-divided by the data-parallel size in the loss gradient
 // (DeepSpeed divides before communicating), so every reduction is a sum.
 //
+// Frozen parameters (Parameter::requires_grad false) are laid out apart
+// from the trainable ones, in the model dtype only: no gradient buffer, no
+// reduction, no master, no optimizer state (see frozen_weights()). The flat
+// layout, the stage-3 gradient and master shards and the optimizer store
+// cover the trainable parameters alone, so every figure above (and the
+// planner's) counts those for gradients and optimizer state.
+//
 // ZeRO-Offload (offload_optimizer "cpu" on a device backend): the master
 // weights and optimizer state live on a host backend the model state owns,
 // and the step runs there through zero/host_step.h; at stage 3 with
@@ -80,6 +87,9 @@ class ModelState : public ModuleHooks {
 
   ZeroStage stage() const { return options_.zero.stage; }
   int64_t num_parameters() const { return num_parameters_; }
+  // Of those, the elements that train (requires_grad): the only ones with a
+  // gradient, master weights and optimizer state.
+  int64_t num_trainable_parameters() const { return num_trainable_parameters_; }
 
   // Bracket of one micro-step's backward. `boundary`: the last micro-step of
   // an accumulation, after which step() runs.
@@ -124,8 +134,23 @@ class ModelState : public ModuleHooks {
   // parameter across ranks (its partition, or at stage 0 an even split).
   virtual std::vector<StateRange> written_ranges(int rank) const = 0;
   // This rank's fp32 master weights and optimizer state ("master", then the
-  // optimizer's states), indexed by the offsets of held_ranges().
+  // optimizer's states), indexed by the offsets of held_ranges(). Trainable
+  // parameters only.
   OptimizerStateStore& state_store() { return *store_; }
+  // Frozen parameters (requires_grad false) hold their weights only, in the
+  // model dtype: stages 0-2 a full copy on every rank (as DeepSpeed keeps
+  // them, unflattened), stage 3 this rank's chunk of each. As a store of one
+  // array, "master" (the model dtype, read and written as fp32), so
+  // checkpoints and weight loading treat them as they treat the master
+  // weights; writing one sets the parameter (at stage 3 its shard:
+  // refresh_parameters() re-gathers the persistent copies). nullptr when
+  // nothing is frozen.
+  OptimizerStateStore* frozen_weights() { return frozen_store_.get(); }
+  // The frozen ranges this rank holds and those rank `rank` writes to a
+  // checkpoint (a disjoint cover of every frozen parameter across ranks),
+  // offsets into frozen_weights().
+  virtual std::vector<StateRange> frozen_held_ranges() const { return {}; }
+  virtual std::vector<StateRange> frozen_written_ranges(int rank) const { return {}; }
   std::string_view optimizer_name() const { return optimizer_->name(); }
   // ZeRO-Offload: what moved to host memory, the backend the store and the
   // optimizer live on, and the step that reaches them (nullptr when the
@@ -173,6 +198,9 @@ class ModelState : public ModuleHooks {
   // The reduced gradients this rank owns and steps, at the offsets of
   // held_ranges() (defined between end_backward and zero_grads).
   virtual Tensor owned_grads() = 0;
+  // Presents `weights` (the frozen parameters' buffer, model dtype, on
+  // `backend`'s compute tier) as frozen_weights(); nothing when it is empty.
+  absl::Status init_frozen_weights(Backend& backend, const Tensor& weights);
 
   ModelStateOptions options_;
   Backend& backend_;
@@ -182,7 +210,9 @@ class ModelState : public ModuleHooks {
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<OptimizerStateStore> store_;
   std::unique_ptr<HostStep> host_step_;
+  std::unique_ptr<OptimizerStateStore> frozen_store_;
   int64_t num_parameters_ = 0;
+  int64_t num_trainable_parameters_ = 0;
 };
 
 }  // namespace zero

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <utility>
 
 #include "core/status.h"
 #include "core/strings.h"
@@ -15,14 +16,16 @@ Stage3Partitions plan_stage3_partitions(const std::vector<Parameter*>& params, i
   for (Parameter* p : params) {
     ParamPartition part;
     part.chunk = (p->numel() + world - 1) / world;
-    part.shard_offset = out.shard_elems;
+    part.frozen = !p->requires_grad();
+    int64_t& shard = part.frozen ? out.frozen_shard_elems : out.shard_elems;
+    part.shard_offset = shard;
     if (p->numel() <= config.param_persistence_threshold &&
         persistent_total + p->numel() <= config.model_persistence_threshold) {
       part.persistent = true;
       persistent_total += p->numel();
     }
-    out.shard_elems += part.chunk;
-    out.max_chunk = std::max(out.max_chunk, part.chunk);
+    shard += part.chunk;
+    if (!part.frozen) out.max_chunk = std::max(out.max_chunk, part.chunk);
     out.parts[p] = part;
   }
   return out;
@@ -44,14 +47,21 @@ void ParamCoordinator::set_partitions(Tensor shard, std::unordered_map<const Par
   if (host_shard_ && copy_stream_ == kComputeStream) copy_stream_ = backend_.create_stream();
 }
 
+void ParamCoordinator::set_frozen_shard(Tensor shard, bool host) {
+  ZE_CHECK(!host || shard.tier() == Tier::kHost) << shard.debug_string();
+  frozen_shard_ = std::move(shard);
+  frozen_host_shard_ = host;
+  if (host && copy_stream_ == kComputeStream) copy_stream_ = backend_.create_stream();
+}
+
 absl::Status ParamCoordinator::begin_all_gather(Parameter& p, Slot& slot) {
   const ParamPartition& part = parts_.at(&p);
   // This rank's chunk goes to its place (swapped: the read put it there); the
   // all-gather fills the others in place.
-  if (swapped_ == nullptr) {
+  if (!swapped(p)) {
     const Tensor mine = slot.full.slice(comm_.rank() * part.chunk, {part.chunk});
-    const Tensor src = shard_.slice(part.shard_offset, {part.chunk});
-    if (host_shard_) {
+    const Tensor src = (part.frozen ? frozen_shard_ : shard_).slice(part.shard_offset, {part.chunk});
+    if (part.frozen ? frozen_host_shard_ : host_shard_) {
       // Up on the copy stream, overlapping what the compute stream already
       // has queued; the compute stream (and the collective behind it) waits.
       // slot.full stays alive until the gather is waited for, which is after.
@@ -104,7 +114,7 @@ absl::Status ParamCoordinator::finish_read(Parameter& p) {
 absl::StatusOr<bool> ParamCoordinator::start_gather(Parameter& p, bool may_skip) {
   if (auto it = slots_.find(&p); it != slots_.end() && it->second.full.defined()) return true;  // available or in flight
   std::optional<int64_t> ticket;
-  if (swapped_ != nullptr) {
+  if (swapped(p)) {
     ZE_ASSIGN_OR_RETURN(ticket, issue_read(p, may_skip));
     if (!ticket.has_value()) return false;
   }
@@ -199,7 +209,7 @@ absl::Status ParamCoordinator::release_all() {
   for (Parameter* p : held) drop(*p);
   // A persistent parameter's copy may still be in flight (one rank: the
   // gather itself waits for nothing).
-  if (host_shard_) backend_.synchronize_stream(copy_stream_);
+  if (host_shard_ || frozen_host_shard_) backend_.synchronize_stream(copy_stream_);
   return absl::OkStatus();
 }
 
@@ -207,9 +217,12 @@ absl::Status ParamCoordinator::gather_persistent() {
   std::vector<Parameter*> persistent;
   for (auto& [p, part] : parts_)
     if (part.persistent) persistent.push_back(const_cast<Parameter*>(p));
-  // Deterministic order across ranks: by shard offset.
-  std::sort(persistent.begin(), persistent.end(),
-            [&](Parameter* a, Parameter* b) { return parts_.at(a).shard_offset < parts_.at(b).shard_offset; });
+  // The same order on every rank (the map's is by address): by shard offset,
+  // the trainable shard's first (the frozen shard's offsets start at 0 too).
+  std::sort(persistent.begin(), persistent.end(), [&](Parameter* a, Parameter* b) {
+    const ParamPartition &pa = parts_.at(a), &pb = parts_.at(b);
+    return std::make_pair(pa.frozen, pa.shard_offset) < std::make_pair(pb.frozen, pb.shard_offset);
+  });
   for (Parameter* p : persistent) {
     Slot& slot = slots_[p];
     if (!slot.full.defined()) {
@@ -217,7 +230,7 @@ absl::Status ParamCoordinator::gather_persistent() {
       continue;
     }
     // Already materialised: refresh it from the (updated) shard.
-    if (swapped_ != nullptr) {
+    if (swapped(*p)) {
       ZE_ASSIGN_OR_RETURN(slot.read, issue_read(*p, /*may_skip=*/false));
       reading_.push_back(p);
     } else {

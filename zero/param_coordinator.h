@@ -36,12 +36,16 @@ namespace zero {
 // ranks: each parameter padded to a multiple of world, chunk = ceil(numel /
 // world), the chunks packed in order into this rank's shard buffers; a
 // parameter of at most param_persistence_threshold elements persists, up to
-// model_persistence_threshold elements in total. The stage-3 model state and
-// the memory planner both partition through this.
+// model_persistence_threshold elements in total. Frozen parameters
+// (requires_grad false) are partitioned and persist by the same rules, but
+// their chunks pack into a shard of their own (model dtype only: no
+// gradient, master or optimizer state beside it). The stage-3 model state
+// and the memory planner both partition through this.
 struct Stage3Partitions {
   std::unordered_map<const Parameter*, ParamPartition> parts;
-  int64_t shard_elems = 0;  // sum of the chunks
-  int64_t max_chunk = 0;    // the largest chunk (a gather's read from NVMe)
+  int64_t shard_elems = 0;         // sum of the trainable parameters' chunks
+  int64_t frozen_shard_elems = 0;  // sum of the frozen parameters' chunks
+  int64_t max_chunk = 0;           // the largest trainable chunk (a gather's read from NVMe)
 };
 Stage3Partitions plan_stage3_partitions(const std::vector<Parameter*>& params, int world, const ZeroConfig& config);
 
@@ -62,6 +66,10 @@ class ParamCoordinator {
   void set_partitions(Tensor shard, std::unordered_map<const Parameter*, ParamPartition> parts,
                       OptimizerStateStore* swapped = nullptr, bool host_shard = false,
                       Tensor read_staging = Tensor());
+  // The frozen parameters' chunks (model dtype), always in memory, even
+  // where the trainable shard is swapped; with `host` (host memory on a
+  // device backend) a gather copies up from it as from a host shard.
+  void set_frozen_shard(Tensor shard, bool host);
 
   void begin_iteration();  // before each forward: trace bookkeeping
   // Brackets an evaluation forward: the trace is paused (gather_trace.h).
@@ -93,6 +101,8 @@ class ParamCoordinator {
   // Issues p's gather. A prefetch (may_skip) of a swapped chunk when every
   // read buffer is taken is skipped (false); a fetch waits for the oldest read.
   absl::StatusOr<bool> start_gather(Parameter& p, bool may_skip = false);
+  // Whether p's chunk is read from the swapped store (not a frozen one).
+  bool swapped(const Parameter& p) const { return swapped_ != nullptr && !parts_.at(&p).frozen; }
   // Swapped: starts reading p's chunk; nullopt when skipped (may_skip and
   // every read buffer taken), else the read's ticket.
   absl::StatusOr<std::optional<int64_t>> issue_read(Parameter& p, bool may_skip);
@@ -113,8 +123,10 @@ class ParamCoordinator {
   Communicator& comm_;
   DType dtype_;
   Tensor shard_;
+  Tensor frozen_shard_;
   OptimizerStateStore* swapped_ = nullptr;
   bool host_shard_ = false;
+  bool frozen_host_shard_ = false;  // frozen_shard_ is host memory on a device backend
   Tensor read_staging_;  // swapped on a device: where a read lands before going up
   StreamId copy_stream_ = kComputeStream;  // host shard: where chunks go up
   std::deque<Parameter*> reading_;  // swapped chunks being read, oldest first

@@ -18,6 +18,10 @@ absl::Status Stage3ModelState::init() {
   for (size_t i = 0; i < params_.size(); ++i) {
     params_[i]->set_index(static_cast<int64_t>(i));
     num_parameters_ += params_[i]->numel();
+    if (params_[i]->requires_grad()) {
+      trainable_.push_back(params_[i]);
+      num_trainable_parameters_ += params_[i]->numel();
+    }
   }
   Stage3Partitions plan = plan_stage3_partitions(params_, world, options_.zero);
   parts_ = std::move(plan.parts);
@@ -45,12 +49,24 @@ absl::Status Stage3ModelState::init() {
   ZE_ASSIGN_OR_RETURN(grad_shard_, alloc(options_.grad_dtype, MemCategory::kGradients));
   backend_.ops().fill(grad_shard_, 0.0f);
   ZE_RETURN_IF_ERROR(init_optimizer_state(shard_elems_, Tensor(), params_on_nvme ? max_chunk : 0));
+  // The frozen parameters' shard: beside the trainable one, or in host
+  // memory where that is offloaded (offload_param "nvme" included: the
+  // frozen chunks are never rewritten by a step, so they need no swap
+  // records, and stay in pinned host memory).
+  const bool frozen_on_host = host_offload_.parameters || host_offload_.parameters_on_nvme;
+  if (plan.frozen_shard_elems > 0) {
+    const int64_t bytes = plan.frozen_shard_elems * static_cast<int64_t>(dtype_size(options_.param_dtype));
+    ZE_ASSIGN_OR_RETURN(auto s, backend_.allocate(static_cast<size_t>(bytes), frozen_on_host ? Tier::kHost : tier,
+                                                  MemCategory::kParameters));
+    frozen_shard_ = Tensor(std::move(s), {plan.frozen_shard_elems}, options_.param_dtype);
+    ZE_RETURN_IF_ERROR(init_frozen_weights(frozen_on_host ? *host_backend_ : backend_, frozen_shard_));
+  }
   // Each rank initialises only its chunk of each parameter; the padding is 0.
   for (Parameter* p : params_) {
     const ParamPartition& part = parts_.at(p);
     const int64_t lo = std::min(p->numel(), rank * part.chunk), hi = std::min(p->numel(), lo + part.chunk);
     const InitialValues init(backend_, *p, options_.seed, lo, hi, part.chunk);
-    ZE_RETURN_IF_ERROR(store_->write(0, part.shard_offset, init.values()));
+    ZE_RETURN_IF_ERROR((part.frozen ? *frozen_store_ : *store_).write(0, part.shard_offset, init.values()));
   }
   ZE_RETURN_IF_ERROR(store_->flush());
   ZE_RETURN_IF_ERROR(cast_master_into(param_shard_));
@@ -65,6 +81,7 @@ absl::Status Stage3ModelState::init() {
   }
   coordinator_->set_partitions(param_shard_, parts_, params_on_nvme ? store_.get() : nullptr, params_on_host,
                                std::move(read_staging));
+  if (frozen_shard_.defined()) coordinator_->set_frozen_shard(frozen_shard_, frozen_on_host);
   ZE_RETURN_IF_ERROR(coordinator_->gather_persistent());
   uses_ = count_parameter_uses(model_);
   return absl::OkStatus();
@@ -78,7 +95,8 @@ void Stage3ModelState::begin_backward(bool) { uses_left_ = uses_; }
 absl::Status Stage3ModelState::pre_backward(Module& m) {
   absl::Status fetched = coordinator_->fetch(m, true);
   for (Parameter* p : m.direct_parameters()) {
-    if (p->grad.defined()) continue;  // a tied parameter's second use adds to the same buffer
+    if (!p->requires_grad()) continue;  // frozen: gathered, never a gradient
+    if (p->grad.defined()) continue;    // a tied parameter's second use adds to the same buffer
     const ParamPartition& part = parts_.at(p);
     Tensor full = backend_.zeros({comm_.world_size() * part.chunk}, options_.grad_dtype, MemCategory::kCommBuffers);
     p->grad = full.slice(0, p->shape());
@@ -91,7 +109,7 @@ absl::Status Stage3ModelState::post_backward(Module& m) {
   // A reduction's failure is kept for end_backward (the reductions still in
   // flight finish first); the release's is this hook's.
   for (Parameter* p : m.direct_parameters()) {
-    if (--uses_left_[p] == 0) reduce(*p);
+    if (p->requires_grad() && --uses_left_[p] == 0) reduce(*p);
   }
   return coordinator_->release(m, true);
 }
@@ -134,7 +152,7 @@ absl::Status Stage3ModelState::finish_one() {
 absl::Status Stage3ModelState::end_backward() {
   // Parameters this backward did not reach still reduce (zeros), in model
   // order, so every rank issues the same collectives.
-  for (Parameter* p : params_) {
+  for (Parameter* p : trainable_) {
     if (uses_left_[p] > 0) {
       uses_left_[p] = 0;
       if (!p->grad.defined()) {
@@ -152,7 +170,7 @@ absl::Status Stage3ModelState::end_backward() {
 std::string Stage3ModelState::nonfinite_gradient_names() {
   std::string names;
   int shown = 0;
-  for (Parameter* p : params_) {
+  for (Parameter* p : trainable_) {
     const ParamPartition& part = parts_.at(p);
     if (backend_.ops().count_nonfinite(grad_shard_.slice(part.shard_offset, {part.chunk})) == 0) continue;
     if (shown++ == 3) return names + ", ...";
@@ -169,10 +187,11 @@ absl::Status Stage3ModelState::apply_step(const Optimizer::StepArgs& args) {
   return coordinator_->gather_persistent();
 }
 
-std::vector<StateRange> Stage3ModelState::written_ranges(int rank) const {
+std::vector<StateRange> Stage3ModelState::ranges_of(int rank, bool frozen) const {
   std::vector<StateRange> out;
   for (Parameter* p : params_) {
     const ParamPartition& part = parts_.at(p);
+    if (part.frozen != frozen) continue;
     const int64_t lo = std::min(p->numel(), rank * part.chunk), hi = std::min(p->numel(), lo + part.chunk);
     if (lo < hi) out.push_back({p, lo, hi, part.shard_offset});
   }
@@ -190,7 +209,13 @@ absl::StatusOr<std::vector<float>> Stage3ModelState::gather_master(const Paramet
   const ParamPartition& part = parts_.at(&p);
   const int world = comm_.world_size();
   Tensor full = backend_.empty({world * part.chunk}, DType::kF32, MemCategory::kWorkspace);
-  ZE_RETURN_IF_ERROR(copy_master(part.shard_offset, full.slice(comm_.rank() * part.chunk, {part.chunk})));
+  const Tensor mine = full.slice(comm_.rank() * part.chunk, {part.chunk});
+  if (part.frozen) {  // no master: the weights
+    ZE_ASSIGN_OR_RETURN(const std::vector<float> v, frozen_store_->read(0, part.shard_offset, part.chunk));
+    upload_fp32(backend_, v, mine);
+  } else {
+    ZE_RETURN_IF_ERROR(copy_master(part.shard_offset, mine));
+  }
   ZE_RETURN_IF_ERROR(comm_.all_gather(full.data(), part.chunk, part.chunk, DType::kF32));
   return download_fp32(backend_, full.slice(0, {p.numel()}));
 }

@@ -198,15 +198,17 @@ fi
 # ---- d: synthetic tokens, then zero-train on the GPU ---------------------------
 data_dir=$out/data
 corpus=$data_dir/corpus.txt
-shard=$data_dir/tokens.bin
+shard=$data_dir/tokens_train_000000.bin
 if [ "$mode" != dry-run ]; then
   mkdir -p "$data_dir"
   # The repository's own sources: present wherever this script is, no network.
   find "$repo/runtime" "$repo/zero" "$repo/kernels" "$repo/tests" \( -name '*.cc' -o -name '*.h' -o -name '*.cu' \) \
     -print0 | sort -z | xargs -0 cat > "$corpus" 2>/dev/null
 fi
-run_phase data 60 "$build/runtime/zero-data" bytes-to-llmc --input "$corpus" --out "$shard"
-expect_ok data "synthetic token shard (the repository's sources as bytes, llm.c format)"
+# GPT-2-style BPE shards (the test tokenizer's 2001 ids fit GPT-2's table; byte shards would be refused).
+run_phase data 60 "$build/runtime/zero-data" tokenize --tokenizer "$repo/tests/data/tokenizers/gpt2" \
+  --input "$corpus" --val-fraction 0 --out "$data_dir/tokens"
+expect_ok data "synthetic token shard (the repository's sources through the GPT-2-style test tokenizer, llm.c format)"
 
 train=("$build/runtime/zero-train" --backend cuda --config "$repo/configs/gpt2-124m.json"
        --set model.seq_len=1024 --set bf16.enabled=true --set "data.path=\"$shard\"" --set steps_per_print=1)

@@ -251,43 +251,61 @@ absl::Status load_local(Engine& engine, const Manifest& m, const std::string& ta
     int64_t local, element, count;
   };
   std::vector<Run> runs;
-  for (int index = 0; index < static_cast<int>(kinds.size()); ++index) {
-    const std::string& kind = kinds[index];
-    for (const StateRange& r : state.held_ranges()) {
-      const std::string key = Manifest::key(kind, r.param->name());
-      auto it = m.tensors.find(key);
-      if (it == m.tensors.end()) return absl::DataLossError(cat("checkpoint ", tag_dir, " has no tensor ", key));
-      runs.clear();
-      r.param->for_each_global_run(r.begin, r.end, [&](int64_t local, int64_t element, int64_t count) {
-        runs.push_back({local, element, count});
-      });
-      if (runs.empty()) continue;
-      const int64_t lo = runs.front().element, hi = runs.back().element + runs.back().count;
-      int64_t filled = 0;
-      for (const CheckpointSegment& seg : it->second.segments) {
-        if (seg.element(seg.count() - 1) < lo || seg.begin >= hi) continue;
-        ZE_ASSIGN_OR_RETURN(const FileReader* f, files.get(seg.file));
-        // The whole segment is read (to verify its checksum); the parts this
-        // rank holds are copied into its buffer.
-        ZE_RETURN_IF_ERROR(read_segment(*f, seg, key, [&](const float* data, int64_t first, int64_t n) {
-          auto run = std::upper_bound(runs.begin(), runs.end(), first,
-                                      [](int64_t e, const Run& x) { return e < x.element; });
-          if (run != runs.begin()) --run;
-          for (; run != runs.end() && run->element < first + n; ++run) {
-            const int64_t a = std::max(first, run->element), b = std::min(first + n, run->element + run->count);
-            if (a >= b) continue;
-            filled += b - a;
-            ZE_RETURN_IF_ERROR(store.write(index, r.offset + (run->local - r.begin) + (a - run->element),
-                                           absl::MakeConstSpan(data + (a - first), b - a)));
-          }
-          return absl::OkStatus();
-        }));
+  // Range r of `kind` (array `index` of `into`) from the checkpoint's segments.
+  auto load_range = [&](int index, const std::string& kind, const StateRange& r,
+                        OptimizerStateStore& into) -> absl::Status {
+    const std::string key = Manifest::key(kind, r.param->name());
+    auto it = m.tensors.find(key);
+    if (it == m.tensors.end()) {
+      const bool was_frozen = std::find(m.frozen.begin(), m.frozen.end(), r.param->name()) != m.frozen.end();
+      if (was_frozen) {
+        return absl::FailedPreconditionError(cat(
+            "checkpoint ", tag_dir, " has no ", kind, " state for ", r.param->name(), ": it was frozen in the run "
+            "that saved it, and this run trains it. Freeze it here too to resume, or start from the checkpoint's "
+            "weights alone (zero-ckpt consolidate, then --init-from) to train it with a fresh optimizer"));
       }
-      if (filled != r.end - r.begin) {
-        return absl::DataLossError(cat("checkpoint ", tag_dir, ": tensor ", key, " holds ", filled, " of the ",
-                                       r.end - r.begin, " elements this rank needs (overlapping or missing segments)"));
-      }
+      return absl::DataLossError(cat("checkpoint ", tag_dir, " has no tensor ", key));
     }
+    runs.clear();
+    r.param->for_each_global_run(r.begin, r.end, [&](int64_t local, int64_t element, int64_t count) {
+      runs.push_back({local, element, count});
+    });
+    if (runs.empty()) return absl::OkStatus();
+    const int64_t lo = runs.front().element, hi = runs.back().element + runs.back().count;
+    int64_t filled = 0;
+    for (const CheckpointSegment& seg : it->second.segments) {
+      if (seg.element(seg.count() - 1) < lo || seg.begin >= hi) continue;
+      ZE_ASSIGN_OR_RETURN(const FileReader* f, files.get(seg.file));
+      // The whole segment is read (to verify its checksum); the parts this
+      // rank holds are copied into its buffer.
+      ZE_RETURN_IF_ERROR(read_segment(*f, seg, key, [&](const float* data, int64_t first, int64_t n) {
+        auto run = std::upper_bound(runs.begin(), runs.end(), first,
+                                    [](int64_t e, const Run& x) { return e < x.element; });
+        if (run != runs.begin()) --run;
+        for (; run != runs.end() && run->element < first + n; ++run) {
+          const int64_t a = std::max(first, run->element), b = std::min(first + n, run->element + run->count);
+          if (a >= b) continue;
+          filled += b - a;
+          ZE_RETURN_IF_ERROR(into.write(index, r.offset + (run->local - r.begin) + (a - run->element),
+                                        absl::MakeConstSpan(data + (a - first), b - a)));
+        }
+        return absl::OkStatus();
+      }));
+    }
+    if (filled != r.end - r.begin) {
+      return absl::DataLossError(cat("checkpoint ", tag_dir, ": tensor ", key, " holds ", filled, " of the ",
+                                     r.end - r.begin, " elements this rank needs (overlapping or missing segments)"));
+    }
+    return absl::OkStatus();
+  };
+  for (int index = 0; index < static_cast<int>(kinds.size()); ++index) {
+    for (const StateRange& r : state.held_ranges()) ZE_RETURN_IF_ERROR(load_range(index, kinds[index], r, store));
+  }
+  // A frozen parameter's weights from its "master" (a trained one's master
+  // weights too: freezing what an earlier run trained), cast to the model
+  // dtype; its optimizer state, if the checkpoint has any, stays unread.
+  if (OptimizerStateStore* frozen = state.frozen_weights()) {
+    for (const StateRange& r : state.frozen_held_ranges()) ZE_RETURN_IF_ERROR(load_range(0, kinds[0], r, *frozen));
   }
   return store.flush();
 }

@@ -1,6 +1,7 @@
 // Atomic sharded checkpoint saves; see checkpoint.h.
 #include <algorithm>
 #include <filesystem>
+#include <set>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
@@ -25,18 +26,21 @@ std::string shard_name(int rank) {
 // each optimizer state), for each of its ranges, the range's elements as
 // segments of the unsplit tensor: one contiguous segment for a whole
 // parameter; for a tensor-parallel slice, its runs in the unsplit tensor,
-// equal runs at a constant distance merged into one strided segment.
+// equal runs at a constant distance merged into one strided segment. The
+// frozen parameters' weights follow the master weights, as "master" of
+// their own (fp32 of the model-dtype values), with no optimizer state.
 struct PlannedSegment {
   std::string kind;
   StateRange range;  // local elements [range.begin, range.end), at range.offset in the state buffers
   int64_t offset;    // byte offset in the file
   int64_t element = 0, run = 0, stride = 0;  // CheckpointSegment's geometry in the unsplit tensor
+  bool frozen = false;  // read from frozen_weights(), not state_store()
 };
 
-std::vector<PlannedSegment> plan(const ModelState& state, const std::vector<std::string>& kinds, int data_rank,
-                                 bool with_replicated, const std::vector<Parameter*>& copies) {
+std::vector<PlannedSegment> pieces_of(const std::vector<StateRange>& ranges, bool with_replicated,
+                                      const std::vector<Parameter*>& copies) {
   std::vector<PlannedSegment> pieces;  // of one kind, offsets to be set
-  for (const StateRange& r : state.written_ranges(data_rank)) {
+  for (const StateRange& r : ranges) {
     if (!with_replicated && !r.param->slice()) continue;  // another tensor rank writes the replicas
     if (std::find(copies.begin(), copies.end(), r.param) != copies.end()) continue;  // the first stage writes it
     const size_t first = pieces.size();
@@ -61,22 +65,35 @@ std::vector<PlannedSegment> plan(const ModelState& state, const std::vector<std:
       pieces.push_back({"", piece, 0, element, 0, 0});
     });
   }
+  return pieces;
+}
+
+std::vector<PlannedSegment> plan(const ModelState& state, const std::vector<std::string>& kinds, int data_rank,
+                                 bool with_replicated, const std::vector<Parameter*>& copies) {
+  const std::vector<PlannedSegment> trained = pieces_of(state.written_ranges(data_rank), with_replicated, copies);
+  std::vector<PlannedSegment> frozen = pieces_of(state.frozen_written_ranges(data_rank), with_replicated, copies);
+  for (PlannedSegment& s : frozen) s.frozen = true;
   std::vector<PlannedSegment> out;
   int64_t offset = kShardHeaderBytes;
-  for (const std::string& kind : kinds)
+  auto add = [&](const std::string& kind, const std::vector<PlannedSegment>& pieces) {
     for (PlannedSegment s : pieces) {
       s.kind = kind;
       s.offset = offset;
       offset += (s.range.end - s.range.begin) * 4;
       out.push_back(std::move(s));
     }
+  };
+  for (const std::string& kind : kinds) {
+    add(kind, trained);
+    if (kind == kinds.front()) add(kind, frozen);  // "master": the frozen weights too
+  }
   return out;
 }
 
 // Writes this rank's shard; returns the CRC of each planned segment.
-absl::StatusOr<std::vector<uint32_t>> write_shard(OptimizerStateStore& store, const std::vector<PlannedSegment>& segs,
-                                                  const std::string& path, int rank, int world,
-                                                  const std::string& tag) {
+absl::StatusOr<std::vector<uint32_t>> write_shard(OptimizerStateStore& store, OptimizerStateStore* frozen,
+                                                  const std::vector<PlannedSegment>& segs, const std::string& path,
+                                                  int rank, int world, const std::string& tag) {
   const int64_t payload = segs.empty() ? 0 : segs.back().offset + (segs.back().range.end - segs.back().range.begin) * 4 - kShardHeaderBytes;
   const std::string tmp = path + ".tmp";
   ZE_ASSIGN_OR_RETURN(FileWriter w, FileWriter::create(tmp));
@@ -87,10 +104,12 @@ absl::StatusOr<std::vector<uint32_t>> write_shard(OptimizerStateStore& store, co
   const std::vector<std::string>& kinds = store.names();
   for (const PlannedSegment& s : segs) {
     const int index = static_cast<int>(std::find(kinds.begin(), kinds.end(), s.kind) - kinds.begin());
+    ZE_CHECK(!s.frozen || (frozen != nullptr && index == 0)) << s.range.param->name();
+    OptimizerStateStore& from = s.frozen ? *frozen : store;
     uint32_t crc = 0;
     for (int64_t e = 0; e < s.range.end - s.range.begin; e += kChunk) {
       const int64_t n = std::min(kChunk, s.range.end - s.range.begin - e);
-      ZE_ASSIGN_OR_RETURN(const std::vector<float> host, store.read(index, s.range.offset + e, n));
+      ZE_ASSIGN_OR_RETURN(const std::vector<float> host, from.read(index, s.range.offset + e, n));
       crc = crc32c(host.data(), host.size() * 4, crc);
       ZE_RETURN_IF_ERROR(w.write(host.data(), host.size() * 4));
     }
@@ -202,7 +221,8 @@ absl::StatusOr<std::string> save_checkpoint(Engine& engine, const SaveOptions& o
       plan(state, kinds, engine.mesh().coordinates().data, engine.mesh().coordinates().tensor == 0,
            later_stage ? model_of(engine.model()).parameters_tied_across_stages() : std::vector<Parameter*>{});
   absl::StatusOr<std::vector<uint32_t>> crcs =
-      write_shard(state.state_store(), mine, partial + "/" + shard_name(rank), rank, world, tag);
+      write_shard(state.state_store(), state.frozen_weights(), mine, partial + "/" + shard_name(rank), rank, world,
+                  tag);
   absl::Status written = agree(crcs.status(), "to write its shard");
   if (!written.ok()) {
     if (rank == 0) (void)remove_tree(partial);  // the previous checkpoint stays as it was
@@ -211,8 +231,8 @@ absl::StatusOr<std::string> save_checkpoint(Engine& engine, const SaveOptions& o
 
   // 3. rank 0 learns every rank's segments (each rank fills its own slots of
   // an all-reduced table: kind, parameter, element, count, run, stride, byte
-  // offset, CRC; all exact in a double).
-  constexpr int kFields = 8;
+  // offset, CRC, frozen; all exact in a double).
+  constexpr int kFields = 9;
   std::vector<double> counts(world, 0.0);
   counts[rank] = static_cast<double>(mine.size());
   ZE_RETURN_IF_ERROR(comm.all_reduce_doubles(counts.data(), world, ReduceOp::kSum));
@@ -241,6 +261,7 @@ absl::StatusOr<std::string> save_checkpoint(Engine& engine, const SaveOptions& o
     row[5] = static_cast<double>(p.stride);
     row[6] = static_cast<double>(p.offset);
     row[7] = static_cast<double>((*crcs)[i]);
+    row[8] = p.frozen ? 1.0 : 0.0;
   }
   ZE_RETURN_IF_ERROR(comm.all_reduce_doubles(table.data(), static_cast<int64_t>(table.size()), ReduceOp::kSum));
 
@@ -262,6 +283,7 @@ absl::StatusOr<std::string> save_checkpoint(Engine& engine, const SaveOptions& o
       for (const auto& entry : list)
         if (std::find(m.parameters.begin(), m.parameters.end(), entry) == m.parameters.end())
           m.parameters.push_back(entry);
+    std::set<std::string> frozen;
     for (int r = 0; r < world; ++r) {
       int64_t end = kShardHeaderBytes;
       for (size_t i = first[r]; i < first[r + 1]; ++i) {
@@ -275,9 +297,12 @@ absl::StatusOr<std::string> save_checkpoint(Engine& engine, const SaveOptions& o
         t.shape = shape;
         t.segments.push_back({r, v(2), v(2) + v(3), v(6), static_cast<uint32_t>(v(7)), v(4), v(5)});
         end = v(6) + v(3) * 4;
+        if (v(8) != 0) frozen.insert(name);
       }
       m.files.push_back({shard_name(r), r, end - kShardHeaderBytes});
     }
+    for (const auto& [name, shape] : m.parameters)
+      if (frozen.count(name) > 0) m.frozen.push_back(name);
     for (auto& [name, t] : m.tensors) {
       std::sort(t.segments.begin(), t.segments.end(),
                 [](const CheckpointSegment& a, const CheckpointSegment& b) { return a.begin < b.begin; });

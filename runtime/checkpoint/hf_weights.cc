@@ -393,7 +393,9 @@ absl::Status load_hf_weights(Engine& engine, const GptConfig& config, const std:
     ZE_ASSIGN_OR_RETURN(const HfWeights w, HfWeights::open(path));
     ZE_ASSIGN_OR_RETURN(const auto matched, match_tensors(w, config));
     ModelState& state = engine.state();
-    for (const StateRange& r : state.held_ranges()) {
+    // The trainable parameters into their master weights, the frozen ones
+    // (no master) straight into their model-dtype weights.
+    auto load = [&](const StateRange& r, OptimizerStateStore& into) -> absl::Status {
       const Parameter& p = *r.param;
       auto it = matched.find(p.name());
       if (it == matched.end() || it->second.shape != p.global_shape()) {
@@ -403,7 +405,11 @@ absl::Status load_hf_weights(Engine& engine, const GptConfig& config, const std:
                                     : cat(" is ", shape_string(it->second.shape), " in the model config"),
                 " (the engine was built from another config)"));
       }
-      ZE_RETURN_IF_ERROR(load_range(w, it->second, r, state.state_store(), max_read_bytes));
+      return load_range(w, it->second, r, into, max_read_bytes);
+    };
+    for (const StateRange& r : state.held_ranges()) ZE_RETURN_IF_ERROR(load(r, state.state_store()));
+    if (OptimizerStateStore* frozen = state.frozen_weights()) {
+      for (const StateRange& r : state.frozen_held_ranges()) ZE_RETURN_IF_ERROR(load(r, *frozen));
     }
     return state.state_store().flush();
   }();

@@ -81,7 +81,8 @@ inline constexpr int64_t kHfReadChunkBytes = 64 << 20;
 // the model must be there with its shape; a tensor in the files that is not
 // part of the model is refused (except GPT-2's attention-mask buffers
 // attn.bias / attn.masked_bias and an lm_head.weight in a tied model). Each
-// rank reads only the elements it holds (state.held_ranges()), at most
+// rank reads only the elements it holds (state.held_ranges(), and the frozen
+// parameters' frozen_held_ranges() into their weights), at most
 // max_read_bytes at a time (GPT-2's transposed Conv1D weights: the whole
 // tensor). A collective (every rank calls it); a failure on any rank fails
 // every rank.

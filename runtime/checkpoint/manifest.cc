@@ -77,6 +77,7 @@ Json Manifest::to_json() const {
     }
     j["model_files"] = list;
   }
+  if (!frozen.empty()) j["frozen"] = frozen;
   j["crc32c"] = manifest_crc(j);
   return j;
 }
@@ -186,6 +187,18 @@ absl::StatusOr<Manifest> Manifest::parse(const Json& j, const std::string& path)
         for (const CheckpointModelFile& g : m.model_files)
           if (g.name == f.name) return bad(cat("model file ", f.name, " is listed twice"));
         m.model_files.push_back(std::move(f));
+      }
+    }
+    if (j.contains("frozen")) {
+      for (const Json& e : j.at("frozen")) {
+        const std::string name = e.get<std::string>();
+        const bool known = std::any_of(m.parameters.begin(), m.parameters.end(),
+                                       [&](const auto& entry) { return entry.first == name; });
+        if (!known) return bad(cat("\"frozen\" names ", name, ", which is not one of its parameters"));
+        if (m.tensors.count(key("master", name)) == 0) {
+          return bad(cat("frozen parameter ", name, " has no master tensor (its weights)"));
+        }
+        m.frozen.push_back(name);
       }
     }
     return m;

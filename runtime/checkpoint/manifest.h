@@ -23,7 +23,9 @@
 // generation_config.json: hf_model_files.h), each listed with its size and
 // CRC-32C, copied whole. The model-dtype parameters are not stored: they
 // are cast(master) by construction (the engine's invariant), and are rebuilt
-// on load.
+// on load. A frozen parameter (requires_grad false) has no master and no
+// optimizer state: its "master/<param>" holds its model-dtype weights (as
+// fp32, exactly), and the manifest lists it under "frozen".
 #pragma once
 
 #include <algorithm>
@@ -110,6 +112,9 @@ struct Manifest {
   Json model;
   // The model's files saved beside the shards (none in older checkpoints).
   std::vector<CheckpointModelFile> model_files;
+  // Parameters the run kept frozen (in `parameters` order): "master/<name>"
+  // only, no optimizer state. Absent from the JSON when empty.
+  std::vector<std::string> frozen;
 
   static std::string key(const std::string& kind, const std::string& param) { return kind + "/" + param; }
   int64_t payload_bytes() const;

@@ -1,7 +1,7 @@
 // How config keys are declared (runtime/config/config_schema.h): one
 // builder per kind, each binding a key to a field of RunConfig. Included only
-// by the files that declare keys (run_config.cc and the deepspeed_*_sections.cc
-// files, each beside the rules of its sections).
+// by the files that declare keys (run_config.cc, data_section.cc and the
+// deepspeed_*_sections.cc files, each beside the rules of its sections).
 #pragma once
 
 #include <charconv>
@@ -156,6 +156,7 @@ inline const NumberRange kRatio = NumberRange::between(0.0, 1.0);
 
 // Each file's declarations, in the README table's order.
 std::vector<ConfigKey> run_config_keys();  // run_config.cc: model, data, run, DeepSpeed's top level
+std::vector<ConfigKey> data_keys();        // data_section.cc: data (run_config_keys places them)
 std::vector<ConfigKey> training_keys();    // deepspeed_training_sections.cc: optimizer, scheduler, precision
 std::vector<ConfigKey> zero_keys();        // deepspeed_zero_sections.cc: zero_optimization, aio, checkpoints
 

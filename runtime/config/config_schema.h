@@ -6,8 +6,8 @@
 // rules that join several keys, and the README's key table is printed from
 // them (config_key_table, checked against the README by
 // tests/runtime/config_schema_test.cc). The declarations live beside their
-// sections' rules (run_config.cc, deepspeed_training_sections.cc,
-// deepspeed_zero_sections.cc), written with config_key_builders.h.
+// sections' rules (run_config.cc, data_section.cc,
+// deepspeed_training_sections.cc, deepspeed_zero_sections.cc), written with config_key_builders.h.
 //
 // A key DeepSpeed defines but ZeroEngine does not implement is declared as
 // refused: it is accepted at its one harmless value and refused at any other

@@ -13,6 +13,7 @@
 #include "runtime/config/config_key_builders.h"
 #include "runtime/config/config_reader.h"
 #include "runtime/config/config_schema.h"
+#include "runtime/config/data_section.h"
 #include "runtime/config/deepspeed_sections.h"
 #include "runtime/config/hf_config.h"
 #include "runtime/config/model_limits.h"
@@ -352,9 +353,7 @@ absl::StatusOr<RunConfig> parse_run_config(const Json& config, const ConfigOptio
     else root.diagnostics().errors.push_back(cat("run.resume: ", found.status().message()));
   }
   parse_model(root.section("model"), out, resumed);
-  ConfigReader data = root.section("data");
-  read_declared_keys(data, out);
-  data.finish();
+  parse_data_section(root.section("data"), out);  // after run and model: run.init_from may bring the tokenizer
   // DeepSpeed's monitors (pydantic models there: unknown keys fail).
   for (const char* monitor : {"csv_monitor", "tensorboard", "flops_profiler", "comms_logger"}) {
     ConfigReader m = root.section(monitor);
@@ -506,13 +505,7 @@ std::vector<ConfigKey> run_config_keys() {
   k.push_back(number("model.dropout", ZE_FIELD(model.gpt.dropout), NumberRange::unit_open(),
                      "GPT-2's dropout (embeddings, attention and MLP outputs); masks are a hash of "
                      "(run.seed, layer, global sample, position), the same on any number of ranks"));
-  k.push_back(text_choice("data.format", ZE_FIELD(data.format), {"text", "llmc"},
-                          "\"text\": bytes of text files (vocabulary 256); \"llmc\": llm.c token shards"));
-  k.push_back(text("data.path", ZE_FIELD(data.path), "a file, a directory (its files) or a glob")
-                  .shown("(required to train)"));
-  k.push_back(integer("data.seed", ZE_FIELD(data.seed), 0, kMax, "sampling seed"));
-  k.push_back(text("data.val_path", ZE_FIELD(data.val_path),
-                   "validation tokens in data.format: a file, a directory or a glob (\"\": no evaluation)"));
+  for (ConfigKey& key : data_keys()) k.push_back(std::move(key));  // data_section.cc
   k.push_back(integer("run.steps", ZE_FIELD(run.steps), 0, int64_t{1} << 40,
                       "optimizer steps in total (counting those before a resume)"));
   k.push_back(text("run.metrics", ZE_FIELD(run.metrics), "JSON-lines file, one object per optimizer step"));

@@ -28,12 +28,22 @@ struct ModelSection {
   Json hf_source;
 };
 
-// "data": where training tokens come from.
+// "data": where training tokens come from (runtime/config/data_section.h
+// has the keys' rules; runtime/tools/training_data.h opens the data).
 struct DataSection {
-  std::string format = "text";  // "text": bytes of text files (vocab 256); "llmc": llm.c token shards
-  std::string path;             // a file, a directory, or a glob pattern
-  uint64_t seed = 1234;         // sampling is a function of (seed, step, sample index)
-  std::string val_path;         // validation tokens, same format as path ("": no evaluation)
+  // "text": text files, one document each, through `tokenizer` (bytes when
+  // there is none and the model's vocabulary is 256); "jsonl": one document
+  // per JSON line (its `jsonl_field`); "sft": prompt/completion or messages
+  // examples; "bytes": bytes of files, vocabulary 256; "llmc": llm.c token shards.
+  std::string format = "text";
+  std::string path;              // a file, a directory, or a glob pattern
+  uint64_t seed = 1234;          // sampling is a function of (seed, step, sample index)
+  std::string val_path;          // validation data, same format as path ("": no evaluation)
+  std::string tokenizer;         // a model directory or tokenizer file ("": run.init_from's, when it has one)
+  std::string jsonl_field = "text";  // "jsonl": the field of each line that holds the document
+  bool packing = false;          // "sft": several examples per row (best-fit decreasing)
+  // Whether the text formats read their text through a tokenizer; "sft" and "jsonl" always do.
+  bool tokenized() const { return format == "jsonl" || format == "sft" || (format == "text" && !tokenizer.empty()); }
 };
 
 // "run": the loop around the engine.

@@ -189,16 +189,21 @@ absl::StatusOr<std::unique_ptr<DocumentReader>> DocumentReader::open(const Docum
   if (options.jsonl_field.empty()) return absl::InvalidArgumentError("the JSON-lines field name is empty");
   std::unique_ptr<DocumentReader> r(new DocumentReader());
   r->options_ = options;
-  std::map<std::string, std::string> named_by;  // a file's canonical path -> the input that named it
-  for (const std::string& input : options.inputs) {
+  std::map<std::string, size_t> named_by;  // a file's canonical path -> the index of the input that named it
+  for (size_t i = 0; i < options.inputs.size(); ++i) {
+    const std::string& input = options.inputs[i];
     ZE_ASSIGN_OR_RETURN(std::vector<std::string> files, expand_data_path(input));
     for (std::string& f : files) {
       std::error_code ec;
       const std::string canonical = fs::weakly_canonical(f, ec).string();
-      const auto [it, fresh] = named_by.emplace(ec ? f : canonical, input);
+      const auto [it, fresh] = named_by.emplace(ec ? f : canonical, i);
+      // A link beside its target in one directory or glob (Debian's
+      // common-licenses/GPL -> GPL-3) is an alias: the file is read once.
+      if (!fresh && it->second == i) continue;
       if (!fresh) {
-        return absl::InvalidArgumentError(cat("data file ", f, " is named twice, by input ", it->second, " and by ",
-                                              input, ": its documents would be tokenized twice"));
+        return absl::InvalidArgumentError(cat("data file ", f, " is named twice, by input ",
+                                              options.inputs[it->second], " and by ", input,
+                                              ": its documents would be tokenized twice"));
       }
       r->files_.push_back(std::move(f));
     }

@@ -5,7 +5,8 @@
 //
 // Inputs are files, directories (their regular files, sorted, not recursive)
 // or globs, expanded by expand_data_path (token_source.h), each input's files
-// in order. With DocumentFormat::kAuto a file named *.jsonl, *.ndjson or
+// in order. A file two inputs name is refused; two names of one file within
+// one input (a symbolic link beside its target) are read once, as the first. With DocumentFormat::kAuto a file named *.jsonl, *.ndjson or
 // *.json is JSON lines, any other file is text.
 //
 // A record is a text file or a non-blank JSON line (blank: only spaces, tabs

@@ -1,4 +1,4 @@
-// Text-byte and llm.c token sources, and the shard writer; see
+// Text-byte, llm.c and in-memory token sources, and the shard writer; see
 // token_source.h, and docs/data-format.md for the shard layout. Shards are
 // little-endian on disk and are read and written as host integers, hence the
 // static_assert below.
@@ -180,6 +180,13 @@ class LlmcShards final : public TokenSource {
       if (s.declared_vocab != shards[0].declared_vocab) return -1;
     return shards.empty() ? 0 : shards[0].declared_vocab;
   }
+  std::vector<int64_t> declared_vocabs() const override {
+    std::vector<int64_t> out;
+    for (const Shard& s : shards) {
+      if (std::find(out.begin(), out.end(), s.declared_vocab) == out.end()) out.push_back(s.declared_vocab);
+    }
+    return out;
+  }
   std::string describe() const override {
     int64_t total = 0;
     for (const auto& s : shards) total += s.ntok;
@@ -334,7 +341,35 @@ absl::Status write_shard(const std::string& path, const ShardFormat& format, int
   return absl::OkStatus();
 }
 
+class MemoryTokens final : public TokenSource {
+ public:
+  MemoryTokens(std::vector<int32_t> tokens, int64_t vocab_size, std::string description)
+      : tokens_(std::move(tokens)), vocab_size_(vocab_size), description_(std::move(description)) {
+    for (int32_t t : tokens_) max_token_ = std::max<int64_t>(max_token_, t);
+  }
+  int64_t num_sequences() const override { return 1; }
+  int64_t sequence_length(int64_t) const override { return static_cast<int64_t>(tokens_.size()); }
+  absl::Status read(int64_t, int64_t offset, int64_t n, int32_t* out) const override {
+    std::copy_n(tokens_.begin() + offset, n, out);
+    return absl::OkStatus();
+  }
+  int64_t vocab_bound() const override { return max_token_ + 1; }
+  int64_t declared_vocab() const override { return vocab_size_; }
+  std::string describe() const override { return description_; }
+
+ private:
+  std::vector<int32_t> tokens_;
+  int64_t vocab_size_;
+  std::string description_;
+  int64_t max_token_ = 0;
+};
+
 }  // namespace
+
+std::unique_ptr<TokenSource> make_memory_tokens(std::vector<int32_t> tokens, int64_t vocab_size,
+                                                std::string description) {
+  return std::make_unique<MemoryTokens>(std::move(tokens), vocab_size, std::move(description));
+}
 
 absl::StatusOr<std::unique_ptr<TokenSource>> open_text_bytes(const std::string& path) {
   ZE_ASSIGN_OR_RETURN(std::vector<std::string> files, expand_data_path(path));

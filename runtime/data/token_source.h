@@ -3,7 +3,8 @@
 // sequence, never across two.
 //
 // Two on-disk forms: text files read as bytes (vocabulary 256), and llm.c
-// token shards with 16-bit or 32-bit tokens. The shard layout, byte by byte,
+// token shards with 16-bit or 32-bit tokens; and tokens in memory (text
+// tokenized as the run starts, runtime/tools/training_data.h). The shard layout, byte by byte,
 // and what the reader checks are in docs/data-format.md.
 #pragma once
 
@@ -33,6 +34,9 @@ class TokenSource {
   // as in llm.c's own files), or -1 when the shards of one path declare
   // different sizes (describe() names them). Nothing is refused on it here.
   virtual int64_t declared_vocab() const = 0;
+  // Every size the files declare, each once, in file order (llm.c shards of
+  // two tokenizers give two); {declared_vocab()} for a single source.
+  virtual std::vector<int64_t> declared_vocabs() const { return {declared_vocab()}; }
   // "3 llm.c shards (32-bit tokens), 1.2M tokens"
   virtual std::string describe() const = 0;
 };
@@ -45,6 +49,11 @@ absl::StatusOr<std::vector<std::string>> expand_data_path(const std::string& pat
 // starts with an llm.c shard magic is refused, naming it: it holds token ids,
 // and reading them as bytes would train on the wrong tokens.
 absl::StatusOr<std::unique_ptr<TokenSource>> open_text_bytes(const std::string& path);
+
+// Tokens in memory (text tokenized when the run starts) as one sequence,
+// declared for a vocabulary of `vocab_size` ids; describe() is `description`.
+std::unique_ptr<TokenSource> make_memory_tokens(std::vector<int32_t> tokens, int64_t vocab_size,
+                                                std::string description);
 
 // llm.c token shards, 16-bit (GPT-2 header) or 32-bit (Llama-3 header).
 // Every file is validated field by field (magic, version, token count against

@@ -2,11 +2,13 @@
 #include "runtime/engine/engine.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 
 #include "core/status.h"
 #include "core/strings.h"
+#include "graph/freeze.h"
 #include "graph/vocab_parallel.h"
 #include "zero/state_buffers.h"
 
@@ -105,10 +107,86 @@ Engine::Engine(std::unique_ptr<Module> model, const EngineConfig& config, Backen
 
 Engine::~Engine() {
   for (Context* c : contexts()) c->clear();
-  for (Parameter* p : model_->parameters()) p->data = p->grad = Tensor();
+  for (Parameter* p : model_->parameters()) {
+    p->data = p->grad = Tensor();
+    p->set_index(-1);  // no engine holds it: requires_grad may change again
+  }
+}
+
+absl::Status Engine::check_frozen_parameters() {
+  // Every rank of a data (or tensor) group lays its buffers out and issues
+  // its reductions from the same frozen set, and the stages holding a tied
+  // table sum its gradient only if they all train it: a rank that froze
+  // other parameters would hang its group's collectives. Each group
+  // compares count, unsplit elements and a hash of the names (48 bits: exact
+  // in a double); then the world agrees on every finding, so every rank returns
+  // the same error (none waits in a collective another rank gave up on).
+  auto fingerprint = [](const std::vector<Parameter*>& params) {
+    std::array<double, 3> f{0, 0, 0};
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const Parameter* p : params) {
+      if (p->requires_grad()) continue;
+      f[0] += 1;
+      f[1] += static_cast<double>(shape_numel(p->global_shape()));  // a tensor rank's slice differs
+      for (char ch : p->name() + ";") h = (h ^ static_cast<unsigned char>(ch)) * 0x100000001b3ull;
+    }
+    f[2] = static_cast<double>(h >> 16);
+    return f;
+  };
+  auto differs = [&](Communicator& group, const std::vector<Parameter*>& params) -> absl::StatusOr<double> {
+    if (group.world_size() == 1) return 0.0;
+    const std::array<double, 3> f = fingerprint(params);
+    std::array<double, 6> both{f[0], f[1], f[2], -f[0], -f[1], -f[2]};
+    ZE_RETURN_IF_ERROR(annotate(group.all_reduce_doubles(both.data(), 6, ReduceOp::kMax),
+                                "comparing the frozen parameters of the ranks"));
+    for (int i = 0; i < 3; ++i)
+      if (both[i] != -both[i + 3]) return 1.0;
+    return 0.0;
+  };
+  const std::vector<Parameter*> params = model_->parameters();
+  const TrainableCount count = count_trainable(*model_);
+  const int stages = mesh_->shape().pipeline;
+  // found[0]: -(1 + this stage) when it has nothing to train, else -1e18,
+  // so the world's max names the first such stage; [1..3]: 1 where the data
+  // group, the tensor group, the tied table's stages differ.
+  std::array<double, 4> found{count.trainable == 0 ? -(mesh_->coordinates().pipeline + 1.0) : -1e18, 0, 0, 0};
+  ZE_ASSIGN_OR_RETURN(found[1], differs(comm(), params));
+  if (mesh_->shape().tensor > 1) {
+    ZE_ASSIGN_OR_RETURN(found[2], differs(mesh_->tensor(), params));
+  }
+  if (Communicator* tied = mesh_->embedding()) {
+    ZE_ASSIGN_OR_RETURN(found[3], differs(*tied, model_of(*model_).parameters_tied_across_stages()));
+  }
+  if (mesh_->world().world_size() > 1) {
+    ZE_RETURN_IF_ERROR(annotate(mesh_->world().all_reduce_doubles(found.data(), 4, ReduceOp::kMax),
+                                "agreeing on the frozen parameters"));
+  }
+  if (found[0] > -1e18) {
+    if (stages > 1) {
+      return absl::InvalidArgumentError(cat(
+          "no trainable parameters: pipeline stage ", static_cast<int>(-found[0]) - 1, " of ", stages,
+          " holds only frozen parameters (requires_grad false); a stage with nothing to train is not supported: "
+          "freeze fewer, or cut the stages elsewhere"));
+    }
+    return absl::InvalidArgumentError(cat(
+        "no trainable parameters: every one of the model's ", params.size(), " parameters (", count.frozen,
+        " elements) is frozen (requires_grad false), so there is nothing for the optimizer to train; freeze fewer "
+        "(model.freeze patterns, graph/freeze.h)"));
+  }
+  const char* groups[] = {"data-parallel group", "tensor-parallel group", "pipeline stages sharing the tied embedding"};
+  for (int i = 1; i <= 3; ++i) {
+    if (found[i] > 0) {
+      return absl::InvalidArgumentError(cat(
+          "the ranks of a ", groups[i - 1], " freeze different parameters: every rank must freeze the same ones "
+          "(the same model.freeze patterns, applied before initialize); this rank freezes ",
+          fingerprint(i == 3 ? model_of(*model_).parameters_tied_across_stages() : params)[0], " of them"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Engine::init() {
+  ZE_RETURN_IF_ERROR(check_frozen_parameters());
   ModelStateOptions o;
   o.zero = config_.zero;
   o.aio = config_.aio;
@@ -473,6 +551,7 @@ std::vector<float> Engine::master_values(const Parameter& p) {
 }
 
 std::vector<float> Engine::grad_values(const Parameter& p) {
+  ZE_CHECK(p.requires_grad()) << p.name() << " is frozen: it has no gradient";
   ZE_CHECK(p.grad.defined()) << p.name() << " has no full gradient on this rank (stage " << stage_number(state_->stage()) << ")";
   return download_fp32(backend_, p.grad.view({p.numel()}));
 }

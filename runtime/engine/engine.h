@@ -83,6 +83,14 @@ class Engine {
  public:
   // comm: every rank is a data-parallel rank (a mesh of data = world);
   // nullptr means a single process.
+  //
+  // Frozen parameters (Parameter::requires_grad false, set before this
+  // call: graph/freeze.h) train nothing: no gradient buffer, no reduction,
+  // no fp32 master, no optimizer state, no part in the gradient norm; their
+  // weights stay in the model dtype (whole on every rank at stages 0-2,
+  // partitioned and gathered at stage 3) and checkpoints hold them. Refused:
+  // a model (or pipeline stage) with no trainable parameter, and ranks of a
+  // group that freeze different parameters.
   static absl::StatusOr<std::unique_ptr<Engine>> create(std::unique_ptr<Module> model, const EngineConfig& config,
                                                         Backend& backend, Communicator* comm = nullptr);
   // On a device mesh (comm/device_mesh.h), which must outlive the
@@ -150,6 +158,9 @@ class Engine {
   const EngineConfig& config() const { return config_; }
   int64_t global_step() const { return global_step_; }
   int64_t num_parameters() const { return state_->num_parameters(); }
+  // Of those, the elements that train (Parameter::requires_grad); the rest
+  // are frozen: weights only, no gradient or optimizer state.
+  int64_t num_trainable_parameters() const { return state_->num_trainable_parameters(); }
   double loss_scale() const { return scaler_.scale(); }
   const LrScheduler& scheduler() const { return scheduler_; }
   bool is_accumulation_boundary() const {
@@ -181,7 +192,8 @@ class Engine {
   // partition_activations in effect: each tensor rank keeps 1/T of every segment input.
   bool checkpoint_inputs_partitioned() const { return ctx_.checkpoint_partition() != nullptr; }
 
-  // fp32 master values of a parameter, gathered from every rank's partition.
+  // fp32 master values of a parameter, gathered from every rank's partition
+  // (a frozen parameter has none: its model-dtype weights, as fp32).
   // A collective: every rank calls it, in the same order.
   absl::StatusOr<std::vector<float>> gather_master(const Parameter& p) { return state_->gather_master(p); }
   // Single-process convenience for tests and tools.
@@ -195,6 +207,8 @@ class Engine {
  private:
   Engine(std::unique_ptr<Module> model, const EngineConfig& config, Backend& backend, const DeviceMesh& mesh);
   absl::Status init();
+  // At least one parameter trains, and every rank of a group freezes the same ones.
+  absl::Status check_frozen_parameters();
   Tensor to_compute(const Tensor& host);
   // The loss of logits [N, V] and its gradient in place: the fused kernel,
   // or the vocabulary-parallel one when the model's logits are a slice.

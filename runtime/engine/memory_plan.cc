@@ -8,6 +8,7 @@
 #include "core/status.h"
 #include "core/strings.h"
 #include "graph/build_model.h"
+#include "graph/freeze.h"
 #include "kernels/dry_run/dry_run_backend.h"
 #include "runtime/engine/engine.h"
 #include "zero/host_step.h"
@@ -58,6 +59,11 @@ absl::StatusOr<MemoryPlan> plan_memory(const PlanInput& in) {
   // from the middle ones').
   ZE_ASSIGN_OR_RETURN(std::unique_ptr<Gpt> model,
                       build_model(g, *mesh, {in.sequence_parallel, e.pipeline.partition_method}));
+  if (!in.freeze.empty()) {
+    ZE_RETURN_IF_ERROR(freeze_matching(*model, in.freeze,
+                                       stages > 1 ? UnmatchedPattern::kAllow : UnmatchedPattern::kRefuse)
+                           .status());
+  }
   ZE_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(std::move(model), e, backend, *mesh));
   MemoryTracker& tracker = backend.process_tracker();
 
@@ -66,6 +72,7 @@ absl::StatusOr<MemoryPlan> plan_memory(const PlanInput& in) {
   plan.rank = in.rank;
   plan.compute_tier = in.compute_tier;
   plan.num_parameters = engine->num_parameters();
+  plan.trainable_parameters = engine->num_trainable_parameters();
   plan.partition_numel = engine->state().state_store().numel();
   plan.checkpoint_segments = static_cast<int64_t>(engine->num_checkpoint_segments());
   plan.after_init = currents(tracker.snapshot());
@@ -90,6 +97,10 @@ absl::StatusOr<MemoryPlan> plan_memory(const PlanInput& in) {
   if (plan.checkpoint_segments > 0 && checkpoint_inputs_to_host(e, in.compute_tier)) {
     plan.notes.push_back("cpu_checkpointing: segment inputs in host memory (host activations), copied back to "
                          "the compute tier one segment ahead of their recompute");
+  }
+  if (plan.trainable_parameters < plan.num_parameters) {
+    plan.notes.push_back(cat("frozen: ", plan.num_parameters - plan.trainable_parameters, " of ", plan.num_parameters,
+                             " parameters (weights only: no gradients or optimizer state for them)"));
   }
   if (e.zero.stage == ZeroStage::k3)
     plan.notes.push_back("stage 3: peaks of a run of 2+ steps (from the second step on, the coordinator prefetches)");

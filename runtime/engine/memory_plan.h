@@ -45,6 +45,11 @@ struct PlanInput {
   int rank = 0;             // which rank to plan (padding, the last shard and the vocabulary slice differ per rank)
   Tier compute_tier = Tier::kHost;  // where the backend computes: kHost (CPU), kDevice (CUDA)
   int optimizer_steps = 2;  // length of the dry run (>= 2 to reach stage 3's steady state)
+  // Parameters to freeze, by name (graph/freeze.h's freeze_matching: whole-
+  // name regular expressions; each must match some parameter of this rank's
+  // stage when there is one stage). Frozen parameters hold no gradient or
+  // optimizer state, so the plan counts those for the trainable ones only.
+  std::vector<std::string> freeze;
 };
 
 struct MemoryPlan {
@@ -58,6 +63,7 @@ struct MemoryPlan {
   std::array<std::array<int64_t, kNumMemCategories>, kNumTiers> after_init{};
 
   int64_t num_parameters = 0;     // Psi
+  int64_t trainable_parameters = 0;  // of Psi, the elements that train (not frozen)
   int64_t partition_numel = 0;    // master / optimizer elements this rank holds
   int64_t checkpoint_segments = 0;
   int64_t comm_bytes_per_step = 0;  // bytes this rank sends into collectives per optimizer step (the last)

@@ -40,6 +40,18 @@ ModelStateBytes engine_model_state_bytes(int64_t params, int64_t world, int stag
   return model_state_bytes(static_cast<double>(padded), world, stage, model_state_factors(e));
 }
 
+ModelStateBytes engine_model_state_bytes(int64_t params, int64_t frozen, int64_t world, int stage,
+                                         const EngineConfig& engine) {
+  ZE_CHECK(frozen >= 0 && frozen <= params) << frozen << " frozen of " << params;
+  ModelStateBytes b = engine_model_state_bytes(params - frozen, world, stage, engine);
+  EngineConfig e = engine;
+  e.zero.stage = zero_stage(stage);
+  const int64_t pad = stage == 3 ? world : 1;
+  const double padded = static_cast<double>((frozen + pad - 1) / pad * pad);
+  b.parameters += model_state_factors(e).param_bytes * padded / static_cast<double>(pad);
+  return b;
+}
+
 double deepspeed_zero2_estimate(double params, int64_t world) {
   return 4.0 * params + std::floor(16.0 * params / static_cast<double>(world));
 }

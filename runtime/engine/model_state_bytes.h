@@ -40,6 +40,12 @@ ModelStateFactors model_state_factors(const EngineConfig& engine);
 // model held as one tensor: the paper's count plus DeepSpeed's padding (a
 // multiple of 2W at stages 1-2, of W at stage 3) and the aliasing above.
 ModelStateBytes engine_model_state_bytes(int64_t params, int64_t world, int stage, const EngineConfig& engine);
+// The same with `frozen` of the `params` elements frozen (requires_grad
+// false): they keep their parameter bytes (stage 3: divided by W, padded to
+// W) but hold no gradient, master or optimizer state; the trainable rest is
+// counted as above (its flat group padded to 2W at stages 1-2).
+ModelStateBytes engine_model_state_bytes(int64_t params, int64_t frozen, int64_t world, int stage,
+                                         const EngineConfig& engine);
 
 // DeepSpeed's own estimators (estimate_zero2/3_model_states_mem_needs, no
 // offload), for comparison: stage 2: 4 Psi + 16 Psi / W; stage 3:

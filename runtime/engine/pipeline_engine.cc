@@ -238,7 +238,8 @@ absl::StatusOr<StepResult> Engine::run_pipeline(const MicroBatchSource& next) {
   // their (data-reduced) gradients over the embedding group.
   if (Communicator* group = mesh_->embedding()) {
     for (Parameter* p : model_of(*model_).parameters_tied_across_stages()) {
-      ZE_RETURN_IF_ERROR(state_->sum_gradient_over(*p, *group));
+      // A frozen table has no gradient (its copies freeze alike: checked at init).
+      if (p->requires_grad()) ZE_RETURN_IF_ERROR(state_->sum_gradient_over(*p, *group));
     }
   }
   timing_.pipeline_wait_s += wait_s;

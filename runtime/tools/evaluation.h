@@ -9,8 +9,10 @@
 // micro-batch), sampled from the validation source by index with data.seed
 // (data_loader.h), never by the training step: the same batches at every
 // evaluation and on any layout with the same R. Data-parallel rank r
-// evaluates rows [r b, (r + 1) b) of each; the loss sums are all-reduced over
-// the data-parallel group. The ranks of a tensor group and of a pipeline
+// evaluates rows [r b, (r + 1) b) of each; the loss sums and the counts of
+// targets with a loss are all-reduced over the data-parallel group, so the
+// value is the mean over every such target (SFT rows have fewer than
+// seq_len: their prompts and padding are masked). The ranks of a tensor group and of a pipeline
 // group share their rows: they evaluate the same batch together, and each
 // gets the whole loss of it (with pipeline stages the last stage's, passed
 // to every stage), so every data group sums each row once.
@@ -27,17 +29,21 @@ namespace zero {
 
 class Evaluator {
  public:
-  // Opens data.val_path in data.format; errors name the key and the path.
-  // Fails when its token ids do not fit model.vocab_size.
+  // Opens data.val_path in data.format (runtime/tools/training_data.h);
+  // errors name the key and the path. Fails when its token ids do not fit
+  // model.vocab_size.
   static absl::StatusOr<std::unique_ptr<Evaluator>> create(const RunConfig& config);
+  // Over data.val_path's loader, opened already.
+  static std::unique_ptr<Evaluator> create(const RunConfig& config, std::unique_ptr<DataLoader> val);
 
   // Every rank calls it (a collective over engine.mesh()'s data group, and
   // inside Engine::evaluate over its tensor and pipeline groups).
-  // Returns the mean per-token loss over all K batches (all rows have
-  // seq_len targets, so this is also the mean of the per-batch means).
+  // Returns the mean per-token loss over the targets of all K batches that
+  // have a loss (with pretraining windows, every target: then this is also
+  // the mean of the per-batch means).
   absl::StatusOr<double> evaluate(Engine& engine);
 
-  const TokenSource& source() const { return loader_->source(); }
+  const SampleSet& samples() const { return loader_->samples(); }
   int64_t batches() const { return batches_; }
   int64_t rows_per_batch() const { return rows_per_batch_; }
 

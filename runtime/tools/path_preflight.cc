@@ -99,6 +99,7 @@ absl::Status check_run_paths(const RunConfig& config, int rank) {
   std::error_code ec;
   if (!config.data.path.empty()) ZE_RETURN_IF_ERROR(check_data_path("data.path", config.data.path));
   if (!config.data.val_path.empty()) ZE_RETURN_IF_ERROR(check_data_path("data.val_path", config.data.val_path));
+  if (!config.data.tokenizer.empty()) ZE_RETURN_IF_ERROR(check_data_path("data.tokenizer", config.data.tokenizer));
   // Rank 0 writes the monitors, under output_path (made if missing).
   for (const auto& [key, m] : {std::pair<std::string_view, const MonitorSection*>{"tensorboard.output_path",
                                                                                   &config.tensorboard},

@@ -6,8 +6,8 @@
 // written (per rank when it holds "{rank}"), flops_profiler.output_file
 // likewise, run.save_dir a writable directory
 // or one that can be created, and every nvme_path of an NVMe offload an
-// existing, writable directory; data.path and data.val_path exist (a glob
-// matches a file), and an enabled monitor's output_path can be written.
+// existing, writable directory; data.path, data.val_path and data.tokenizer
+// exist (a glob matches a file), and an enabled monitor's output_path can be written.
 // "Can be created" is tried (a probe directory made and removed), since root
 // passes every permission check. Each error names the key and the path.
 #pragma once

@@ -25,7 +25,6 @@
 #include "runtime/checkpoint/hf_weights.h"
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/config/hf_config.h"
-#include "runtime/data/data_loader.h"
 #include "runtime/engine/engine.h"
 #include "runtime/tools/evaluation.h"
 #include "runtime/tools/flops_profile_report.h"
@@ -43,24 +42,10 @@ std::string last_checkpoint_name(const std::string& resume_dir, const absl::Stat
   return resume_dir.empty() || !point.ok() ? std::string("the model") : cat(resume_dir, "/", point->tag);
 }
 
-absl::StatusOr<std::unique_ptr<DataLoader>> open_data(const RunConfig& c) {
-  std::unique_ptr<TokenSource> source;
-  if (c.data.format == "llmc") {
-    ZE_ASSIGN_OR_RETURN(source, open_llmc_shards(c.data.path, c.model.gpt.vocab_size));
-  } else {
-    ZE_ASSIGN_OR_RETURN(source, open_text_bytes(c.data.path));
-  }
-  if (source->vocab_bound() > c.model.gpt.vocab_size) {
-    return absl::InvalidArgumentError(cat("data (", source->describe(), ") has token ids up to ",
-                                          source->vocab_bound() - 1, " but model.vocab_size is ",
-                                          c.model.gpt.vocab_size));
-  }
-  return DataLoader::create(std::move(source), c.model.gpt.seq_len, c.data.seed);
-}
-
 // One zero-train run as the phases it goes through, in this order (each a
-// method, run_training below calls them): open the inputs (data, the
-// evaluation set), choose MFU's peak, attach the comms logger, build (the
+// method, run_training below calls them): take the inputs (the data and the
+// evaluation set, opened before the run by open_training_data), choose MFU's
+// peak, attach the comms logger, build (the
 // mesh, the model through build_model, the engine: the same calls
 // zero-estimate's dry run and the benchmarks make), describe the set-up,
 // restore (a checkpoint or initial weights), open the outputs (progress,
@@ -68,8 +53,9 @@ absl::StatusOr<std::unique_ptr<DataLoader>> open_data(const RunConfig& c) {
 // or a signal), finish (the last save and the summaries).
 class TrainingRun {
  public:
-  TrainingRun(const RunConfig& c, Backend& backend, Communicator& comm, std::ostream& rank0_out)
+  TrainingRun(const RunConfig& c, TrainingData data, Backend& backend, Communicator& comm, std::ostream& rank0_out)
       : c_(c),
+        inputs_(std::move(data)),
         g_(c.model.gpt),
         backend_(backend),
         comm_(comm),
@@ -79,7 +65,7 @@ class TrainingRun {
     if (comm_log_) comm_.set_log(nullptr);  // the world outlives the run; the groups go with the mesh
   }
 
-  absl::Status open_inputs();
+  void take_inputs();
   void choose_mfu_peak();
   absl::Status attach_comms_logger();
   absl::Status build();
@@ -117,6 +103,7 @@ class TrainingRun {
   const int64_t tracked_device_baseline_ =
       MemoryTracker::global().snapshot().reserved[static_cast<int>(Tier::kDevice)].current;
 
+  TrainingData inputs_;  // until take_inputs()
   std::unique_ptr<DataLoader> data_;
   std::unique_ptr<Evaluator> evaluator_;
   double peak_tflops_ = 0;
@@ -145,12 +132,9 @@ class TrainingRun {
   int64_t nonfinite_run_ = 0;
 };
 
-absl::Status TrainingRun::open_inputs() {
-  ZE_ASSIGN_OR_RETURN(data_, open_data(c_));
-  if (c_.run.eval_every > 0) {
-    ZE_ASSIGN_OR_RETURN(evaluator_, Evaluator::create(c_));
-  }
-  return absl::OkStatus();
+void TrainingRun::take_inputs() {
+  data_ = std::move(inputs_.train);
+  if (c_.run.eval_every > 0 && inputs_.val) evaluator_ = Evaluator::create(c_, std::move(inputs_.val));
 }
 
 void TrainingRun::choose_mfu_peak() {
@@ -225,12 +209,12 @@ void TrainingRun::describe() {
           : std::string(),
       dtype_name(c_.engine.param_dtype),
       g_.dropout > 0.0f ? absl::StrFormat(", dropout %g (seed %d)", g_.dropout, c_.engine.seed) : "");
-  out_ << "data: " << data_->source().describe() << "\n";
+  out_ << "data: " << data_->samples().describe() << "\n";
   if (evaluator_) {
     out_ << absl::StrFormat(
         "eval: every %d steps and at the end, the mean loss over %d fixed batches of %d sequences "
         "from %s\n",
-        c_.run.eval_every, evaluator_->batches(), evaluator_->rows_per_batch(), evaluator_->source().describe());
+        c_.run.eval_every, evaluator_->batches(), evaluator_->rows_per_batch(), evaluator_->samples().describe());
   }
   out_ << absl::StrFormat("batch: %d sequences/step = micro %d x accumulation %d x %d %srank%s; ZeRO stage %d%s\n",
                           c_.train_batch_size, c_.engine.micro_batch_size, c_.engine.gradient_accumulation_steps,
@@ -592,9 +576,10 @@ absl::Status TrainingRun::finish() {
 
 }  // namespace
 
-absl::StatusOr<int> run_training(const RunConfig& c, Backend& backend, Communicator& comm, std::ostream& rank0_out) {
-  TrainingRun run(c, backend, comm, rank0_out);
-  ZE_RETURN_IF_ERROR(run.open_inputs());
+absl::StatusOr<int> run_training(const RunConfig& c, TrainingData data, Backend& backend, Communicator& comm,
+                                 std::ostream& rank0_out) {
+  TrainingRun run(c, std::move(data), backend, comm, rank0_out);
+  run.take_inputs();
   run.choose_mfu_peak();
   ZE_RETURN_IF_ERROR(run.attach_comms_logger());
   ZE_RETURN_IF_ERROR(run.build());

@@ -6,8 +6,10 @@
 //
 // The files layer in order, later ones overriding earlier ones key by key;
 // then every --set and every option that sets a config key (kKeyFlags)
-// applies in the order given. Exit status: 0 on success, 2 for bad usage or a
-// bad config, 1 for any other failure (data, memory, disk, no GPU). Every
+// applies in the order given. Exit status: 0 on success, 2 for bad usage, a
+// bad config or data that does not read or fit the model (a malformed line,
+// a byte shard for a BPE model), 1 for any other failure (reading the data,
+// memory, disk, no GPU). Every
 // error names what it is about; with several layers, a key's error names the
 // file (or option) it came from.
 #include <omp.h>
@@ -227,6 +229,10 @@ int run(int argc, char** argv) {
       !s.ok()) {
     return fail(absl::IsInvalidArgument(s) ? 2 : 1, s);
   }
+  // The data, read (and tokenized) by every rank before anything is built:
+  // data that does not read or does not fit the model is a usage error (exit 2).
+  absl::StatusOr<zero::TrainingData> data = zero::open_training_data(*config, threads);
+  if (!data.ok()) return fail(zero::data_error_exit_code(data.status()), sources.annotate(data.status()));
   // The other ranks may be inside a collective this rank will never join
   // (NCCL's start-up, a training step): on several ranks a failure leaves
   // without finalising MPI, so the launcher ends the job instead of everyone
@@ -243,7 +249,8 @@ int run(int argc, char** argv) {
   std::unique_ptr<zero::Communicator> bootstrap = *std::move(comm);
   absl::StatusOr<zero::ComputeSetup> setup = zero::make_compute_setup(*config, bootstrap);
   if (!setup.ok()) return fail_job(setup.status());
-  const absl::StatusOr<int> stopped = zero::run_training(*config, *setup->backend, *setup->comm, std::cout);
+  const absl::StatusOr<int> stopped =
+      zero::run_training(*config, *std::move(data), *setup->backend, *setup->comm, std::cout);
   if (!stopped.ok()) return fail_job(stopped.status());
   return *stopped == 0 ? 0 : 128 + *stopped;  // a signal stopped it at a step boundary (130, 143)
 }

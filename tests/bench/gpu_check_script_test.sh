@@ -69,7 +69,7 @@ echo "NVIDIA H200, 143771 MiB"
 EOF_SMI
 cat > "$fake/runtime/zero-data" <<'EOF_DATA'
 #!/usr/bin/env bash
-while [ $# -gt 0 ]; do [ "$1" = --out ] && : > "$2"; shift; done
+while [ $# -gt 0 ]; do [ "$1" = --out ] && : > "$2_train_000000.bin"; shift; done  # zero-data tokenize --out PREFIX
 EOF_DATA
 cat > "$fake/bench/gpu/gpu_gemm_bench" <<'EOF_GEMM'
 #!/usr/bin/env bash

@@ -81,6 +81,9 @@ Json context_for(const ConfigKey& key) {
                                 "model.tie_word_embeddings", "model.head_dim"}) {
     if (p == llama_key) put(j, "model.arch", "llama");  // Llama-family keys are errors for GPT-2
   }
+  // Keys of one data format are errors for the others.
+  if (p == "data.jsonl_field") put(j, "data.format", "jsonl");
+  if (p == "data.packing") put(j, "data.format", "sft");
   if (p.rfind("scheduler.", 0) == 0) {
     std::string type = "WarmupLR";
     for (SchedulerType t : {SchedulerType::kWarmupLR, SchedulerType::kWarmupDecayLR, SchedulerType::kWarmupCosineLR,

@@ -4,6 +4,8 @@
 // keys, the batch-size triple and its messages, file layering, --set).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
 
 #include "core/strings.h"
@@ -512,6 +514,39 @@ TEST(ConfigTest, EveryFamilyIsAnArch) {
   EXPECT_NE(e.find("model.head_dim"), std::string::npos) << e;
   e = error_of(R"({"train_batch_size": 2, "model": {"arch": "gemma", "dropout": 0.1}})");
   EXPECT_NE(e.find("the Gemma family has no dropout sites"), std::string::npos) << e;
+}
+
+// data.tokenizer comes from run.init_from when that directory has tokenizer
+// files and the format reads text; a data key given for a format it does
+// not apply to is refused by name.
+TEST(ConfigTest, TheDataSectionsKeysFollowItsFormat) {
+  const std::string dir = ::testing::TempDir() + "/ConfigTest.model_with_tokenizer";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/tokenizer.json") << "{}";
+  const std::string init = cat(R"({"train_batch_size": 2, "run": {"init_from": ")", dir, R"("}, "data": )");
+  absl::StatusOr<RunConfig> c = parse(init + R"({"format": "sft"}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->data.tokenizer, dir);
+  EXPECT_NE(std::find(c->derived_keys.begin(), c->derived_keys.end(), "data.tokenizer"), c->derived_keys.end());
+  c = parse(init + R"({"format": "text", "tokenizer": "elsewhere"}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->data.tokenizer, "elsewhere");  // another tokenizer than init_from's is the user's to choose
+  c = parse(init + R"({"format": "llmc"}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->data.tokenizer, "");  // shards are tokens already
+  c = parse(R"({"train_batch_size": 2, "data": {"format": "text"}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->data.tokenized());  // bytes (a vocabulary-256 model's), decided when the data is opened
+  for (const auto& [data, want] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"format": "llmc", "tokenizer": "x"})", "data.tokenizer: applies to data.format \"text\", \"jsonl\" "
+                                                     "and \"sft\"; \"llmc\" shards hold token ids already"},
+           {R"({"format": "bytes", "tokenizer": "x"})", "\"bytes\" trains on bytes, vocabulary 256"},
+           {R"({"format": "text", "jsonl_field": "body"})", "data.jsonl_field: applies to data.format \"jsonl\" only"},
+           {R"({"format": "jsonl", "packing": true})", "data.packing: applies to data.format \"sft\" only"},
+           {R"({"format": "csv"})", "data.format"}}) {
+    const std::string msg = error_of(R"({"train_batch_size": 2, "data": )" + data + "}");
+    EXPECT_NE(msg.find(want), std::string::npos) << data << "\n" << msg;
+  }
 }
 
 }  // namespace

@@ -285,6 +285,7 @@ TEST(DataTest, ShardHeaderDeclaresTheWritersVocabulary) {
   src = open_llmc_shards(dir, 50304);
   ASSERT_TRUE(src.ok()) << src.status() << " (a mismatch is not refused here)";
   EXPECT_EQ((*src)->declared_vocab(), -1);
+  EXPECT_EQ((*src)->declared_vocabs(), (std::vector<int64_t>{50257, 0}));  // each once, in file order
   EXPECT_NE((*src)->describe().find("written for different vocabularies (" + dir + "/a.bin: 50257, " + dir +
                                     "/c.bin: 0; 0 = not recorded)"),
             std::string::npos)
@@ -421,6 +422,25 @@ TEST(DataTest, SamplingDependsOnSeedAndStepOnly) {
   EXPECT_TRUE(std::equal(x.begin(), x.end(), y.inputs.i32()));
   Batch z = c->micro_batch(9, 0, 0, 1, 4, 1).value();
   EXPECT_FALSE(std::equal(x.begin(), x.end(), z.inputs.i32()));
+}
+
+// Text tokenized at start (runtime/tools/training_data.h) is one stream in
+// memory, declared for the tokenizer's vocabulary; windows cross documents.
+TEST(DataTest, TokensInMemoryAreOneSequence) {
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 100; ++i) tokens.push_back(i % 13 == 12 ? 1999 : i % 13);
+  auto l = DataLoader::create(make_memory_tokens(tokens, 2001, "100 tokens"), 16, 3).value();
+  EXPECT_EQ(l->samples().size(), 100 - 16);
+  EXPECT_EQ(l->samples().describe(), "100 tokens");
+  Batch b = l->micro_batch(0, 0, 0, 1, 4, 1).value();
+  for (int64_t r = 0; r < 4; ++r) {
+    const int32_t* in = b.inputs.i32() + r * 16;
+    for (int64_t t = 0; t + 1 < 16; ++t) EXPECT_EQ(b.targets.i32()[r * 16 + t], in[t + 1]);
+  }
+  auto src = make_memory_tokens(tokens, 2001, "x");
+  EXPECT_EQ(src->declared_vocab(), 2001);
+  EXPECT_EQ(src->vocab_bound(), 2000);
+  EXPECT_EQ(src->num_sequences(), 1);
 }
 
 TEST(DataTest, TooShortDataIsRefused) {

@@ -70,7 +70,7 @@ TEST(ZeroTrainCliTest, MissingDataFileIsNamed) {
 TEST(ZeroTrainCliTest, CorruptDataFileIsExplained) {
   const std::string data = write("corrupt.bin", std::string(2000, 'x'));
   Result r = run("--config " + write("run.json", kTinyRun) + " --set data.format=llmc --set data.path=" + data);
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.exit_code, 2) << r.output;  // bad input, found before anything is built
   EXPECT_NE(r.output.find("corrupt.bin: bad magic"), std::string::npos) << r.output;
 }
 
