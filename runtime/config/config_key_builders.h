@@ -134,6 +134,15 @@ ConfigKey choice_list(std::string path, Ref ref, std::vector<std::string> names,
   return k;
 }
 
+// A list of any strings (a std::vector<std::string> field).
+template <typename Ref>
+ConfigKey text_list(std::string path, Ref ref, std::string meaning) {
+  ConfigKey k = base(std::move(path), KeyKind::kStringList, std::move(meaning));
+  k.get = [ref](RunConfig& c) { return Json(ref(c)); };
+  k.set = [ref](RunConfig& c, const Json& v) { ref(c) = v.get<std::vector<std::string>>(); };
+  return k;
+}
+
 // Accepted at any value of its type, with no effect here (the meaning says why).
 inline ConfigKey accepted(std::string path, KeyKind kind, Json def, std::string meaning) {
   ConfigKey k = base(std::move(path), kind, std::move(meaning));

@@ -251,6 +251,16 @@ std::vector<std::string> ConfigReader::get_choice_list(std::string_view key, con
   return out;
 }
 
+std::vector<std::string> ConfigReader::get_string_list(std::string_view key, const std::vector<std::string>& def) {
+  const Json* v = lookup(key);
+  if (v == nullptr) return def;
+  if (!v->is_array() || !std::all_of(v->begin(), v->end(), [](const Json& e) { return e.is_string(); })) {
+    error(key, cat("expected a list of strings, got ", describe(*v)));
+    return def;
+  }
+  return v->get<std::vector<std::string>>();
+}
+
 std::vector<double> ConfigReader::get_float_list(std::string_view key, const std::vector<double>& def,
                                                  size_t expected_size, const NumberRange& range) {
   std::vector<double> out = def;

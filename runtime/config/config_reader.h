@@ -106,6 +106,8 @@ class ConfigReader {
   // A list of strings, each from a fixed set (any length; duplicates kept).
   std::vector<std::string> get_choice_list(std::string_view key, const std::vector<std::string>& def,
                                            const std::vector<std::string>& choices);
+  // A list of strings, any (any length; duplicates kept).
+  std::vector<std::string> get_string_list(std::string_view key, const std::vector<std::string>& def);
   std::vector<double> get_float_list(std::string_view key, const std::vector<double>& def,
                                      size_t expected_size, const NumberRange& range = {});
   // The raw value (null when absent), marking the key as known.

@@ -67,6 +67,8 @@ std::string kind_name(const ConfigKey& k) {
       return "choice";
     case KeyKind::kChoiceList:
       return "list of choices";
+    case KeyKind::kStringList:
+      return "list of strings";
     case KeyKind::kNumberList:
       return cat(k.list_size, " numbers");
     case KeyKind::kRefused:
@@ -184,6 +186,9 @@ void read_declared_keys(ConfigReader& r, RunConfig& c, std::string_view section)
         break;
       case KeyKind::kChoiceList:
         v = r.get_choice_list(name, def.get<std::vector<std::string>>(), k.choices);
+        break;
+      case KeyKind::kStringList:
+        v = r.get_string_list(name, def.get<std::vector<std::string>>());
         break;
       case KeyKind::kNumberList:
         v = r.get_float_list(name, def.get<std::vector<double>>(), k.list_size, k.range);

@@ -30,7 +30,7 @@
 
 namespace zero {
 
-enum class KeyKind { kBool, kInt, kNumber, kString, kChoice, kChoiceList, kNumberList, kRefused };
+enum class KeyKind { kBool, kInt, kNumber, kString, kChoice, kChoiceList, kStringList, kNumberList, kRefused };
 
 struct ConfigKey {
   std::string path;   // "zero_optimization.reduce_bucket_size"

@@ -18,6 +18,7 @@ PlanInput plan_input(const RunConfig& config, int world, int rank) {
   in.sequence_parallel = config.sequence_parallel;
   in.rank = rank;
   in.compute_tier = config.run.backend == "cuda" ? Tier::kDevice : Tier::kHost;
+  in.freeze = config.model.freeze;  // frozen parameters hold no gradients or optimizer state
   return in;
 }
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <optional>
+#include <regex>
 #include <set>
 
 #include "absl/algorithm/container.h"
@@ -115,6 +116,15 @@ void check_resumed_model(ConfigReader& r, RunConfig& c, const CheckpointModel& r
 
 void parse_model(ConfigReader r, RunConfig& c, const std::optional<CheckpointModel>& resumed) {
   read_declared_keys(r, c);
+  // Each freeze pattern must be a regular expression (which parameters it
+  // matches is known only once the model is built: train_loop.cc).
+  for (const std::string& pattern : c.model.freeze) {
+    try {
+      std::regex re(pattern, std::regex::ECMAScript);
+    } catch (const std::regex_error& e) {
+      r.error("freeze", cat("\"", pattern, "\" is not a regular expression (", e.what(), ")"));
+    }
+  }
   GptConfig& g = c.model.gpt;
   const bool section_names_model = std::any_of(std::begin(kArchitectureKeys), std::end(kArchitectureKeys),
                                                [&](std::string_view key) { return r.has(key); });
@@ -505,6 +515,10 @@ std::vector<ConfigKey> run_config_keys() {
   k.push_back(number("model.dropout", ZE_FIELD(model.gpt.dropout), NumberRange::unit_open(),
                      "GPT-2's dropout (embeddings, attention and MLP outputs); masks are a hash of "
                      "(run.seed, layer, global sample, position), the same on any number of ranks"));
+  k.push_back(text_list("model.freeze", ZE_FIELD(model.freeze),
+                        "parameters that do not train (no gradients, no optimizer state): regular expressions, each "
+                        "matching whole dotted names (\"wte\\\\.weight\", \"h\\\\.0\\\\..*\") and each matching some "
+                        "parameter"));
   for (ConfigKey& key : data_keys()) k.push_back(std::move(key));  // data_section.cc
   k.push_back(integer("run.steps", ZE_FIELD(run.steps), 0, int64_t{1} << 40,
                       "optimizer steps in total (counting those before a resume)"));

@@ -26,6 +26,10 @@ struct ModelSection {
   // with every checkpoint (hf_config_json(gpt, dtype, hf_source)) so the
   // export keeps its token ids, model_type and the keys we do not read.
   Json hf_source;
+  // Parameters to freeze (graph/freeze.h's freeze_matching): regular
+  // expressions over whole dotted parameter names ("wte\\.weight",
+  // "h\\.0\\..*"); each must match some parameter of the model.
+  std::vector<std::string> freeze;
 };
 
 // "data": where training tokens come from (runtime/config/data_section.h

@@ -60,9 +60,10 @@ absl::StatusOr<MemoryPlan> plan_memory(const PlanInput& in) {
   ZE_ASSIGN_OR_RETURN(std::unique_ptr<Gpt> model,
                       build_model(g, *mesh, {in.sequence_parallel, e.pipeline.partition_method}));
   if (!in.freeze.empty()) {
-    ZE_RETURN_IF_ERROR(freeze_matching(*model, in.freeze,
-                                       stages > 1 ? UnmatchedPattern::kAllow : UnmatchedPattern::kRefuse)
-                           .status());
+    // The patterns are zero-train's model.freeze: errors name the key.
+    const absl::Status frozen =
+        freeze_matching(*model, in.freeze, stages > 1 ? UnmatchedPattern::kAllow : UnmatchedPattern::kRefuse).status();
+    if (!frozen.ok()) return absl::InvalidArgumentError(cat("model.freeze: ", frozen.message()));
   }
   ZE_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(std::move(model), e, backend, *mesh));
   MemoryTracker& tracker = backend.process_tracker();

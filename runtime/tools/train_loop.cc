@@ -18,6 +18,7 @@
 #include "core/status.h"
 #include "core/strings.h"
 #include "graph/build_model.h"
+#include "graph/freeze.h"
 #include "kernels/cpu/bf16_gemm_policy.h"
 #include "kernels/cpu/simd_kernels.h"
 #include "runtime/checkpoint/checkpoint.h"
@@ -80,6 +81,8 @@ class TrainingRun {
 
  private:
   absl::Status run_step(int64_t step);
+  // Applies model.freeze to this rank's model before the engine is built.
+  absl::Status apply_freeze(Module& model);
   absl::Status save();
   // A signal stops the run at a step boundary, the same one on every rank.
   absl::StatusOr<int> stop_signal();
@@ -117,6 +120,8 @@ class TrainingRun {
   std::unique_ptr<CommLog> comm_log_;
   std::unique_ptr<DeviceMesh> mesh_;
   std::unique_ptr<Engine> engine_;
+  // This rank's trainable and frozen elements, when model.freeze froze any.
+  std::optional<TrainableCount> frozen_count_;
   std::string resume_dir_;
   absl::StatusOr<ResumePoint> point_ = absl::NotFoundError("");
   // The tokenizer and generation files of the model (init_from's, or the
@@ -193,7 +198,34 @@ absl::Status TrainingRun::build() {
   }
   ZE_ASSIGN_OR_RETURN(std::unique_ptr<Gpt> model,
                       build_model(g_, *mesh_, {c_.sequence_parallel, c_.engine.pipeline.partition_method}));
+  ZE_RETURN_IF_ERROR(apply_freeze(*model));
   ZE_ASSIGN_OR_RETURN(engine_, Engine::create(std::move(model), c_.engine, backend_, *mesh_));
+  return absl::OkStatus();
+}
+
+absl::Status TrainingRun::apply_freeze(Module& model) {
+  const std::vector<std::string>& patterns = c_.model.freeze;
+  if (patterns.empty()) return absl::OkStatus();
+  // With pipeline stages each rank holds its stage's parameters: a pattern
+  // must match somewhere in the pipeline, not on every stage.
+  const bool staged = c_.pipeline_size() > 1;
+  absl::StatusOr<FreezeCount> count =
+      freeze_matching(model, patterns, staged ? UnmatchedPattern::kAllow : UnmatchedPattern::kRefuse);
+  if (!count.ok()) return absl::InvalidArgumentError(cat("model.freeze: ", count.status().message()));
+  if (staged) {
+    std::vector<double> matched(count->per_pattern.begin(), count->per_pattern.end());
+    ZE_RETURN_IF_ERROR(mesh_->pipeline().all_reduce_doubles(matched.data(), static_cast<int64_t>(matched.size()),
+                                                            ReduceOp::kSum));
+    for (size_t i = 0; i < patterns.size(); ++i) {
+      if (matched[i] == 0) {
+        return absl::InvalidArgumentError(
+            cat("model.freeze: freeze pattern \"", patterns[i], "\" matches no parameter on any of the ",
+                c_.pipeline_size(), " pipeline stages (a pattern must match a whole dotted name, e.g. "
+                "\"h\\\\.0\\\\..*\" for every parameter of block 0)"));
+      }
+    }
+  }
+  frozen_count_ = count_trainable(model);
   return absl::OkStatus();
 }
 
@@ -209,6 +241,12 @@ void TrainingRun::describe() {
           : std::string(),
       dtype_name(c_.engine.param_dtype),
       g_.dropout > 0.0f ? absl::StrFormat(", dropout %g (seed %d)", g_.dropout, c_.engine.seed) : "");
+  if (frozen_count_) {
+    const TrainableCount& n = *frozen_count_;
+    out_ << absl::StrFormat("parameters: %d (%d trainable, %d frozen)%s\n", n.trainable + n.frozen, n.trainable,
+                            n.frozen,
+                            c_.tensor_size() > 1 || c_.pipeline_size() > 1 ? " on rank 0" : "");
+  }
   out_ << "data: " << data_->samples().describe() << "\n";
   if (evaluator_) {
     out_ << absl::StrFormat(

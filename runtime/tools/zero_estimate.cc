@@ -135,6 +135,7 @@ zero::Json plan_json(const zero::MemoryPlan& p) {
   zero::Json j;
   j["rank"] = p.rank;
   j["num_parameters"] = p.num_parameters;  // this rank's (its tensor slice of its pipeline stage)
+  j["trainable_parameters"] = p.trainable_parameters;  // of those, the ones model.freeze leaves training
   for (int t = 0; t < zero::kNumTiers; ++t) {
     const zero::Tier tier = static_cast<zero::Tier>(t);
     if (tier != p.compute_tier && p.total(tier) == 0) continue;
@@ -255,9 +256,14 @@ int config_mode(const Args& a) {
                 shown == max_rank ? (world > 1 ? " (the rank with the largest total)" : "")
                                   : zero::cat(" (rank ", max_rank, " has the largest total)"));
   std::fputs(zero::format_memory_plan(plan, title).c_str(), stdout);
-  const zero::ModelStateBytes formula =
-      zero::model_state_bytes(static_cast<double>(plan.num_parameters), data, zero::stage_number(e.zero.stage),
+  // Gradients and optimizer state of the trainable parameters (model.freeze
+  // leaves the frozen ones their weights only), parameters of them all.
+  zero::ModelStateBytes formula =
+      zero::model_state_bytes(static_cast<double>(plan.trainable_parameters), data, zero::stage_number(e.zero.stage),
                               zero::model_state_factors(e));
+  formula.parameters = zero::model_state_bytes(static_cast<double>(plan.num_parameters), data,
+                                               zero::stage_number(e.zero.stage), zero::model_state_factors(e))
+                           .parameters;
   // Over every tier: offloaded state counts where it went.
   auto init = [&](zero::MemCategory c) {
     int64_t b = 0;

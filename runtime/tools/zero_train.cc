@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "comm/comm_thread.h"
 #include "comm/communicator.h"
 #include "comm/mpi_communicator.h"
@@ -251,6 +252,12 @@ int run(int argc, char** argv) {
   if (!setup.ok()) return fail_job(setup.status());
   const absl::StatusOr<int> stopped =
       zero::run_training(*config, *std::move(data), *setup->backend, *setup->comm, std::cout);
+  // model.freeze patterns that match no parameter are found once the model
+  // is built, the same on every rank: a usage error.
+  if (!stopped.ok() && absl::IsInvalidArgument(stopped.status()) &&
+      absl::StartsWith(stopped.status().message(), "model.freeze: ")) {
+    return fail(2, stopped.status());
+  }
   if (!stopped.ok()) return fail_job(stopped.status());
   return *stopped == 0 ? 0 : 128 + *stopped;  // a signal stopped it at a step boundary (130, 143)
 }

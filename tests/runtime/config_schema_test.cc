@@ -146,6 +146,8 @@ Json other_value(const ConfigKey& k, const Json& def) {
       return Json();
     case KeyKind::kChoiceList:
       return Json::array({k.choices.back()});
+    case KeyKind::kStringList:
+      return Json::array({"some\\.value"});
     case KeyKind::kNumberList:
       return Json::array({0.5, 0.75});
     case KeyKind::kRefused:
@@ -212,6 +214,7 @@ TEST(ConfigSchemaTest, EveryBoundAndChoiceIsEnforcedNamingTheKey) {
     else if (k.kind == KeyKind::kNumber && std::isfinite(k.range.lo)) bad = k.range.lo_open ? k.range.lo : k.range.lo - 1;
     else if (k.kind == KeyKind::kChoice) bad = "no-such-choice";
     else if (k.kind == KeyKind::kChoiceList) bad = Json::array({"no-such-choice"});
+    else if (k.kind == KeyKind::kStringList) bad = Json::array({1});
     else if (k.kind == KeyKind::kBool) bad = "yes";
     if (bad.is_null()) continue;
     Json j = context_for(k);
