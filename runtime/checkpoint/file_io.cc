@@ -12,21 +12,13 @@
 #include <filesystem>
 
 #include "core/status.h"
+#include "core/errno_status.h"
 #include "core/strings.h"
 
 namespace zero {
 
 absl::Status errno_status(int err, const std::string& op, const std::string& path) {
-  const std::string msg = cat(op, " ", path, ": ", std::strerror(err));
-  switch (err) {
-    case ENOSPC:
-    case EDQUOT: return absl::ResourceExhaustedError(cat(msg, " (the disk is full)"));
-    case ENOENT: return absl::NotFoundError(msg);
-    case EACCES:
-    case EPERM:
-    case EROFS: return absl::PermissionDeniedError(msg);
-    default: return absl::InternalError(msg);
-  }
+  return errno_status(err, cat(op, " ", path));
 }
 
 absl::StatusOr<FileWriter> FileWriter::create(const std::string& path) {

@@ -19,6 +19,7 @@
 #include "core/hash.h"
 #include "core/status.h"
 #include "core/strings.h"
+#include "runtime/data/json_line_error.h"
 #include "runtime/data/token_source.h"
 
 namespace zero {
@@ -158,18 +159,6 @@ class FieldExtractor {
   int64_t depth_ = 0;
   bool wanted_ = false;
 };
-
-// nlohmann's "[json.exception.parse_error.101] parse error at line 1, column
-// 7: syntax error ...; last read: '...'" as "column 7: syntax error ...",
-// cut short (an unterminated string's "last read" is the rest of the line).
-std::string parse_error_text(const std::string& what) {
-  size_t at = what.find("column ");
-  if (at == std::string::npos) at = what.find("] ") == std::string::npos ? 0 : what.find("] ") + 2;
-  std::string text = what.substr(at);
-  constexpr size_t kMaxChars = 200;
-  if (text.size() > kMaxChars) text = text.substr(0, kMaxChars) + "...";
-  return text;
-}
 
 std::string quoted_list(const std::vector<std::string>& keys) {
   std::string out;
@@ -340,7 +329,7 @@ absl::Status DocumentReader::decode(Document* doc) const {
     sax.error = e.what();
   }
   if (!sax.error.empty()) {
-    return absl::InvalidArgumentError(cat(where(*doc), ": not valid JSON (", parse_error_text(sax.error), ")"));
+    return absl::InvalidArgumentError(cat(where(*doc), ": not valid JSON (", json_line_error_text(sax.error), ")"));
   }
   if (!sax.top_is_object) {
     return absl::InvalidArgumentError(cat(where(*doc), ": expected a JSON object with a \"", field, "\" field, got ",

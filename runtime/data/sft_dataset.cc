@@ -10,29 +10,19 @@
 #include "absl/strings/str_format.h"
 #include "core/status.h"
 #include "core/strings.h"
+#include "runtime/data/json_line_error.h"
 #include "runtime/data/sft_examples.h"
 
 namespace zero {
 
 namespace {
 
-// nlohmann's "[json.exception.parse_error.101] parse error at line 1, column
-// 7: syntax error ..." as "column 7: syntax error ...", cut short.
-std::string json_error_text(const std::string& what) {
-  size_t at = what.find("column ");
-  if (at == std::string::npos) at = what.find("] ") == std::string::npos ? 0 : what.find("] ") + 2;
-  std::string text = what.substr(at);
-  constexpr size_t kMaxChars = 200;
-  if (text.size() > kMaxChars) text = text.substr(0, kMaxChars) + "...";
-  return text;
-}
-
 absl::StatusOr<SftExample> encode_line(const SftEncoder& encoder, const std::string& line) {
   Json example;
   try {
     example = Json::parse(line);
   } catch (const Json::exception& e) {
-    return absl::InvalidArgumentError(cat("not valid JSON (", json_error_text(e.what()), ")"));
+    return absl::InvalidArgumentError(cat("not valid JSON (", json_line_error_text(e.what()), ")"));
   }
   return encoder.encode(example);
 }

@@ -19,6 +19,7 @@
 #include <iterator>
 
 #include "core/status.h"
+#include "core/errno_status.h"
 #include "core/strings.h"
 
 namespace zero {
@@ -267,27 +268,13 @@ absl::Status open_shard(const std::string& path, int64_t vocab_size, Shard& s, i
   return absl::OkStatus();
 }
 
-// errno as a Status naming the operation and the path, with the code a
-// caller can act on (the disk is full, permission, a missing directory).
-absl::Status errno_error(int err, const std::string& what) {
-  const std::string msg = cat(what, ": ", std::strerror(err));
-  switch (err) {
-    case ENOSPC:
-    case EDQUOT: return absl::ResourceExhaustedError(cat(msg, " (the disk is full)"));
-    case ENOENT: return absl::NotFoundError(msg);
-    case EACCES:
-    case EPERM:
-    case EROFS: return absl::PermissionDeniedError(msg);
-    default: return absl::InternalError(msg);
-  }
-}
 
 absl::Status write_all(int fd, const void* data, size_t bytes, const std::string& tmp) {
   const char* p = static_cast<const char*>(data);
   while (bytes > 0) {
     const ssize_t w = ::write(fd, p, bytes);
     if (w < 0 && errno == EINTR) continue;
-    if (w < 0) return errno_error(errno, cat("writing ", tmp));
+    if (w < 0) return errno_status(errno, cat("writing ", tmp));
     p += w;
     bytes -= static_cast<size_t>(w);
   }
@@ -309,7 +296,7 @@ absl::Status write_shard(const std::string& path, const ShardFormat& format, int
   static std::atomic<uint64_t> counter{0};
   const std::string tmp = cat(path, ".tmp.", ::getpid(), ".", counter.fetch_add(1));
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return errno_error(errno, cat("creating ", tmp));
+  if (fd < 0) return errno_status(errno, cat("creating ", tmp));
   int32_t header[kLlmcHeaderBytes / 4] = {};
   header[0] = format.magic;
   header[1] = format.version;
@@ -323,9 +310,9 @@ absl::Status write_shard(const std::string& path, const ShardFormat& format, int
     encode(first, n, buf.data());
     st = write_all(fd, buf.data(), static_cast<size_t>(n * format.token_bytes), tmp);
   }
-  if (st.ok() && ::fsync(fd) != 0) st = errno_error(errno, cat("syncing ", tmp));
-  if (::close(fd) != 0 && st.ok()) st = errno_error(errno, cat("closing ", tmp));
-  if (st.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) st = errno_error(errno, cat("renaming ", tmp, " to ", path));
+  if (st.ok() && ::fsync(fd) != 0) st = errno_status(errno, cat("syncing ", tmp));
+  if (::close(fd) != 0 && st.ok()) st = errno_status(errno, cat("closing ", tmp));
+  if (st.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) st = errno_status(errno, cat("renaming ", tmp, " to ", path));
   if (!st.ok()) {
     ::unlink(tmp.c_str());
     return st;
@@ -333,11 +320,11 @@ absl::Status write_shard(const std::string& path, const ShardFormat& format, int
   std::string dir = fs::path(path).parent_path().string();
   if (dir.empty()) dir = ".";
   const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0) return errno_error(errno, cat("opening directory ", dir, " to sync it"));
+  if (dfd < 0) return errno_status(errno, cat("opening directory ", dir, " to sync it"));
   const int rc = ::fsync(dfd);
   const int err = errno;
   ::close(dfd);
-  if (rc != 0) return errno_error(err, cat("syncing directory ", dir));
+  if (rc != 0) return errno_status(err, cat("syncing directory ", dir));
   return absl::OkStatus();
 }
 

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_format.h"
 #include "core/strings.h"
+#include "runtime/tools/durations.h"
 #include "runtime/tools/monitors.h"
 
 namespace zero {
@@ -23,13 +24,6 @@ std::string short_bytes(int64_t b) {
   return absl::StrFormat("%dB", b);
 }
 
-std::string duration(double s) {
-  if (!std::isfinite(s) || s < 0) return "?";
-  const int64_t t = static_cast<int64_t>(s + 0.5);
-  if (t >= 3600) return absl::StrFormat("%dh%02dm", t / 3600, (t / 60) % 60);
-  if (t >= 60) return absl::StrFormat("%dm%02ds", t / 60, t % 60);
-  return absl::StrFormat("%ds", t);
-}
 
 std::string rate(double tokens_per_s) {
   if (tokens_per_s >= 1e6) return absl::StrFormat("%.2fM", tokens_per_s / 1e6);
@@ -157,7 +151,7 @@ absl::Status ProgressReporter::on_step(const StepResult& r, const StepTiming& t,
     const double eta = per_step * static_cast<double>(total_steps_ - r.global_step);
     out_ << absl::StrFormat("step %*d/%d | loss %.4f | lr %.3e | %s | %s | ETA %s\n",
                             static_cast<int>(std::to_string(total_steps_).size()), r.global_step, total_steps_,
-                            r.loss, r.lr, throughput_brief(), memory_brief(mem, tier_), duration(eta));
+                            r.loss, r.lr, throughput_brief(), memory_brief(mem, tier_), format_duration(eta));
   }
   if (totals.val_loss) out_ << absl::StrFormat("eval: step %d | val loss %.4f\n", r.global_step, *totals.val_loss);
   if (!print) {
@@ -218,7 +212,7 @@ void ProgressReporter::summary() {
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   const double tokens_per_s = seconds_total_ > 0 ? tokens_total_ / seconds_total_ : 0;
   out_ << absl::StrFormat("done: %d steps in %s, loss %.4f -> %.4f%s, %s tok/s average%s%s\n", steps_seen_,
-                          duration(wall), first_loss_, last_loss_,
+                          format_duration(wall), first_loss_, last_loss_,
                           last_val_loss_ ? absl::StrFormat(" (val %.4f -> %.4f)", *first_val_loss_, *last_val_loss_)
                                          : std::string(),
                           rate(tokens_per_s),

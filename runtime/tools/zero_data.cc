@@ -40,6 +40,7 @@
 #include "absl/strings/str_format.h"
 #include "core/status.h"
 #include "core/strings.h"
+#include "runtime/tools/durations.h"
 #include "runtime/data/documents.h"
 #include "runtime/data/token_source.h"
 #include "runtime/data/tokenize_documents.h"
@@ -100,14 +101,6 @@ std::string brief(double v) {
 // "1 document", "2 documents".
 std::string counted(int64_t n, const char* noun) { return zero::cat(n, " ", noun, n == 1 ? "" : "s"); }
 
-std::string duration(double s) {
-  if (!std::isfinite(s) || s < 0) return "?";
-  const int64_t t = static_cast<int64_t>(s + 0.5);
-  if (t >= 3600) return absl::StrFormat("%dh%02dm", t / 3600, (t / 60) % 60);
-  if (t >= 60) return absl::StrFormat("%dm%02ds", t / 60, t % 60);
-  return absl::StrFormat("%ds", t);
-}
-
 // Progress on stderr: a bar redrawn in place when stderr is a terminal, a
 // plain line every kLinePeriod otherwise (a log file gets no carriage returns).
 class ProgressDisplay {
@@ -137,7 +130,7 @@ class ProgressDisplay {
     const double eta = done > 0 ? elapsed * (1 - done) / done : NAN;
     const std::string status = absl::StrFormat(
         "%3.0f%% %sB/%sB | %s docs | %s tokens | %s tokens/s | ETA %s", 100 * done, brief(bytes), brief(total_bytes_),
-        brief(documents), brief(tokens), brief(elapsed > 0 ? tokens / elapsed : 0), duration(eta));
+        brief(documents), brief(tokens), brief(elapsed > 0 ? tokens / elapsed : 0), zero::format_duration(eta));
     if (tty_) {
       constexpr int kWidth = 30;
       const int filled = static_cast<int>(done * kWidth);
