@@ -51,6 +51,7 @@
 #include "runtime/engine/model_state_bytes.h"
 #include "tests/testing/counting_rows.h"
 #include "tests/testing/mpi_test_main.h"
+#include "tests/testing/tracked_bytes.h"
 
 namespace zero {
 namespace {
@@ -404,15 +405,8 @@ INSTANTIATE_TEST_SUITE_P(AllStages, FrozenStageTest, ::testing::Values(0, 1, 2, 
 
 // ---- (c): bytes held and sent
 
-struct Bytes {
-  int64_t params, grads, optim;
-};
-
-Bytes tracked() {
-  const MemorySnapshot s = MemoryTracker::global().snapshot();
-  return {s.at(Tier::kHost, MemCategory::kParameters).current, s.at(Tier::kHost, MemCategory::kGradients).current,
-          s.at(Tier::kHost, MemCategory::kOptimizerState).current};
-}
+using testing::Bytes;
+using testing::tracked;
 
 // bf16 parameters and gradients, fp32 master and AdamW moments (K = 12),
 // nothing persistent at stage 3.

@@ -16,6 +16,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "runtime/engine/engine.h"
 #include "tests/testing/mpi_test_main.h"
+#include "tests/testing/tracked_bytes.h"
 
 namespace zero {
 namespace {
@@ -24,15 +25,8 @@ using testing::world;
 
 const GptConfig kModel{.n_layer = 2, .n_head = 2, .d_model = 10, .vocab_size = 37, .seq_len = 8};
 
-struct Bytes {
-  int64_t params, grads, optim;
-};
-
-Bytes tracked() {
-  const MemorySnapshot s = MemoryTracker::global().snapshot();
-  return {s.at(Tier::kHost, MemCategory::kParameters).current, s.at(Tier::kHost, MemCategory::kGradients).current,
-          s.at(Tier::kHost, MemCategory::kOptimizerState).current};
-}
+using testing::Bytes;
+using testing::tracked;
 
 // A micro-batch of 2 sequences of 8 tokens (the vectors live as long as it).
 struct Tokens {
