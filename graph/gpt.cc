@@ -38,7 +38,35 @@ int64_t GptConfig::num_parameters() const {
   const ModelFeatures f = features();
   const int64_t c = d_model;
   return vocab_size * c * (tied_head() ? 1 : 2) + (f.learned_positions ? positions() * c : 0) +
-         n_layer * block_parameters() + norm_parameters(f, c);
+         n_layer * block_parameters() + norm_parameters(f, c) + lora_parameters();
+}
+
+std::vector<BlockLinear> block_linears(const GptConfig& config, int64_t layer) {
+  const int64_t c = config.d_model, ff = config.ffn_width(), a = config.attention_width(),
+                kv = config.kv_heads() * config.head_dim();
+  if (config.features().gpt2_names) {
+    const std::string b = cat("h.", layer, ".");
+    return {{b + "attn.c_attn", c, 3 * c}, {b + "attn.c_proj", c, c}, {b + "mlp.c_fc", c, ff}, {b + "mlp.c_proj", ff, c}};
+  }
+  const std::string b = cat("layers.", layer, ".");
+  return {{b + "self_attn.q_proj", c, a},  {b + "self_attn.k_proj", c, kv}, {b + "self_attn.v_proj", c, kv},
+          {b + "self_attn.o_proj", a, c},  {b + "mlp.gate_proj", c, ff},    {b + "mlp.up_proj", c, ff},
+          {b + "mlp.down_proj", ff, c}};
+}
+
+std::string_view hf_name_prefix(const GptConfig& config) {
+  return config.features().gpt2_names ? "transformer." : "model.";
+}
+
+int64_t GptConfig::lora_parameters() const {
+  if (!lora.enabled()) return 0;
+  int64_t n = 0;
+  for (int64_t i = 0; i < n_layer; ++i) {
+    for (const BlockLinear& l : block_linears(*this, i)) {
+      if (lora.targets(cat(hf_name_prefix(*this), l.name))) n += lora.r * (l.in + l.out);
+    }
+  }
+  return n;
 }
 
 absl::StatusOr<PipelineStage> gpt_pipeline_stage(const GptConfig& config, int index, int count,
@@ -146,6 +174,8 @@ Gpt::Gpt(const GptConfig& config, Communicator* tensor_group, bool sequence_para
   block.dropout = config.dropout;
   block.tensor_group = tensor_group;
   block.sequence_parallel = sp;
+  block.lora = config.lora;
+  block.hf_prefix = std::string(hf_name_prefix(config));
   if (config.rope()) {
     absl::StatusOr<RopeFreqs> rope = rope_frequencies(config.head_dim(), config.rope_theta, config.rope_scaling);
     ZE_CHECK(rope.ok()) << rope.status().message();  // the config's rules refuse these first
@@ -201,6 +231,12 @@ Gpt::Gpt(const GptConfig& config, Communicator* tensor_group, bool sequence_para
     }
     if (split) vocab_slice_ = VocabSlice{tensor_group, vocab_parallel->rows().offset, config.vocab_size};
     if (config.logit_softcap > 0.0f) softcap_ = add_child<LogitSoftcap>("logit_softcap", config.logit_softcap);
+  }
+  // LoRA trains the adapters only (PEFT's bias "none": the biases stay too).
+  if (config.lora.enabled()) {
+    for (Parameter* p : parameters()) {
+      if (!is_lora_parameter(p->name())) ZE_CHECK_OK(p->set_requires_grad(false));
+    }
   }
 }
 

@@ -38,6 +38,7 @@
 
 #include "absl/status/statusor.h"
 #include "graph/model_features.h"
+#include "graph/lora.h"
 #include "graph/model.h"
 #include "graph/parallel_layers.h"
 #include "graph/pipeline_partition.h"
@@ -91,6 +92,9 @@ struct GptConfig {
   std::optional<ModelFeatures> feature_flags = std::nullopt;
   // The logits as cap tanh(logits / cap) (Gemma 2's final_logit_softcapping); 0: none.
   float logit_softcap = 0.0f;
+  // LoRA adapters on the blocks' projections (graph/lora.h); with r > 0
+  // every other parameter is frozen.
+  LoraConfig lora;
 
   ModelFeatures features() const { return feature_flags ? *feature_flags : model_family(arch).features; }
   std::string_view family_name() const { return model_family(arch).name; }
@@ -105,15 +109,29 @@ struct GptConfig {
   bool tied_head() const { return features().head_always_tied || tie_word_embeddings; }
   int64_t positions() const { return max_positions > 0 ? max_positions : seq_len; }
 
-  // Parameters, counted exactly (tied head counted once).
+  // Parameters, counted exactly (tied head counted once; LoRA adapters included).
   int64_t num_parameters() const;
-  // Of one transformer block.
+  // Of one transformer block (without adapters).
   int64_t block_parameters() const;
+  // The LoRA adapters' (A and B of every adapted layer; 0 without LoRA).
+  int64_t lora_parameters() const;
   // Training FLOPs per token at sequence length seq: 6 per parameter plus
   // 12 n_layer attention_width seq for attention (PaLM's and llm.c's
   // accounting, with d_model the attention's width).
   double flops_per_token(int64_t seq) const;
 };
+
+// A linear layer of block `layer` as Hugging Face names it (without the
+// model's prefix: "layers.0.self_attn.q_proj", "h.0.attn.c_attn"), with its
+// unsplit sizes: what LoRA may adapt.
+struct BlockLinear {
+  std::string name;
+  int64_t in = 0, out = 0;
+};
+std::vector<BlockLinear> block_linears(const GptConfig& config, int64_t layer);
+// The prefix of Hugging Face's names before ours: "transformer." (GPT-2) or
+// "model." (the others; an untied lm_head has none).
+std::string_view hf_name_prefix(const GptConfig& config);
 
 // One pipeline stage of P: stage i holds a contiguous run of blocks
 // (`layers`; unset, even_split(n_layer, P, i): the first n_layer mod P

@@ -24,13 +24,21 @@ void init_parameter_values(const Parameter& p, uint64_t seed, int64_t begin, int
   ZE_CHECK(0 <= begin && begin <= end && end <= p.numel());
   const ParamInit& init = p.init();
   const int64_t n = end - begin;
-  if (init.kind != ParamInit::Kind::kNormal) {
+  if (init.kind == ParamInit::Kind::kZeros || init.kind == ParamInit::Kind::kOnes) {
     const float v = init.kind == ParamInit::Kind::kOnes ? 1.0f : 0.0f;
     for (int64_t i = 0; i < n; ++i) out[i] = v;
     return;
   }
   const uint64_t key = splitmix64(seed ^ splitmix64(fnv1a(p.name())));
   const double two_pi = 6.283185307179586476925;
+  if (init.kind == ParamInit::Kind::kUniform) {
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+    for (int64_t i = 0; i < n; ++i) {
+      const uint64_t c = static_cast<uint64_t>(p.global_index(begin + i));
+      out[i] = static_cast<float>(init.std * (2.0 * unit_uniform(splitmix64(key + c)) - 1.0));
+    }
+    return;
+  }
 #pragma omp parallel for schedule(static) if (n > (1 << 16))
   for (int64_t i = 0; i < n; ++i) {
     const uint64_t c = static_cast<uint64_t>(p.global_index(begin + i));

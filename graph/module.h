@@ -38,11 +38,12 @@ class Context;
 
 // How a parameter's initial values are drawn (see graph/init.h).
 struct ParamInit {
-  enum class Kind { kNormal, kZeros, kOnes };
+  enum class Kind { kNormal, kZeros, kOnes, kUniform };
   Kind kind = Kind::kZeros;
-  float std = 0.0f;  // kNormal: N(0, std^2)
+  float std = 0.0f;  // kNormal: N(0, std^2); kUniform: U(-std, std)
 
   static ParamInit normal(float std) { return {Kind::kNormal, std}; }
+  static ParamInit uniform(float bound) { return {Kind::kUniform, bound}; }
   static ParamInit zeros() { return {Kind::kZeros, 0.0f}; }
   static ParamInit ones() { return {Kind::kOnes, 0.0f}; }
 };

@@ -39,33 +39,56 @@ HeadRanges local_heads(const BlockConfig& c) {
 }
 
 // The column-parallel (input) and row-parallel (output) projections of a
-// block, or plain Linears without a tensor group, with or without a bias.
+// block, or plain Linears without a tensor group, with or without a bias,
+// each with a LoRA adapter when the config's lora targets it.
 // `local`: this rank's range of the split features (its heads' or its part
 // of the MLP's), used when there is a tensor group.
 struct Projections {
   const BlockConfig& c;
   std::unique_ptr<Module> column(std::string name, int64_t in, int64_t out, SplitRange local, bool bias) const {
     if (split(c.tensor_group)) {
-      return std::make_unique<ColumnParallelLinear>(std::move(name), in, out, local, bias, c.init_std,
-                                                    *c.tensor_group, sequence_sharded(c));
+      auto layer = std::make_unique<ColumnParallelLinear>(std::move(name), in, out, local, bias, c.init_std,
+                                                          *c.tensor_group, sequence_sharded(c));
+      const Parameter* w = layer->weight();
+      return adapted(std::move(layer), *w, LoraSplit::kColumn);
     }
-    return std::make_unique<Linear>(std::move(name), in, out, bias, c.init_std);
+    return plain(std::move(name), in, out, bias, c.init_std);
   }
   // GPT-2's fused q, k, v: three equal blocks, each split evenly.
   std::unique_ptr<Module> fused_qkv(std::string name, int64_t d, bool bias) const {
     if (split(c.tensor_group)) {
-      return std::make_unique<ColumnParallelLinear>(std::move(name), d, 3 * d, bias, c.init_std, *c.tensor_group, 3,
-                                                    sequence_sharded(c));
+      auto layer = std::make_unique<ColumnParallelLinear>(std::move(name), d, 3 * d, bias, c.init_std,
+                                                          *c.tensor_group, 3, sequence_sharded(c));
+      const Parameter* w = layer->weight();
+      return adapted(std::move(layer), *w, LoraSplit::kColumn);
     }
-    return std::make_unique<Linear>(std::move(name), d, 3 * d, bias, c.init_std);
+    return plain(std::move(name), d, 3 * d, bias, c.init_std);
   }
   std::unique_ptr<Module> row(std::string name, int64_t in, int64_t out, SplitRange local, bool bias) const {
     if (split(c.tensor_group)) {
-      return std::make_unique<RowParallelLinear>(std::move(name), in, out, local, bias, c.proj_std, *c.tensor_group,
-                                                 sequence_sharded(c));
+      auto layer = std::make_unique<RowParallelLinear>(std::move(name), in, out, local, bias, c.proj_std,
+                                                       *c.tensor_group, sequence_sharded(c));
+      const Parameter* w = layer->weight();
+      return adapted(std::move(layer), *w, LoraSplit::kRow);
     }
-    return std::make_unique<Linear>(std::move(name), in, out, bias, c.proj_std);
+    return plain(std::move(name), in, out, bias, c.proj_std);
   }
+
+  std::unique_ptr<Module> plain(std::string name, int64_t in, int64_t out, bool bias, float std) const {
+    auto layer = std::make_unique<Linear>(std::move(name), in, out, bias, std);
+    const Parameter* w = layer->weight();
+    return adapted(std::move(layer), *w, LoraSplit::kNone);
+  }
+  // The layer itself, or wrapped in its adapter. Each adapter's dropout
+  // stream: block (dropout_id - 1) / 2's, then the layer's place in the block.
+  std::unique_ptr<Module> adapted(std::unique_ptr<Module> layer, const Parameter& weight, LoraSplit how) const {
+    if (!c.lora.targets(c.hf_prefix + layer->name())) return layer;
+    ZE_CHECK(!sequence_sharded(c)) << layer->name() << ": LoRA with sequence parallelism";
+    const int64_t site = kLoraDropoutSites + c.dropout_id * 8 + (*next_site)++;
+    return std::make_unique<LoraLinear>(std::move(layer), weight, c.lora, how, c.tensor_group, site);
+  }
+
+  int64_t* next_site;  // this layer's adapters so far (the attention's from 0, the MLP's from 4)
 };
 
 }  // namespace
@@ -117,7 +140,8 @@ CausalSelfAttention::CausalSelfAttention(std::string name, const BlockConfig& c)
   ZE_CHECK(!f.fused_qkv || head_dim_ * c.n_head == c.d_model) << "fused q/k/v with heads of " << head_dim_;
   ZE_CHECK(c.n_head % c.kv_heads() == 0) << c.kv_heads() << " key/value heads for " << c.n_head << " query heads";
   ZE_CHECK(!rotary_ || rope_.half * 2 == head_dim_) << "RoPE frequencies for head_dim " << 2 * rope_.half;
-  const Projections p{c};
+  int64_t adapters = 0;
+  const Projections p{c, &adapters};
   const int64_t d = c.d_model, a = c.n_head * head_dim_, kv = c.kv_heads() * head_dim_;
   if (!f.fused_qkv) {
     // Head ranges as feature ranges: head h is features [h D, (h + 1) D).
@@ -187,7 +211,8 @@ Tensor CausalSelfAttention::forward(Context& ctx, const Tensor& x) {
 }
 
 Mlp::Mlp(std::string name, const BlockConfig& c) : Module(std::move(name)), kind_(c.features.mlp) {
-  const Projections p{c};
+  int64_t adapters = 4;  // after the attention's (at most 4)
+  const Projections p{c, &adapters};
   const bool bias = c.features.mlp_bias;
   // The hidden features as evenly as can be (the first d_ff mod T ranks one more).
   const SplitRange hidden = local_range(c.d_ff, c.tensor_group);

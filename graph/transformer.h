@@ -42,6 +42,7 @@
 
 #include "comm/communicator.h"
 #include "graph/layers.h"
+#include "graph/lora.h"
 #include "graph/model_features.h"
 #include "kernels/rope.h"
 
@@ -64,6 +65,10 @@ struct BlockConfig {
   RopeFreqs rope;          // without learned positions
   Communicator* tensor_group = nullptr;  // T > 1 ranks: this rank's heads and features
   bool sequence_parallel = false;
+  // LoRA adapters on the projections lora.targets() picks (graph/lora.h),
+  // matched by Hugging Face's module names: hf_prefix + our module name.
+  LoraConfig lora;
+  std::string hf_prefix;
   int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   int64_t head_width() const { return head_dim > 0 ? head_dim : d_model / n_head; }
   bool gated_mlp() const { return features.mlp != MlpKind::kGelu; }

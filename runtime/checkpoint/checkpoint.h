@@ -38,6 +38,10 @@ struct SaveOptions {
   // manifest for `zero-ckpt consolidate --format hf` and for a resumed run;
   // null: not recorded.
   Json model = nullptr;
+  // The model's LoRA adapters as PEFT's adapter_config.json, stored in the
+  // manifest for `zero-ckpt consolidate --format peft` (and the merged hf
+  // export); null: the model has none.
+  Json adapter = nullptr;
   // Written by rank 0 into the tag directory and listed in the manifest
   // (size, CRC-32C), so the checkpoint carries them when their source is
   // gone; the Hugging Face export copies them out.

@@ -277,6 +277,7 @@ absl::StatusOr<std::string> save_checkpoint(Engine& engine, const SaveOptions& o
     m.optimizer_states.assign(kinds.begin() + 1, kinds.end());
     m.progress = progress;
     m.model = options.model;
+    m.adapter = options.adapter;
     // The whole model's parameters: every rank's, each once, in rank order
     // (with pipeline stages: the first stage's, then the next's new ones).
     for (const ParameterList& list : lists)

@@ -170,6 +170,42 @@ absl::Status remove_tree(const std::string& path) {
   return absl::OkStatus();
 }
 
+absl::Status write_directory_atomic(const std::string& out_dir_in, const std::string& what,
+                                    const std::function<absl::Status(const std::string& partial)>& fill) {
+  namespace fs = std::filesystem;
+  std::string out_dir = out_dir_in;
+  while (out_dir.size() > 1 && out_dir.back() == '/') out_dir.pop_back();
+  if (out_dir.empty()) return absl::InvalidArgumentError(cat("writing ", what, ": no output directory"));
+  auto refuse_existing = [&]() -> absl::Status {
+    std::error_code ec;
+    if (!fs::exists(out_dir, ec)) return absl::OkStatus();
+    if (!fs::is_directory(out_dir, ec)) {
+      return absl::AlreadyExistsError(cat(out_dir, " exists and is not a directory; not overwriting it"));
+    }
+    if (!fs::is_empty(out_dir, ec)) {
+      return absl::AlreadyExistsError(cat(out_dir, " exists and is not empty; not overwriting it (choose a new "
+                                                   "directory, or remove that one)"));
+    }
+    return absl::OkStatus();
+  };
+  ZE_RETURN_IF_ERROR(refuse_existing());
+  const fs::path out_path(out_dir);
+  const std::string parent = out_path.has_parent_path() ? out_path.parent_path().string() : ".";
+  const std::string partial = parent + "/." + out_path.filename().string() + ".partial";
+  ZE_RETURN_IF_ERROR(make_directories(parent));
+  ZE_RETURN_IF_ERROR(remove_tree(partial));  // an interrupted write's
+  ZE_RETURN_IF_ERROR(make_directories(partial));
+  const absl::Status s = [&]() -> absl::Status {
+    ZE_RETURN_IF_ERROR(fill(partial));
+    ZE_RETURN_IF_ERROR(fsync_directory(partial));
+    ZE_RETURN_IF_ERROR(refuse_existing());              // filled while we wrote?
+    ZE_RETURN_IF_ERROR(rename_path(partial, out_dir));  // replaces an empty directory
+    return fsync_directory(parent);
+  }();
+  if (!s.ok()) (void)remove_tree(partial);
+  return s;
+}
+
 absl::StatusOr<std::vector<std::string>> list_directory(const std::string& dir) {
   DIR* d = ::opendir(dir.c_str());
   if (d == nullptr) return errno_status(errno, "listing", dir);

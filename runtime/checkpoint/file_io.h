@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,17 @@ absl::Status fsync_directory(const std::string& dir);
 absl::Status make_directories(const std::string& dir);
 // Removes a directory tree (best effort on already-missing entries).
 absl::Status remove_tree(const std::string& path);
+// Writes the directory `out_dir` atomically, as the exports do (a Hugging
+// Face model directory, a PEFT adapter): fill(partial) writes its files into
+// the hidden sibling "<parent>/.<name>.partial" (one an interrupted write
+// left is removed first), which is fsynced and renamed to out_dir, then the
+// parent is fsynced. Refused with ALREADY_EXISTS, out_dir left as it was,
+// when out_dir exists and is not an empty directory (checked before and
+// again just before the rename: an empty one is replaced). On any failure
+// the partial directory is removed. `what` names the output in errors ("a
+// Hugging Face directory").
+absl::Status write_directory_atomic(const std::string& out_dir, const std::string& what,
+                                    const std::function<absl::Status(const std::string& partial)>& fill);
 // Entries of a directory (names only), sorted.
 absl::StatusOr<std::vector<std::string>> list_directory(const std::string& dir);
 

@@ -7,7 +7,9 @@
 #include <limits>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_join.h"
 #include "core/check.h"
 #include "core/status.h"
 #include "core/strings.h"
@@ -25,6 +27,7 @@ namespace {
 constexpr const char* kSingleFile = "model.safetensors";
 constexpr const char* kIndexFile = "model.safetensors.index.json";
 constexpr uint64_t kMaxHeaderBytes = 100u << 20;  // safetensors' own limit
+constexpr std::string_view kPeftPrefix = kPeftTensorPrefix;  // PEFT's names: the PeftModel's, then the model's
 
 // Bytes per element of a safetensors dtype; 0 when unknown.
 int64_t safetensors_dtype_bytes(const std::string& dt) {
@@ -266,17 +269,40 @@ struct Matched {
   bool transposed;
 };
 
-// Matches the files' tensors to the model's: every parameter of `config`
-// present with its shape, nothing else there but the tolerated buffers.
-absl::StatusOr<std::map<std::string, Matched>> match_tensors(const HfWeights& w, const GptConfig& config) {
+// Which of the model's parameters a set of files holds: the base model's
+// (a Hugging Face directory: every parameter but the LoRA adapters) or the
+// adapters (a PEFT adapter file).
+enum class WeightSet { kBase, kAdapters };
+
+// A file's tensor name -> ours.
+std::string ours_from_file_name(const GptConfig& config, const std::string& name, WeightSet set) {
+  if (set == WeightSet::kBase) return ours_from_hf_tensor_name(config, name);
+  return name.rfind(kPeftPrefix, 0) == 0 ? ours_from_hf_tensor_name(config, name.substr(kPeftPrefix.size()))
+                                         : name;
+}
+std::string file_name_from_ours(const GptConfig& config, const std::string& ours, WeightSet set) {
+  const std::string hf = hf_tensor_name(config, ours);
+  return set == WeightSet::kBase ? hf : cat(kPeftPrefix, hf);
+}
+
+// Matches the files' tensors to the model's: every parameter of `config` in
+// `set` present with its shape, nothing else there but the tolerated buffers.
+absl::StatusOr<std::map<std::string, Matched>> match_tensors(const HfWeights& w, const GptConfig& config,
+                                                             WeightSet set = WeightSet::kBase) {
   std::map<std::string, Shape> expected;
-  for (const auto& [name, shape] : gpt_parameter_shapes(config)) expected.emplace(name, shape);
+  for (const auto& [name, shape] : gpt_parameter_shapes(config)) {
+    if (is_lora_parameter(name) == (set == WeightSet::kAdapters)) expected.emplace(name, shape);
+  }
   const auto file_of = [&](const HfTensor& t) { return w.files().at(static_cast<size_t>(t.file)); };
-  const std::string model = cat("a ", model_family(config.arch).display, " model of ", config.n_layer, " layers, d_model ",
-                                config.d_model, ", vocabulary ", config.vocab_size);
+  std::string model = cat("a ", model_family(config.arch).display, " model of ", config.n_layer, " layers, d_model ",
+                          config.d_model, ", vocabulary ", config.vocab_size);
+  if (set == WeightSet::kAdapters) {
+    model = cat("LoRA r ", config.lora.r, " on target_modules [", absl::StrJoin(config.lora.target_modules, ", "),
+                "] of ", model);
+  }
   std::map<std::string, const HfTensor*> by_ours;
   for (const auto& [name, t] : w.tensors()) {
-    const std::string ours = ours_from_hf_tensor_name(config, name);
+    const std::string ours = ours_from_file_name(config, name, set);
     if (expected.count(ours)) {
       auto [it, inserted] = by_ours.emplace(ours, &t);
       if (!inserted) {
@@ -288,15 +314,17 @@ absl::StatusOr<std::map<std::string, Matched>> match_tensors(const HfWeights& w,
       continue;  // a buffer, or the tied head's copy of the token table
     } else {
       return absl::FailedPreconditionError(cat(file_of(t), ": tensor ", name, " ", shape_string(t.shape),
-                                               " is not part of the model (", model,
-                                               "): weights of another architecture or configuration?"));
+                                               " is not part of the model (", model, "): ",
+                                               set == WeightSet::kBase
+                                                   ? "weights of another architecture or configuration?"
+                                                   : "an adapter of another model or LoRA configuration?"));
     }
   }
   std::map<std::string, Matched> out;
   for (const auto& [ours, shape] : expected) {
     auto it = by_ours.find(ours);
     if (it == by_ours.end()) {
-      return absl::NotFoundError(cat(w.path(), ": no tensor ", hf_tensor_name(config, ours), " (the model's ", ours,
+      return absl::NotFoundError(cat(w.path(), ": no tensor ", file_name_from_ours(config, ours, set), " (the model's ", ours,
                                      ", ", shape_string(shape), ")"));
     }
     const HfTensor& t = *it->second;
@@ -385,18 +413,19 @@ absl::Status load_range(const HfWeights& w, const Matched& m, const StateRange& 
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::Status load_hf_weights(Engine& engine, const GptConfig& config, const std::string& path,
+// Loads the engine's parameters of `set` from `path` (HfWeights::open's);
+// the others are left as they are. A collective, as load_hf_weights.
+absl::Status load_weight_set(Engine& engine, const GptConfig& config, const std::string& path, WeightSet set,
                              int64_t max_read_bytes) {
   absl::Status local = [&]() -> absl::Status {
     ZE_ASSIGN_OR_RETURN(const HfWeights w, HfWeights::open(path));
-    ZE_ASSIGN_OR_RETURN(const auto matched, match_tensors(w, config));
+    ZE_ASSIGN_OR_RETURN(const auto matched, match_tensors(w, config, set));
     ModelState& state = engine.state();
     // The trainable parameters into their master weights, the frozen ones
     // (no master) straight into their model-dtype weights.
     auto load = [&](const StateRange& r, OptimizerStateStore& into) -> absl::Status {
       const Parameter& p = *r.param;
+      if (is_lora_parameter(p.name()) != (set == WeightSet::kAdapters)) return absl::OkStatus();
       auto it = matched.find(p.name());
       if (it == matched.end() || it->second.shape != p.global_shape()) {
         return absl::FailedPreconditionError(
@@ -419,6 +448,21 @@ absl::Status load_hf_weights(Engine& engine, const GptConfig& config, const std:
   return engine.state().refresh_parameters();
 }
 
+}  // namespace
+
+absl::Status load_hf_weights(Engine& engine, const GptConfig& config, const std::string& path,
+                             int64_t max_read_bytes) {
+  return load_weight_set(engine, config, path, WeightSet::kBase, max_read_bytes);
+}
+
+absl::Status load_peft_adapter(Engine& engine, const GptConfig& config, const std::string& dir,
+                               int64_t max_read_bytes) {
+  if (!config.lora.enabled()) {
+    return absl::FailedPreconditionError(cat("loading the adapter ", dir, ": the model has no LoRA adapters"));
+  }
+  return load_weight_set(engine, config, cat(dir, "/", kPeftAdapterFile), WeightSet::kAdapters, max_read_bytes);
+}
+
 absl::Status load_safetensors_weights(Engine& engine, const std::string& path) {
   const Gpt* gpt = dynamic_cast<const Gpt*>(&engine.model());
   if (gpt == nullptr) {
@@ -427,46 +471,32 @@ absl::Status load_safetensors_weights(Engine& engine, const std::string& path) {
   return load_hf_weights(engine, gpt->config(), path);
 }
 
-absl::Status consolidate_to_hf(const std::string& dir, const std::string& tag, const std::string& out_dir_in,
+absl::Status consolidate_to_hf(const std::string& dir, const std::string& tag, const std::string& out_dir,
                                DType dtype, int64_t max_shard_bytes) {
   ZE_RETURN_IF_ERROR(check_export_dtype(dtype));
   if (max_shard_bytes <= 0) {
     return absl::InvalidArgumentError(cat("max shard size ", max_shard_bytes, " bytes: must be positive"));
   }
-  std::string out_dir = out_dir_in;
-  while (out_dir.size() > 1 && out_dir.back() == '/') out_dir.pop_back();
-  if (out_dir.empty()) return absl::InvalidArgumentError("consolidate to a Hugging Face directory: no output directory");
   ZE_ASSIGN_OR_RETURN(const CheckpointSource src, open_checkpoint_source(dir, tag));
   const Manifest& m = src.manifest;
-  const std::string manifest_path = src.tag_dir() + "/manifest.json";
-  if (m.model.is_null()) {
-    return absl::FailedPreconditionError(cat(
-        "checkpoint ", src.tag_dir(), " has no model description (its manifest has no \"model\": it was saved "
-        "without one, or by an older build); a Hugging Face export needs it for config.json. Export it with "
-        "--format safetensors instead"));
-  }
-  ZE_ASSIGN_OR_RETURN(const GptConfig config, gpt_config_from_hf(m.model, manifest_path + " \"model\""));
+  ZE_ASSIGN_OR_RETURN(const GptConfig config,
+                      checkpoint_model_config(src, "a Hugging Face export needs it for config.json"));
   // Checked before anything is written.
   ZE_ASSIGN_OR_RETURN(const std::vector<ModelFile> model_files, read_model_files(src.dir, src.tag, m));
 
-  // The checkpoint's parameters must be the described model's, each once.
-  std::map<std::string, Shape> expected;
-  for (const auto& [name, shape] : gpt_parameter_shapes(config)) expected.emplace(name, shape);
+  // The base model's weights; a LoRA adapter is merged into the weight it
+  // adapts (PEFT's merge_and_unload) and not written itself.
+  std::set<std::string> names;
+  for (const auto& [name, shape] : m.parameters) names.insert(name);
   std::vector<ExportedTensor> tensors;
   for (const auto& [name, shape] : m.parameters) {
-    auto it = expected.find(name);
-    if (it == expected.end() || it->second != shape) {
-      return absl::DataLossError(cat(manifest_path, ": parameter ", name, " ", shape_string(shape),
-                                     it == expected.end() ? std::string(" is not part of")
-                                                          : cat(" is ", shape_string(it->second), " in"),
-                                     " the model its \"model\" describes"));
+    if (is_lora_parameter(name)) continue;
+    ExportedTensor t{hf_tensor_name(config, name), name, shape, hf_stores_transposed(config, name)};
+    const std::string module = absl::EndsWith(name, ".weight") ? name.substr(0, name.size() - 7) : "";
+    if (!module.empty() && names.count(lora_a_name(module))) {
+      t.merge = LoraMerge{lora_a_name(module), lora_b_name(module), config.lora.r, config.lora.scaling()};
     }
-    expected.erase(it);
-    tensors.push_back({hf_tensor_name(config, name), name, shape, hf_stores_transposed(config, name)});
-  }
-  if (!expected.empty()) {
-    return absl::DataLossError(cat(manifest_path, ": no parameter ", expected.begin()->first,
-                                   ", which the model its \"model\" describes has"));
+    tensors.push_back(std::move(t));
   }
 
   // Shards in order, each up to max_shard_bytes (a larger tensor alone).
@@ -490,27 +520,7 @@ absl::Status consolidate_to_hf(const std::string& dir, const std::string& tag, c
     return n == 1 ? std::string(kSingleFile) : std::string(buf);
   };
 
-  std::error_code ec;
-  auto refuse_existing = [&]() -> absl::Status {
-    if (!fs::exists(out_dir, ec)) return absl::OkStatus();
-    if (!fs::is_directory(out_dir, ec)) {
-      return absl::AlreadyExistsError(cat(out_dir, " exists and is not a directory; not overwriting it"));
-    }
-    if (!fs::is_empty(out_dir, ec)) {
-      return absl::AlreadyExistsError(cat(out_dir, " exists and is not empty; not overwriting it (choose a new "
-                                                   "directory, or remove that one)"));
-    }
-    return absl::OkStatus();
-  };
-  ZE_RETURN_IF_ERROR(refuse_existing());
-  const fs::path out_path(out_dir);
-  const std::string parent = out_path.has_parent_path() ? out_path.parent_path().string() : ".";
-  const std::string partial = parent + "/." + out_path.filename().string() + ".partial";
-  ZE_RETURN_IF_ERROR(make_directories(parent));
-  ZE_RETURN_IF_ERROR(remove_tree(partial));  // an interrupted export's
-  ZE_RETURN_IF_ERROR(make_directories(partial));
-
-  const absl::Status s = [&]() -> absl::Status {
+  return write_directory_atomic(out_dir, "a Hugging Face directory", [&](const std::string& partial) -> absl::Status {
     ShardFiles files(m, src.tag_dir());
     const Json metadata = {{"format", "pt"}};
     Json weight_map = Json::object();
@@ -537,13 +547,8 @@ absl::Status consolidate_to_hf(const std::string& dir, const std::string& tag, c
       ZE_RETURN_IF_ERROR(write_file_atomic(partial + "/" + kGenerationConfigFile,
                                            generation_config_json(hf).dump(2) + "\n"));
     }
-    ZE_RETURN_IF_ERROR(fsync_directory(partial));
-    ZE_RETURN_IF_ERROR(refuse_existing());  // filled while we wrote?
-    ZE_RETURN_IF_ERROR(rename_path(partial, out_dir));  // replaces an empty directory
-    return fsync_directory(parent);
-  }();
-  if (!s.ok()) (void)remove_tree(partial);
-  return s;
+    return absl::OkStatus();
+  });
 }
 
 }  // namespace zero

@@ -29,6 +29,7 @@
 #include "core/tensor.h"
 #include "graph/gpt.h"
 #include "runtime/config/json_file.h"
+#include "runtime/config/peft_config.h"
 #include "runtime/engine/engine.h"
 
 namespace zero {
@@ -86,8 +87,20 @@ inline constexpr int64_t kHfReadChunkBytes = 64 << 20;
 // max_read_bytes at a time (GPT-2's transposed Conv1D weights: the whole
 // tensor). A collective (every rank calls it); a failure on any rank fails
 // every rank.
+// A model with LoRA adapters (config.lora) loads its base weights so: the
+// adapters are not in the files and keep their initial values.
 absl::Status load_hf_weights(Engine& engine, const GptConfig& config, const std::string& path,
                              int64_t max_read_bytes = kHfReadChunkBytes);
+
+// Sets the engine's LoRA adapters (config.lora's) from the PEFT adapter
+// directory `dir`: its kPeftAdapterFile (adapter_model.safetensors), tensors named
+// "base_model.model.<Hugging Face module>.lora_A.weight" / "lora_B.weight",
+// every adapter of the model there with its shape and nothing else (as
+// load_hf_weights checks; the caller has checked adapter_config.json against
+// config.lora: runtime/config/peft_config.h). The base weights are left as
+// they are. A collective.
+absl::Status load_peft_adapter(Engine& engine, const GptConfig& config, const std::string& dir,
+                               int64_t max_read_bytes = kHfReadChunkBytes);
 
 // Writes checkpoint <dir>/<tag> (tag empty: the newest complete one) as a
 // Hugging Face model directory `out_dir` in `dtype` (fp32 or bf16):
@@ -100,8 +113,13 @@ absl::Status load_hf_weights(Engine& engine, const GptConfig& config, const std:
 // weights under Hugging Face's names and layout in one model.safetensors, or
 // in shards of at most max_shard_bytes each (a larger tensor alone in its
 // shard) with model.safetensors.index.json. One tensor in memory at a time.
-// Atomic: written into a hidden sibling directory, renamed at the end;
-// refused when out_dir exists and is not empty (it is left as it was).
+// A checkpoint with LoRA adapters (its manifest's "adapter") is written
+// merged, as PEFT's merge_and_unload gives it: each adapted weight
+// W + scaling * (B @ A) in fp32, the adapters themselves not written (their
+// own export: peft_export.h). The checkpoint's parameters must be the
+// described model's (checkpoint_model_config, safetensors.h).
+// Atomic (write_directory_atomic, file_io.h): refused when out_dir exists
+// and is not empty (it is left as it was).
 absl::Status consolidate_to_hf(const std::string& dir, const std::string& tag, const std::string& out_dir,
                                DType dtype, int64_t max_shard_bytes);
 

@@ -70,6 +70,7 @@ Json Manifest::to_json() const {
   }
   j["tensors"] = tensors_j;
   if (!model.is_null()) j["model"] = model;
+  if (!adapter.is_null()) j["adapter"] = adapter;
   if (!model_files.empty()) {
     Json list = Json::array();
     for (const CheckpointModelFile& f : model_files) {
@@ -173,6 +174,10 @@ absl::StatusOr<Manifest> Manifest::parse(const Json& j, const std::string& path)
     if (j.contains("model") && !j.at("model").is_null()) {
       if (!j.at("model").is_object()) return bad("\"model\" is not an object (a Hugging Face config.json)");
       m.model = j.at("model");
+    }
+    if (j.contains("adapter") && !j.at("adapter").is_null()) {
+      if (!j.at("adapter").is_object()) return bad("\"adapter\" is not an object (a PEFT adapter_config.json)");
+      m.adapter = j.at("adapter");
     }
     if (j.contains("model_files")) {
       for (const Json& e : j.at("model_files")) {

@@ -110,6 +110,9 @@ struct Manifest {
   // when the saver recorded it; null otherwise (and in older checkpoints).
   // Inside the manifest's checksum like every other field.
   Json model;
+  // The model's LoRA adapters as PEFT's adapter_config.json
+  // (runtime/config/peft_config.h), when it has them; null otherwise.
+  Json adapter;
   // The model's files saved beside the shards (none in older checkpoints).
   std::vector<CheckpointModelFile> model_files;
   // Parameters the run kept frozen (in `parameters` order): "master/<name>"

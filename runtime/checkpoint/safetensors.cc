@@ -1,12 +1,16 @@
 // Writing checkpoints as safetensors files; see safetensors.h.
 #include "runtime/checkpoint/safetensors.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <map>
 
+#include "core/check.h"
 #include "core/status.h"
 #include "core/strings.h"
 #include "runtime/checkpoint/file_io.h"
+#include "runtime/config/peft_config.h"
 
 namespace zero {
 
@@ -46,7 +50,66 @@ absl::StatusOr<std::vector<float>> gather_master(const CheckpointSource& src, Sh
   return values;
 }
 
+// W (values, [rows, cols]) += scaling * (B @ A), A [rank, cols] and B
+// [rows, rank] read from the checkpoint: PEFT's merge in fp32 (the product,
+// each element summed over the rank in order, scaled, then added).
+absl::Status merge_lora(const CheckpointSource& src, ShardFiles& files, const ExportedTensor& t,
+                        std::vector<float>& values) {
+  const LoraMerge& m = *t.merge;
+  ZE_CHECK(t.shape.size() == 2) << t.param << ": an adapter merges into a 2-D weight";
+  const int64_t rows = t.shape[0], cols = t.shape[1], rank = m.rank;
+  ZE_ASSIGN_OR_RETURN(const std::vector<float> a, gather_master(src, files, m.lora_a, Shape{rank, cols}));
+  ZE_ASSIGN_OR_RETURN(const std::vector<float> b, gather_master(src, files, m.lora_b, Shape{rows, rank}));
+  std::vector<float> delta(static_cast<size_t>(cols));
+  for (int64_t i = 0; i < rows; ++i) {
+    std::fill(delta.begin(), delta.end(), 0.0f);
+    for (int64_t k = 0; k < rank; ++k) {
+      const float bik = b[static_cast<size_t>(i * rank + k)];
+      const float* ak = a.data() + k * cols;
+      for (int64_t j = 0; j < cols; ++j) delta[static_cast<size_t>(j)] += bik * ak[j];
+    }
+    float* w = values.data() + i * cols;
+    for (int64_t j = 0; j < cols; ++j) w[j] += delta[static_cast<size_t>(j)] * m.scaling;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+absl::StatusOr<GptConfig> checkpoint_model_config(const CheckpointSource& src, const std::string& needed_for) {
+  const Manifest& m = src.manifest;
+  const std::string manifest_path = src.tag_dir() + "/manifest.json";
+  if (m.model.is_null()) {
+    return absl::FailedPreconditionError(cat(
+        "checkpoint ", src.tag_dir(), " has no model description (its manifest has no \"model\": it was saved "
+        "without one, or by an older build); ", needed_for, ". Export it with --format safetensors instead"));
+  }
+  ZE_ASSIGN_OR_RETURN(GptConfig config, gpt_config_from_hf(m.model, manifest_path + " \"model\""));
+  if (!m.adapter.is_null()) {
+    ZE_ASSIGN_OR_RETURN(config.lora, lora_config_from_peft(m.adapter, manifest_path + " \"adapter\""));
+  }
+  // The checkpoint's parameters must be the described model's, each once.
+  const std::string described = m.adapter.is_null()
+                                    ? "the model its \"model\" describes"
+                                    : "the model and LoRA adapters its \"model\" and \"adapter\" describe";
+  std::map<std::string, Shape> expected;
+  for (const auto& [name, shape] : gpt_parameter_shapes(config)) expected.emplace(name, shape);
+  for (const auto& [name, shape] : m.parameters) {
+    auto it = expected.find(name);
+    if (it == expected.end() || it->second != shape) {
+      return absl::FailedPreconditionError(cat(manifest_path, ": parameter ", name, " ", shape_string(shape),
+                                               it == expected.end() ? std::string(" is not one of")
+                                                                    : cat(" is ", shape_string(it->second), " in"),
+                                               " ", described));
+    }
+    expected.erase(it);
+  }
+  if (!expected.empty()) {
+    return absl::FailedPreconditionError(cat(manifest_path, ": no parameter ", expected.begin()->first, ", which ",
+                                             described, " has"));
+  }
+  return config;
+}
 
 absl::Status check_export_dtype(DType dtype) {
   if (dtype == DType::kF32 || dtype == DType::kBF16) return absl::OkStatus();
@@ -92,6 +155,7 @@ absl::Status write_checkpoint_safetensors(const CheckpointSource& src, ShardFile
     ZE_RETURN_IF_ERROR(w.write(h.data(), h.size()));
     for (const ExportedTensor& t : tensors) {
       ZE_ASSIGN_OR_RETURN(std::vector<float> values, gather_master(src, files, t.param, t.shape));
+      if (t.merge) ZE_RETURN_IF_ERROR(merge_lora(src, files, t, values));
       if (t.transposed && t.shape.size() == 2) values = transposed(values, t.shape[0], t.shape[1]);
       if (dtype == DType::kF32) {
         ZE_RETURN_IF_ERROR(w.write(values.data(), values.size() * 4));

@@ -1,8 +1,9 @@
 // The safetensors format (an 8-byte little-endian header length, a JSON
 // header naming each tensor's dtype, shape and byte range, then the data):
 // writing a checkpoint's fp32 master weights as safetensors files, shared by
-// the two exports — ours, one file (below), and Hugging Face's model
-// directory (hf_weights.h).
+// the exports — ours, one file (below), Hugging Face's model directory
+// (hf_weights.h; LoRA adapters merged into their weights) and PEFT's adapter
+// directory (peft_export.h).
 //
 // Our single-file export uses GPT-2's conventional tensor names without a
 // prefix ("wte.weight", "h.0.attn.c_attn.weight", ...) and GPT-2's layout:
@@ -12,6 +13,7 @@
 // any safetensors file (ours or Hugging Face's) is hf_weights.h's.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,14 +48,36 @@ struct CheckpointSource {
 };
 absl::StatusOr<CheckpointSource> open_checkpoint_source(const std::string& dir, const std::string& tag);
 
+// The model checkpoint `src` describes: its manifest's "model" (a Hugging
+// Face config.json) with the LoRA adapters its "adapter" (PEFT's
+// adapter_config.json) describes, when it has one. Checked against the
+// checkpoint's parameters: each of the model's, adapters included, there
+// once with its shape, and no other (FAILED_PRECONDITION naming the first
+// that is not). Without a "model": FAILED_PRECONDITION saying the export
+// needs it (`needed_for`: "config.json", ...) and that --format safetensors
+// does not.
+absl::StatusOr<GptConfig> checkpoint_model_config(const CheckpointSource& src, const std::string& needed_for);
+
+// A LoRA adapter merged into its base weight on the way out, as PEFT's
+// merge_and_unload does it, in fp32: W + scaling * (B @ A), with A
+// [rank, cols] and B [rows, rank] the checkpoint parameters lora_a and lora_b
+// (W [rows, cols], ours, before any transpose).
+struct LoraMerge {
+  std::string lora_a, lora_b;
+  int64_t rank = 0;
+  float scaling = 0.0f;
+};
+
 // One tensor of a file being written: the master weights of checkpoint
 // parameter `param` (shape [rows, cols] or any), stored under `name`,
-// transposed to [cols, rows] when `transposed`.
+// transposed to [cols, rows] when `transposed`, with an adapter merged into
+// it first when `merge` is set (2-D parameters only).
 struct ExportedTensor {
   std::string name;
   std::string param;
   Shape shape;  // the parameter's
   bool transposed = false;
+  std::optional<LoraMerge> merge = std::nullopt;
 };
 
 // fp32 or bf16; INVALID_ARGUMENT naming the flag otherwise.
@@ -62,8 +86,9 @@ absl::Status check_export_dtype(DType dtype);
 int64_t exported_bytes(const ExportedTensor& t, DType dtype);
 
 // Writes `tensors` of the checkpoint as the safetensors file `out` in
-// `dtype`, one tensor in memory at a time, the header's __metadata__ being
-// `metadata` (an object of strings); atomically (out.tmp, fsync, rename).
+// `dtype`, one tensor in memory at a time (with a merged adapter's small A
+// and B), the header's __metadata__ being `metadata` (an object of
+// strings); atomically (out.tmp, fsync, rename).
 // `files`: the checkpoint's shards (opened once for several outputs).
 absl::Status write_checkpoint_safetensors(const CheckpointSource& src, ShardFiles& files,
                                           const std::vector<ExportedTensor>& tensors, const Json& metadata,

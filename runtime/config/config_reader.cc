@@ -231,34 +231,32 @@ std::string ConfigReader::get_choice(std::string_view key, const std::string& de
 
 std::vector<std::string> ConfigReader::get_choice_list(std::string_view key, const std::vector<std::string>& def,
                                                       const std::vector<std::string>& choices) {
-  const Json* v = lookup(key);
-  if (v == nullptr) return def;
-  if (!v->is_array() || !std::all_of(v->begin(), v->end(), [](const Json& e) { return e.is_string(); })) {
-    error(key, cat("expected a list of strings, got ", describe(*v)));
-    return def;
-  }
-  std::vector<std::string> out;
-  for (const Json& e : *v) {
-    const std::string s = e.get<std::string>();
+  std::vector<std::string> out = get_string_list(key, def);
+  for (const std::string& s : out) {
     if (std::find(choices.begin(), choices.end(), s) == choices.end()) {
       std::string list;
       for (const std::string& c : choices) list += cat(list.empty() ? "" : ", ", "\"", c, "\"");
       error(key, cat("\"", s, "\" is not one of ", list));
+      set_effective(key, def);
       return def;
     }
-    out.push_back(s);
   }
   return out;
 }
 
+// The list, or `def` when absent or not a list of strings; either is the
+// effective value (--print-config shows it).
 std::vector<std::string> ConfigReader::get_string_list(std::string_view key, const std::vector<std::string>& def) {
-  const Json* v = lookup(key);
-  if (v == nullptr) return def;
-  if (!v->is_array() || !std::all_of(v->begin(), v->end(), [](const Json& e) { return e.is_string(); })) {
-    error(key, cat("expected a list of strings, got ", describe(*v)));
-    return def;
+  std::vector<std::string> out = def;
+  if (const Json* v = lookup(key)) {
+    if (!v->is_array() || !std::all_of(v->begin(), v->end(), [](const Json& e) { return e.is_string(); })) {
+      error(key, cat("expected a list of strings, got ", describe(*v)));
+    } else {
+      out = v->get<std::vector<std::string>>();
+    }
   }
-  return v->get<std::vector<std::string>>();
+  set_effective(key, out);
+  return out;
 }
 
 std::vector<double> ConfigReader::get_float_list(std::string_view key, const std::vector<double>& def,

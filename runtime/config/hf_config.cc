@@ -505,12 +505,12 @@ bool is_gpt2_conv1d_weight(const std::string& name) {
 }
 
 std::string hf_tensor_name(const GptConfig& c, const std::string& ours) {
-  if (c.features().gpt2_names) return "transformer." + ours;
-  return ours == "lm_head.weight" ? ours : "model." + ours;
+  if (!c.features().gpt2_names && ours == "lm_head.weight") return ours;
+  return cat(hf_name_prefix(c), ours);
 }
 
 std::string ours_from_hf_tensor_name(const GptConfig& c, const std::string& hf) {
-  const std::string_view prefix = c.features().gpt2_names ? "transformer." : "model.";
+  const std::string_view prefix = hf_name_prefix(c);
   return starts_with(hf, prefix) ? hf.substr(prefix.size()) : hf;
 }
 
@@ -522,12 +522,17 @@ std::vector<std::pair<std::string, Shape>> gpt_parameter_shapes(const GptConfig&
   const int64_t C = c.d_model, F = c.ffn_width(), D = c.head_dim();
   const ModelFeatures f = c.features();
   std::vector<std::pair<std::string, Shape>> out;
+  // A linear layer's weight [out, in] and, with a bias, its bias [out];
+  // before them (the model's order) its LoRA adapters when it has them.
+  auto linear = [&](const std::string& name, int64_t rows, int64_t cols, bool bias) {
+    if (c.lora.targets(cat(hf_name_prefix(c), name))) {
+      out.emplace_back(lora_a_name(name), Shape{c.lora.r, cols});
+      out.emplace_back(lora_b_name(name), Shape{rows, c.lora.r});
+    }
+    out.emplace_back(name + ".weight", Shape{rows, cols});
+    if (bias) out.emplace_back(name + ".bias", Shape{rows});
+  };
   if (!f.gpt2_names) {
-    // A Linear's weight [out, in] and, with a bias, its bias [out].
-    auto linear = [&](const std::string& name, int64_t rows, int64_t cols, bool bias) {
-      out.emplace_back(name + ".weight", Shape{rows, cols});
-      if (bias) out.emplace_back(name + ".bias", Shape{rows});
-    };
     out.emplace_back("embed_tokens.weight", Shape{c.vocab_size, C});
     for (int64_t i = 0; i < c.n_layer; ++i) {
       const std::string b = cat("layers.", i, ".");
@@ -555,16 +560,12 @@ std::vector<std::pair<std::string, Shape>> gpt_parameter_shapes(const GptConfig&
     const std::string b = cat("h.", i, ".");
     out.emplace_back(b + "ln_1.weight", Shape{C});
     out.emplace_back(b + "ln_1.bias", Shape{C});
-    out.emplace_back(b + "attn.c_attn.weight", Shape{3 * C, C});
-    out.emplace_back(b + "attn.c_attn.bias", Shape{3 * C});
-    out.emplace_back(b + "attn.c_proj.weight", Shape{C, C});
-    out.emplace_back(b + "attn.c_proj.bias", Shape{C});
+    linear(b + "attn.c_attn", 3 * C, C, true);
+    linear(b + "attn.c_proj", C, C, true);
     out.emplace_back(b + "ln_2.weight", Shape{C});
     out.emplace_back(b + "ln_2.bias", Shape{C});
-    out.emplace_back(b + "mlp.c_fc.weight", Shape{F, C});
-    out.emplace_back(b + "mlp.c_fc.bias", Shape{F});
-    out.emplace_back(b + "mlp.c_proj.weight", Shape{C, F});
-    out.emplace_back(b + "mlp.c_proj.bias", Shape{C});
+    linear(b + "mlp.c_fc", F, C, true);
+    linear(b + "mlp.c_proj", C, F, true);
   }
   out.emplace_back("ln_f.weight", Shape{C});
   out.emplace_back("ln_f.bias", Shape{C});

@@ -17,6 +17,7 @@
 #include "runtime/config/data_section.h"
 #include "runtime/config/deepspeed_sections.h"
 #include "runtime/config/hf_config.h"
+#include "runtime/config/lora_section.h"
 #include "runtime/config/model_limits.h"
 
 namespace zero {
@@ -173,6 +174,8 @@ void parse_model(ConfigReader r, RunConfig& c, const std::optional<CheckpointMod
   if (resumed && !resumed->hf.is_null() && !from_checkpoint && r.diagnostics().errors.empty()) {
     check_resumed_model(r, c, *resumed);
   }
+  if (r.diagnostics().errors.empty()) parse_lora_section(r.section("lora"), c);  // on the model read above
+  r.mark_known("lora");
   r.finish();
 }
 
@@ -441,6 +444,7 @@ absl::StatusOr<RunConfig> parse_run_config(const Json& config, const ConfigOptio
   parse_checkpoint_section(root.section("checkpoint", UnknownKeys::kWarnUnlessNearMiss), out);
   check_pipeline_composition(root, out);
   check_evaluation(root, out);
+  check_lora_composition(root, out);
   parse_unsupported_feature_sections(root);
   root.finish();
   ZE_RETURN_IF_ERROR(diag.status());
@@ -519,6 +523,7 @@ std::vector<ConfigKey> run_config_keys() {
                         "parameters that do not train (no gradients, no optimizer state): regular expressions, each "
                         "matching whole dotted names (\"wte\\\\.weight\", \"h\\\\.0\\\\..*\") and each matching some "
                         "parameter"));
+  for (ConfigKey& key : lora_keys()) k.push_back(std::move(key));  // lora_section.cc
   for (ConfigKey& key : data_keys()) k.push_back(std::move(key));  // data_section.cc
   k.push_back(integer("run.steps", ZE_FIELD(run.steps), 0, int64_t{1} << 40,
                       "optimizer steps in total (counting those before a resume)"));

@@ -30,6 +30,9 @@ struct ModelSection {
   // expressions over whole dotted parameter names ("wte\\.weight",
   // "h\\.0\\..*"); each must match some parameter of the model.
   std::vector<std::string> freeze;
+  // "model.lora" (runtime/config/lora_section.h); the adapters' settings are gpt.lora.
+  std::string lora_bias = "none";  // PEFT's bias: "none" only
+  std::string lora_init_from;      // a PEFT adapter directory to start the adapters from ("": none)
 };
 
 // "data": where training tokens come from (runtime/config/data_section.h

@@ -205,6 +205,7 @@ absl::Status TrainingRun::build() {
 
 absl::Status TrainingRun::apply_freeze(Module& model) {
   const std::vector<std::string>& patterns = c_.model.freeze;
+  if (g_.lora.enabled()) frozen_count_ = count_trainable(model);  // the model froze its base itself
   if (patterns.empty()) return absl::OkStatus();
   // With pipeline stages each rank holds its stage's parameters: a pattern
   // must match somewhere in the pipeline, not on every stage.
@@ -246,6 +247,15 @@ void TrainingRun::describe() {
     out_ << absl::StrFormat("parameters: %d (%d trainable, %d frozen)%s\n", n.trainable + n.frozen, n.trainable,
                             n.frozen,
                             c_.tensor_size() > 1 || c_.pipeline_size() > 1 ? " on rank 0" : "");
+  }
+  if (g_.lora.enabled()) {
+    const LoraConfig& l = g_.lora;
+    std::string layers;
+    for (const std::string& name : lora_adapted_names(g_, l)) layers += cat(layers.empty() ? "" : ", ", name);
+    out_ << absl::StrFormat("LoRA: r %d, lora_alpha %g (scaling %g%s), dropout %g on %s: %d adapter parameters "
+                            "train, the base model's %d are frozen\n",
+                            l.r, l.alpha, l.scaling(), l.use_rslora ? ", rsLoRA" : "", l.dropout, layers,
+                            g_.lora_parameters(), g_.num_parameters() - g_.lora_parameters());
   }
   out_ << "data: " << data_->samples().describe() << "\n";
   if (evaluator_) {
@@ -399,6 +409,11 @@ absl::StatusOr<bool> TrainingRun::restore() {
     ZE_RETURN_IF_ERROR(annotate(load_hf_weights(*engine_, g_, init_from), "initialising"));
     out_ << "weights initialised from " << init_from << "\n";
   }
+  if (!target && !c_.model.lora_init_from.empty()) {
+    ZE_RETURN_IF_ERROR(
+        annotate(load_peft_adapter(*engine_, g_, c_.model.lora_init_from), "initialising the LoRA adapters"));
+    out_ << "LoRA adapters initialised from " << c_.model.lora_init_from << "\n";
+  }
   if (!model_files_.empty() && !c_.run.save_dir.empty()) {
     std::string names;
     for (const ModelFile& f : model_files_) names += cat(names.empty() ? "" : ", ", f.name);
@@ -467,6 +482,7 @@ absl::Status TrainingRun::save() {
   // What `zero-ckpt consolidate --format hf` writes as config.json, and
   // what a resumed run builds.
   so.model = hf_config_json(g_, DType::kF32, c_.model.hf_source);
+  if (g_.lora.enabled()) so.adapter = peft_adapter_config_json(g_, c_.run.init_from);
   so.model_files = model_files_;
   ZE_ASSIGN_OR_RETURN(std::string tag, save_checkpoint(*engine_, so));
   out_ << "saved checkpoint " << c_.run.save_dir << "/" << tag << "\n";

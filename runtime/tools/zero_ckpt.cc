@@ -2,8 +2,8 @@
 //
 //   zero-ckpt inspect DIR [--tag TAG]
 //       the checkpoints in DIR, then for TAG (default: latest) its step, world
-//       size, stage, optimizer, files and tensors, and every segment's
-//       checksum verified.
+//       size, stage, optimizer, LoRA adapters (if any), files and tensors,
+//       and every segment's checksum verified.
 //   zero-ckpt consolidate DIR --out FILE [--format safetensors] [--dtype fp32|bf16] [--tag TAG]
 //       the fp32 master weights as one safetensors file (GPT-2's names
 //       without a prefix, and its Conv1D layout), streamed tensor by tensor.
@@ -16,7 +16,13 @@
 //       ids), and the weights under Hugging Face's names, in one
 //       model.safetensors or in shards of at most --max-shard-size (default
 //       5GB) with model.safetensors.index.json. OUT_DIR must not exist, or be
-//       empty.
+//       empty. A checkpoint with LoRA adapters is written merged
+//       (W + scaling * B @ A, as PEFT's merge_and_unload).
+//   zero-ckpt consolidate DIR --format peft --out ADAPTER_DIR [--dtype fp32|bf16] [--tag TAG]
+//       the LoRA adapters of a run with model.lora as a PEFT adapter directory
+//       (adapter_config.json, adapter_model.safetensors under PEFT's names, the
+//       tokenizer files the checkpoint carries) that
+//       peft.PeftModel.from_pretrained loads over the base model.
 //
 // `zero-ckpt SUBCOMMAND --help` prints each one's usage (runtime/tools/cli.h).
 // Exit status: 0 fine, 1 a problem with the checkpoint (named), 2 bad usage.
@@ -33,6 +39,7 @@
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/file_io.h"
 #include "runtime/checkpoint/hf_weights.h"
+#include "runtime/checkpoint/peft_export.h"
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/tools/cli.h"
 
@@ -43,6 +50,7 @@ constexpr const char* kUsage =
     "       zero-ckpt consolidate DIR --out FILE [--format safetensors] [--dtype fp32|bf16] [--tag TAG]\n"
     "       zero-ckpt consolidate DIR --format hf --out OUT_DIR [--dtype fp32|bf16]\n"
     "                             [--max-shard-size BYTES|5GB|500MiB] [--tag TAG]\n"
+    "       zero-ckpt consolidate DIR --format peft --out ADAPTER_DIR [--dtype fp32|bf16] [--tag TAG]\n"
     "\n"
     "Inspects and exports the checkpoints zero-train writes; `zero-ckpt SUBCOMMAND --help` for each.\n";
 
@@ -50,17 +58,21 @@ constexpr const char* kInspectUsage =
     "usage: zero-ckpt inspect DIR [--tag TAG]\n"
     "\n"
     "Lists the checkpoints in DIR, then for TAG (default: the latest) its step, world size, ZeRO stage,\n"
-    "optimizer, files and tensors, and verifies every segment's checksum.\n";
+    "optimizer, LoRA adapters (if any), files and tensors, and verifies every segment's checksum.\n";
 
 constexpr const char* kConsolidateUsage =
     "usage: zero-ckpt consolidate DIR --out FILE [--format safetensors] [--dtype fp32|bf16] [--tag TAG]\n"
     "       zero-ckpt consolidate DIR --format hf --out OUT_DIR [--dtype fp32|bf16]\n"
     "                             [--max-shard-size BYTES|5GB|500MiB] [--tag TAG]\n"
+    "       zero-ckpt consolidate DIR --format peft --out ADAPTER_DIR [--dtype fp32|bf16] [--tag TAG]\n"
     "\n"
     "Writes the fp32 master weights of checkpoint TAG (default: the latest) as one safetensors file\n"
     "(GPT-2's names and Conv1D layout), or with --format hf as a Hugging Face model directory that\n"
     "transformers loads (config.json, the tokenizer files and generation_config.json, and the weights\n"
-    "in one file or in shards with an index).\n";
+    "in one file or in shards with an index; LoRA adapters merged into their weights), or with\n"
+    "--format peft the LoRA adapters of a run with model.lora as a PEFT adapter directory\n"
+    "(adapter_config.json, adapter_model.safetensors, the tokenizer files) that\n"
+    "peft.PeftModel.from_pretrained loads.\n";
 
 // "5GB" (10^9), "500MiB" (2^20), "123" (bytes); nullopt when malformed.
 std::optional<int64_t> parse_size(std::string v) {
@@ -107,6 +119,15 @@ int inspect(const std::string& dir, std::string tag) {
               m->world_size, m->zero_stage, m->model_dtype.c_str(), m->optimizer.c_str());
   std::printf("  schedule position %lld, loss scale %g\n", static_cast<long long>(p.scheduler_iteration),
               p.loss_scaler.scale);
+  if (!m->adapter.is_null()) {
+    // As the manifest records it (PEFT's adapter_config.json); read, not
+    // checked: consolidate --format peft checks it against the model.
+    const zero::Json& a = m->adapter;
+    auto field = [&](const char* key) { return a.value(key, zero::Json()).dump(); };
+    std::printf("  LoRA adapters: r %s, lora_alpha %s, target_modules %s%s\n", field("r").c_str(),
+                field("lora_alpha").c_str(), field("target_modules").c_str(),
+                a.value("use_rslora", zero::Json()) == true ? ", rsLoRA" : "");
+  }
   int64_t params = 0;
   for (const auto& [name, shape] : m->parameters) params += zero::shape_numel(shape);
   std::printf("  %zu parameter tensors, %lld elements; %zu logical tensors (master + %zu optimizer states)\n",
@@ -157,14 +178,17 @@ int main(int argc, char** argv) {
   inspect_cmd->add_option("DIR", dir, "the checkpoint directory (zero-train's --save-dir)")->type_name("")->required();
   inspect_cmd->add_option("--tag", tag, "the checkpoint (default: the latest)")->type_name("TAG")->take_last();
 
-  CLI::App* consolidate_cmd = app.add_subcommand("consolidate", "export the weights as safetensors or a Hugging Face directory");
+  CLI::App* consolidate_cmd = app.add_subcommand(
+      "consolidate", "export the weights as safetensors, a Hugging Face directory or a PEFT adapter");
   zero::cli::set_usage(*consolidate_cmd, kConsolidateUsage);
   consolidate_cmd->add_option("DIR", dir, "the checkpoint directory (zero-train's --save-dir)")->type_name("")->required();
-  consolidate_cmd->add_option("--out", out, "the safetensors file, or with --format hf the directory (absent or empty)")
+  consolidate_cmd->add_option("--out", out, "the safetensors file, or with --format hf|peft the directory (absent or empty)")
       ->type_name("FILE|OUT_DIR")
       ->take_last();
-  consolidate_cmd->add_option("--format", format, "safetensors (one file, the default) or hf (a Hugging Face directory)")
-      ->type_name("safetensors|hf")
+  consolidate_cmd->add_option("--format", format,
+                              "safetensors (one file, the default), hf (a Hugging Face directory) or peft (a PEFT "
+                              "adapter directory)")
+      ->type_name("safetensors|hf|peft")
       ->take_last();
   consolidate_cmd->add_option("--dtype", dtype_text, "dtype of the exported weights (default fp32)")
       ->type_name("fp32|bf16")
@@ -177,10 +201,10 @@ int main(int argc, char** argv) {
   if (const std::optional<int> exit_code = zero::cli::parse(app, argc, argv)) return *exit_code;
   if (inspect_cmd->parsed()) return inspect(dir, tag);
 
-  if (format != "safetensors" && format != "hf") {
+  if (format != "safetensors" && format != "hf" && format != "peft") {
     return zero::cli::usage_error(
-        *consolidate_cmd,
-        zero::cat("--format ", format, ": safetensors (one file) or hf (a Hugging Face directory)"));
+        *consolidate_cmd, zero::cat("--format ", format, ": safetensors (one file), hf (a Hugging Face directory) or "
+                                                         "peft (a PEFT adapter directory)"));
   }
   int64_t max_shard_bytes = 5000000000;  // transformers' default, "5GB"
   if (!max_shard_text.empty()) {
@@ -200,10 +224,17 @@ int main(int argc, char** argv) {
   }
   if (out.empty()) {
     return zero::cli::usage_error(*consolidate_cmd,
-                                  zero::cat("consolidate needs --out ", format == "hf" ? "OUT_DIR" : "FILE"));
+                                  zero::cat("consolidate needs --out ", format == "hf"     ? "OUT_DIR"
+                                                                        : format == "peft" ? "ADAPTER_DIR"
+                                                                                           : "FILE"));
   }
-  const absl::Status s = format == "hf" ? zero::consolidate_to_hf(dir, tag, out, dtype, max_shard_bytes)
-                                        : zero::consolidate_to_safetensors(dir, tag, out, dtype);
+  if (!max_shard_text.empty() && format != "hf") {
+    return zero::cli::usage_error(
+        *consolidate_cmd, zero::cat("--max-shard-size is for --format hf (--format ", format, " writes one file)"));
+  }
+  const absl::Status s = format == "hf"     ? zero::consolidate_to_hf(dir, tag, out, dtype, max_shard_bytes)
+                         : format == "peft" ? zero::consolidate_to_peft(dir, tag, out, dtype)
+                                            : zero::consolidate_to_safetensors(dir, tag, out, dtype);
   if (!s.ok()) return fail(s);
   std::printf("wrote %s\n", out.c_str());
   return 0;

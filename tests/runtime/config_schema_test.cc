@@ -84,6 +84,8 @@ Json context_for(const ConfigKey& key) {
   // Keys of one data format are errors for the others.
   if (p == "data.jsonl_field") put(j, "data.format", "jsonl");
   if (p == "data.packing") put(j, "data.format", "sft");
+  // LoRA's other keys need LoRA on.
+  if (p.rfind("model.lora.", 0) == 0 && p != "model.lora.r") put(j, "model.lora.r", 4);
   if (p.rfind("scheduler.", 0) == 0) {
     std::string type = "WarmupLR";
     for (SchedulerType t : {SchedulerType::kWarmupLR, SchedulerType::kWarmupDecayLR, SchedulerType::kWarmupCosineLR,
@@ -175,6 +177,8 @@ Json adjust(const ConfigKey& k, Json v) {
   if (k.path == "gradient_allreduce_op") return "sum";
   if (k.name() == "job_name") return "some_value";  // one directory name: no separator
   if (k.path == "pipeline.stages") return Json();  // needs a world of 2 ranks: zero_train_mpi_test sets it
+  if (k.path == "model.lora.target_modules") return Json::array({"c_fc"});  // a layer of the model
+  if (k.path == "model.lora.init_from") return Json();  // a PEFT directory to read: lora_test and the CLI test
   return v;
 }
 
