@@ -33,3 +33,14 @@ def file_tensors(d):
                     raise SystemExit(f"FAIL: key {k} stored twice ({f.name})")
                 out[k] = sf.get_tensor(k)
     return out
+
+
+def print_file_sizes(out):
+    """Every file under `out` with its size, and the total (what a golden script wrote)."""
+    print("== files")
+    total = 0
+    for f in sorted(out.rglob("*")):
+        if f.is_file():
+            total += f.stat().st_size
+            print(f"  {f.stat().st_size:9d}  {f.relative_to(out)}")
+    print(f"  {total:9d}  TOTAL ({total / 1024:.1f} KiB)")

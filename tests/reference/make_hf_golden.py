@@ -33,7 +33,7 @@ from transformers import (AutoModelForCausalLM, GemmaConfig, GemmaForCausalLM, G
                           GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, Qwen2Config,
                           Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
-from hf_common import ATTN, file_tensors, load_fp32
+from hf_common import ATTN, file_tensors, load_fp32, print_file_sizes
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = REPO / "tests" / "data" / "hf"
@@ -337,13 +337,7 @@ def main():
     for name in args.only or list(BUILDERS):
         res[name] = run_one(name, args.out)
 
-    print("== files")
-    total = 0
-    for f in sorted(args.out.rglob("*")):
-        if f.is_file():
-            total += f.stat().st_size
-            print(f"  {f.stat().st_size:9d}  {f.relative_to(args.out)}")
-    print(f"  {total:9d}  TOTAL ({total / 1024:.1f} KiB)")
+    print_file_sizes(args.out)
     print("== summary")
     for name, r in res.items():
         print(f"  {name}: loss={r['loss']:.8f} rel(fp32,fp64) loss={r['r_loss']:.2e} "

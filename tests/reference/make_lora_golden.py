@@ -52,7 +52,7 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from hf_common import ATTN, load_fp32
+from hf_common import ATTN, load_fp32, print_file_sizes
 
 REPO = Path(__file__).resolve().parents[2]
 HF_DIR = Path("tests") / "data" / "hf"          # relative to REPO: ends up as base_model_name_or_path
@@ -259,13 +259,7 @@ def main():
     for name in args.only or list(LORA):
         res[name] = run_one(name, args.out)
 
-    print("== files")
-    total = 0
-    for f in sorted(args.out.rglob("*")):
-        if f.is_file():
-            total += f.stat().st_size
-            print(f"  {f.stat().st_size:9d}  {f.relative_to(args.out)}")
-    print(f"  {total:9d}  TOTAL ({total / 1024:.1f} KiB)")
+    print_file_sizes(args.out)
     print("== summary")
     for name, r in res.items():
         print(f"  {name}: losses {' '.join(f'{x:.6f}' for x in r['losses'])}  "

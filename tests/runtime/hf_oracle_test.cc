@@ -62,29 +62,6 @@ std::string fresh_dir(const std::string& name) {
   return d;
 }
 
-int64_t numel(const Shape& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
-std::vector<float> read_fp32(const HfWeights& w, const std::string& name) {
-  const HfTensor& t = w.tensors().at(name);
-  std::vector<float> out(static_cast<size_t>(numel(t.shape)));
-  const absl::Status s = w.read(t, 0, numel(t.shape), out.data());
-  EXPECT_TRUE(s.ok()) << s;
-  return out;
-}
-
-std::vector<int32_t> read_i32(const HfWeights& w, const std::string& name) {
-  const HfTensor& t = w.tensors().at(name);
-  EXPECT_EQ(t.dtype, "I32") << name;
-  const std::string raw = testing::hf_raw_bytes(w, t);
-  std::vector<int32_t> out(raw.size() / 4);
-  std::memcpy(out.data(), raw.data(), raw.size());
-  return out;
-}
-
 // golden.safetensors: the batch, PyTorch's logits, loss and gradients.
 struct Golden {
   std::vector<int32_t> ids, targets;
@@ -99,13 +76,13 @@ Golden read_golden(const std::string& dir) {
   absl::StatusOr<HfWeights> w = HfWeights::open(dir + "/golden.safetensors");
   EXPECT_TRUE(w.ok()) << w.status();
   if (!w.ok()) return g;
-  g.ids = read_i32(*w, "input_ids");
-  g.targets = read_i32(*w, "targets");
-  g.logits = read_fp32(*w, "logits");
-  g.loss = read_fp32(*w, "loss").at(0);
+  g.ids = testing::hf_i32(*w, "input_ids");
+  g.targets = testing::hf_i32(*w, "targets");
+  g.logits = testing::hf_fp32(*w, "logits");
+  g.loss = testing::hf_fp32(*w, "loss").at(0);
   for (const auto& [name, t] : w->tensors()) {
     if (name.rfind("grad.", 0) != 0) continue;
-    g.grads[name.substr(5)] = read_fp32(*w, name);
+    g.grads[name.substr(5)] = testing::hf_fp32(*w, name);
     g.grad_shapes[name.substr(5)] = t.shape;
   }
   return g;

@@ -54,27 +54,6 @@ constexpr int kSteps = 5;
 
 std::string data(const std::string& path) { return cat(ZE_SOURCE_DIR, "/tests/data/", path); }
 
-int64_t numel(const Shape& s) {
-  int64_t n = 1;
-  for (int64_t d : s) n *= d;
-  return n;
-}
-
-std::vector<float> read_fp32(const HfWeights& w, const std::string& name) {
-  const HfTensor& t = w.tensors().at(name);
-  std::vector<float> out(static_cast<size_t>(numel(t.shape)));
-  const absl::Status s = w.read(t, 0, numel(t.shape), out.data());
-  EXPECT_TRUE(s.ok()) << s;
-  return out;
-}
-
-std::vector<int32_t> read_i32(const HfWeights& w, const std::string& name) {
-  const std::string raw = testing::hf_raw_bytes(w, w.tensors().at(name));
-  std::vector<int32_t> out(raw.size() / 4);
-  std::memcpy(out.data(), raw.data(), raw.size());
-  return out;
-}
-
 struct Golden {
   std::vector<int32_t> ids, targets;
   std::vector<float> losses, logits;
@@ -90,19 +69,19 @@ const Golden& golden(const std::string& name) {
   absl::StatusOr<HfWeights> w = HfWeights::open(data(cat("lora/", name, "/golden.safetensors")));
   EXPECT_TRUE(w.ok()) << w.status();
   if (w.ok()) {
-    g.ids = read_i32(*w, "input_ids");
-    g.targets = read_i32(*w, "targets");
-    g.losses = read_fp32(*w, "losses");
-    g.logits = read_fp32(*w, "logits");
+    g.ids = testing::hf_i32(*w, "input_ids");
+    g.targets = testing::hf_i32(*w, "targets");
+    g.losses = testing::hf_fp32(*w, "losses");
+    g.logits = testing::hf_fp32(*w, "logits");
   }
   absl::StatusOr<HfWeights> t = HfWeights::open(data(cat("lora/", name, "/trained/", kPeftAdapterFile)));
   EXPECT_TRUE(t.ok()) << t.status();
   if (t.ok()) {
-    for (const auto& [n, tensor] : t->tensors()) g.trained[n] = read_fp32(*t, n);
+    for (const auto& [n, tensor] : t->tensors()) g.trained[n] = testing::hf_fp32(*t, n);
   }
   absl::StatusOr<HfWeights> base = HfWeights::open(data(cat("hf/", name, "/golden.safetensors")));
   EXPECT_TRUE(base.ok()) << base.status();
-  if (base.ok()) g.base_loss = read_fp32(*base, "loss").at(0);
+  if (base.ok()) g.base_loss = testing::hf_fp32(*base, "loss").at(0);
   return cache.emplace(name, std::move(g)).first->second;
 }
 

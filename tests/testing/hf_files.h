@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <fstream>
 #include <set>
 #include <string>
@@ -22,6 +23,26 @@ inline std::string hf_raw_bytes(const HfWeights& w, const HfTensor& t) {
   f.seekg(t.offset);
   f.read(out.data(), t.bytes);
   EXPECT_TRUE(f.good()) << w.files().at(static_cast<size_t>(t.file)) << ": " << t.name;
+  return out;
+}
+
+// A tensor of a golden file as fp32 values (any dtype HfWeights reads).
+inline std::vector<float> hf_fp32(const HfWeights& w, const std::string& name) {
+  const HfTensor& t = w.tensors().at(name);
+  const int64_t n = shape_numel(Shape(t.shape.begin(), t.shape.end()));
+  std::vector<float> out(static_cast<size_t>(n));
+  const absl::Status s = w.read(t, 0, n, out.data());
+  EXPECT_TRUE(s.ok()) << s;
+  return out;
+}
+
+// An I32 tensor of a golden file (token ids).
+inline std::vector<int32_t> hf_i32(const HfWeights& w, const std::string& name) {
+  const HfTensor& t = w.tensors().at(name);
+  EXPECT_EQ(t.dtype, "I32") << name;
+  const std::string raw = hf_raw_bytes(w, t);
+  std::vector<int32_t> out(raw.size() / 4);
+  std::memcpy(out.data(), raw.data(), raw.size());
   return out;
 }
 
