@@ -2,6 +2,7 @@
 #include "comm/device_mesh.h"
 
 #include "comm/dry_run_communicator.h"
+#include "core/check.h"
 #include "core/status.h"
 #include "core/strings.h"
 
@@ -11,38 +12,73 @@ MeshCoordinates mesh_coordinates(const MeshShape& s, int rank) {
   return {(rank / s.tensor) % s.data, rank % s.tensor, rank / (s.tensor * s.data)};
 }
 
+namespace {
+
+size_t axis_index(std::string_view axis) {
+  for (size_t i = 0; i < std::size(kMeshAxisNames); ++i) {
+    if (kMeshAxisNames[i] == axis) return i;
+  }
+  ZE_CHECK(false) << "no mesh axis " << axis;
+  return 0;
+}
+
+}  // namespace
+
+DeviceMesh::DeviceMesh(Communicator& world, MeshLayout layout, int rank)
+    : world_(world),
+      layout_(std::move(layout)),
+      shape_{layout_.size("dp"), layout_.size("tp"), layout_.size("pp")},
+      coords_{layout_.coordinate(rank, "dp"), layout_.coordinate(rank, "tp"), layout_.coordinate(rank, "pp")} {}
+
+Communicator& DeviceMesh::group(std::string_view axis) const { return *groups_[axis_index(axis)]; }
+
 absl::StatusOr<std::unique_ptr<DeviceMesh>> DeviceMesh::create(Communicator& world, int tensor, int pipeline) {
   const int w = world.world_size();
   if (tensor < 1 || pipeline < 1 || w % (tensor * pipeline) != 0) {
     return absl::InvalidArgumentError(cat("a mesh of tensor ", tensor, " x pipeline ", pipeline,
                                           " does not divide the world of ", w, " ranks"));
   }
-  const MeshShape shape{w / (tensor * pipeline), tensor, pipeline};
-  const MeshCoordinates c = mesh_coordinates(shape, world.rank());
-  std::unique_ptr<DeviceMesh> mesh(new DeviceMesh(world, shape, c));
+  ZE_ASSIGN_OR_RETURN(MeshLayout layout, MeshLayout::create(kDefaultMeshOrder, {{"tp", tensor}, {"pp", pipeline}}, w));
+  return create(world, layout);
+}
+
+absl::StatusOr<std::unique_ptr<DeviceMesh>> DeviceMesh::create(Communicator& world, const MeshLayout& layout) {
+  const int w = world.world_size(), r = world.rank();
+  if (layout.world() != w) {
+    return absl::InvalidArgumentError(cat("a mesh of ", layout.describe(), " (", layout.world(),
+                                          " ranks) for a world of ", w, " ranks"));
+  }
+  std::unique_ptr<DeviceMesh> mesh(new DeviceMesh(world, layout, r));
   // A group the size of the world is the world; a group of one rank needs
   // no peer (a single-process communicator: every collective the identity);
   // the others are splits. Every rank takes the same branches in the same
   // order, as a split is collective.
-  auto group = [&](int size, int color, int key, std::unique_ptr<Communicator>& owned) -> absl::StatusOr<Communicator*> {
-    if (size == w) return &world;
-    if (size == 1) {
-      owned = make_local_communicator();
-    } else {
-      ZE_ASSIGN_OR_RETURN(owned, world.split(color, key));
+  for (size_t i = 0; i < std::size(kMeshAxisNames); ++i) {
+    const std::string_view axis = kMeshAxisNames[i];
+    const int size = layout.size(axis);
+    if (size == w) {
+      mesh->groups_[i] = &world;
+      continue;
     }
-    return owned.get();
-  };
-  ZE_ASSIGN_OR_RETURN(mesh->data_, group(shape.data, c.pipeline * tensor + c.tensor, c.data, mesh->owned_data_));
-  ZE_ASSIGN_OR_RETURN(mesh->tensor_,
-                      group(shape.tensor, c.pipeline * shape.data + c.data, c.tensor, mesh->owned_tensor_));
-  ZE_ASSIGN_OR_RETURN(mesh->pipeline_,
-                      group(shape.pipeline, c.data * tensor + c.tensor, c.pipeline, mesh->owned_pipeline_));
+    std::unique_ptr<Communicator> g;
+    if (size == 1) {
+      g = make_local_communicator();
+    } else {
+      ZE_ASSIGN_OR_RETURN(g, world.split(layout.group_color(r, axis), layout.coordinate(r, axis)));
+    }
+    mesh->groups_[i] = g.get();
+    mesh->owned_.push_back(std::move(g));
+  }
+  const int pipeline = layout.size("pp");
   if (pipeline > 1) {
-    // Every rank splits; a middle stage's rank alone in a color of its own.
+    // The first and last stages' ranks that are equal on every axis but pp
+    // and dp; every rank splits, a middle stage's rank alone in a color of
+    // its own.
+    const MeshCoordinates c = mesh->coords_;
     const bool end_stage = c.pipeline == 0 || c.pipeline == pipeline - 1;
-    const int color = end_stage ? c.tensor : tensor + world.rank();
-    const int key = (c.pipeline == 0 ? 0 : shape.data) + c.data;
+    const int base = layout.group_color(layout.group_color(r, "pp"), "dp");
+    const int color = end_stage ? base : w + r;
+    const int key = (c.pipeline == 0 ? 0 : mesh->shape_.data) + c.data;
     ZE_ASSIGN_OR_RETURN(mesh->owned_embedding_, world.split(color, key));
     if (end_stage) mesh->embedding_ = mesh->owned_embedding_.get();
   }
@@ -54,19 +90,29 @@ absl::StatusOr<std::unique_ptr<DeviceMesh>> DeviceMesh::dry_run(const MeshShape&
     return absl::InvalidArgumentError(cat("rank ", rank, " of a mesh of data ", shape.data, " x tensor ", shape.tensor,
                                           " x pipeline ", shape.pipeline));
   }
-  std::unique_ptr<Communicator> world = make_dry_run_communicator(rank, shape.world());
-  const MeshCoordinates c = mesh_coordinates(shape, rank);
-  std::unique_ptr<DeviceMesh> mesh(new DeviceMesh(*world, shape, c));
+  ZE_ASSIGN_OR_RETURN(MeshLayout layout,
+                      MeshLayout::create(kDefaultMeshOrder,
+                                         {{"tp", shape.tensor}, {"dp", shape.data}, {"pp", shape.pipeline}},
+                                         shape.world()));
+  return dry_run(layout, rank);
+}
+
+absl::StatusOr<std::unique_ptr<DeviceMesh>> DeviceMesh::dry_run(const MeshLayout& layout, int rank) {
+  if (rank < 0 || rank >= layout.world()) {
+    return absl::InvalidArgumentError(cat("rank ", rank, " of a mesh of ", layout.describe()));
+  }
+  std::unique_ptr<Communicator> world = make_dry_run_communicator(rank, layout.world());
+  std::unique_ptr<DeviceMesh> mesh(new DeviceMesh(*world, layout, rank));
   mesh->owned_world_ = std::move(world);
-  mesh->owned_data_ = make_dry_run_communicator(c.data, shape.data);
-  mesh->owned_tensor_ = make_dry_run_communicator(c.tensor, shape.tensor);
-  mesh->owned_pipeline_ = make_dry_run_communicator(c.pipeline, shape.pipeline);
-  mesh->data_ = mesh->owned_data_.get();
-  mesh->tensor_ = mesh->owned_tensor_.get();
-  mesh->pipeline_ = mesh->owned_pipeline_.get();
-  if (shape.pipeline > 1 && (c.pipeline == 0 || c.pipeline == shape.pipeline - 1)) {
-    mesh->owned_embedding_ =
-        make_dry_run_communicator((c.pipeline == 0 ? 0 : shape.data) + c.data, 2 * shape.data);
+  for (size_t i = 0; i < std::size(kMeshAxisNames); ++i) {
+    const std::string_view axis = kMeshAxisNames[i];
+    mesh->owned_.push_back(make_dry_run_communicator(layout.coordinate(rank, axis), layout.size(axis)));
+    mesh->groups_[i] = mesh->owned_.back().get();
+  }
+  const MeshShape& s = mesh->shape_;
+  const MeshCoordinates& c = mesh->coords_;
+  if (s.pipeline > 1 && (c.pipeline == 0 || c.pipeline == s.pipeline - 1)) {
+    mesh->owned_embedding_ = make_dry_run_communicator((c.pipeline == 0 ? 0 : s.data) + c.data, 2 * s.data);
     mesh->embedding_ = mesh->owned_embedding_.get();
   }
   return mesh;

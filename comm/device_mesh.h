@@ -1,7 +1,10 @@
-// The device mesh: the world's ranks as data x tensor x pipeline groups, the
-// way Megatron-LM orders them: ranks of one tensor group adjacent, then data
-// parallelism, then pipeline stages outermost. For world rank r with
-// tensor size T and data size D:
+// The device mesh: the world's ranks split into one group per named axis
+// (comm/mesh_layout.h: tp, cp, ep, dp, pp, in an order string such as
+// Megatron's "tp-cp-ep-dp-pp"), each group the ranks equal on every other
+// axis. The default order "tp-dp-pp" is the way Megatron-LM orders data x
+// tensor x pipeline: ranks of one tensor group adjacent, then data
+// parallelism, then pipeline stages outermost. For world rank r with tensor
+// size T and data size D there:
 //
 //   tensor rank   t = r % T
 //   data rank     d = (r / T) % D
@@ -10,14 +13,19 @@
 // The data group is the ranks with the same (t, p) (ZeRO shards over it and
 // samples are drawn by d); the tensor group those with the same (d, p); the
 // pipeline group those with the same (t, d), ordered by stage. With T = P = 1
-// the data group is the world communicator itself (no split), which is every
-// run today.
+// the data group is the world communicator itself (no split). An axis the
+// layout leaves out (or of size 1) has a one-rank group, so code may always
+// ask for group("ep") or group("cp").
 #pragma once
 
+#include <iterator>
 #include <memory>
+#include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "comm/communicator.h"
+#include "comm/mesh_layout.h"
 
 namespace zero {
 
@@ -30,7 +38,8 @@ struct MeshCoordinates {
   int data = 0, tensor = 0, pipeline = 0;
 };
 
-// The coordinates of world rank `rank` in `shape` (the formulas above).
+// The coordinates of world rank `rank` in `shape` (the formulas above: the
+// default order).
 MeshCoordinates mesh_coordinates(const MeshShape& shape, int rank);
 
 class DeviceMesh {
@@ -40,35 +49,43 @@ class DeviceMesh {
   // Every rank calls it. INVALID_ARGUMENT when tensor x pipeline does not
   // divide the world size.
   static absl::StatusOr<std::unique_ptr<DeviceMesh>> create(Communicator& world, int tensor = 1, int pipeline = 1);
+  // The groups of `layout` (whose world must be world's size).
+  static absl::StatusOr<std::unique_ptr<DeviceMesh>> create(Communicator& world, const MeshLayout& layout);
   // The mesh of a dry run (comm/dry_run_communicator.h) playing world rank
   // `rank` of `shape`: every group a dry-run communicator of its size and
   // this rank's place in it (a dry run knows no other rank, so it cannot
   // split; it builds the groups the split would give). INVALID_ARGUMENT for
   // a rank outside the shape.
   static absl::StatusOr<std::unique_ptr<DeviceMesh>> dry_run(const MeshShape& shape, int rank);
+  static absl::StatusOr<std::unique_ptr<DeviceMesh>> dry_run(const MeshLayout& layout, int rank);
 
+  const MeshLayout& layout() const { return layout_; }
   const MeshShape& shape() const { return shape_; }
   const MeshCoordinates& coordinates() const { return coords_; }
   Communicator& world() const { return world_; }
-  Communicator& data() const { return *data_; }
-  Communicator& tensor() const { return *tensor_; }
-  Communicator& pipeline() const { return *pipeline_; }
+  // The group of `axis` (one of kMeshAxisNames; a one-rank group for an axis
+  // the layout leaves out).
+  Communicator& group(std::string_view axis) const;
+  Communicator& data() const { return group("dp"); }
+  Communicator& tensor() const { return group("tp"); }
+  Communicator& pipeline() const { return group("pp"); }
   // The embedding group (above); nullptr on a middle stage or when P = 1.
   Communicator* embedding() const { return embedding_; }
 
  private:
-  DeviceMesh(Communicator& world, MeshShape shape, MeshCoordinates coords)
-      : world_(world), shape_(shape), coords_(coords) {}
+  DeviceMesh(Communicator& world, MeshLayout layout, int rank);
 
   std::unique_ptr<Communicator> owned_world_;  // a dry run's
   Communicator& world_;
+  MeshLayout layout_;
   MeshShape shape_;
   MeshCoordinates coords_;
-  std::unique_ptr<Communicator> owned_data_, owned_tensor_, owned_pipeline_, owned_embedding_;
+  // One per kMeshAxisNames entry, in that order; owned_ holds those that are
+  // not the world.
+  Communicator* groups_[std::size(kMeshAxisNames)] = {};
+  std::vector<std::unique_ptr<Communicator>> owned_;
+  std::unique_ptr<Communicator> owned_embedding_;
   Communicator* embedding_ = nullptr;
-  Communicator* data_ = nullptr;
-  Communicator* tensor_ = nullptr;
-  Communicator* pipeline_ = nullptr;
 };
 
 }  // namespace zero

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <regex>
 #include <set>
@@ -324,6 +325,26 @@ absl::Status resolve_batch(ConfigReader& r, int world, RunConfig& out) {
 }
 
 // What the pipeline asks of the other sections, once they are read.
+// "mesh": the order of the mesh's axes. The sizes come from
+// tensor_parallel.autotp_size, pipeline.stages and the world (dp takes the
+// rest); the axes without a size here (cp, ep) are 1.
+void parse_mesh_section(ConfigReader r, RunConfig& c) {
+  read_declared_keys(r, c);
+  if (absl::Status s = MeshLayout::check_order(c.mesh_order); !s.ok()) {
+    r.error("order", std::string(s.message()));
+  } else if (r.diagnostics().errors.empty()) {
+    std::map<std::string, int> sizes;
+    if (c.tensor_size() > 1) sizes["tp"] = c.tensor_size();
+    if (c.pipeline_size() > 1) sizes["pp"] = c.pipeline_size();
+    const absl::StatusOr<MeshLayout> layout = MeshLayout::create(c.mesh_order, sizes, c.world_size);
+    if (!layout.ok()) {
+      r.error("order", cat(layout.status().message(), " (tp is tensor_parallel.autotp_size, pp pipeline.stages, dp the "
+                                                      "ranks they leave)"));
+    }
+  }
+  r.finish();
+}
+
 void check_pipeline_composition(ConfigReader& root, RunConfig& out) {
   const PipelineConfig& p = out.engine.pipeline;
   if (p.stages == 1) return;
@@ -390,6 +411,7 @@ absl::StatusOr<RunConfig> parse_run_config(const Json& config, const ConfigOptio
   // triple counts data-parallel ranks only.
   parse_tensor_parallel_section(root.section("tensor_parallel"), out);
   parse_pipeline_section(root.section("pipeline"), out);
+  parse_mesh_section(root.section("mesh"), out);
   if (out.world_size % (out.tensor_size() * out.pipeline_size()) != 0 ||
       out.pipeline_size() > out.model.gpt.n_layer) {
     ZE_RETURN_IF_ERROR(diag.status());  // the sections' errors say why
@@ -528,6 +550,11 @@ std::vector<ConfigKey> run_config_keys() {
   k.push_back(integer("run.steps", ZE_FIELD(run.steps), 0, int64_t{1} << 40,
                       "optimizer steps in total (counting those before a resume)"));
   k.push_back(text("run.metrics", ZE_FIELD(run.metrics), "JSON-lines file, one object per optimizer step"));
+  k.push_back(text("mesh.order", ZE_FIELD(mesh_order),
+                   "the mesh's axes, fastest-varying over world ranks first, joined by '-' (Megatron's order string): "
+                   "tp (tensor_parallel.autotp_size), cp (context), ep (expert), dp (data: the ranks the others "
+                   "leave), pp (pipeline.stages); any subset with every axis of size > 1. \"tp-dp-pp\" keeps a tensor "
+                   "group's ranks adjacent (one node), \"tp-pp-dp\" a pipeline's, \"tp-cp-ep-dp-pp\" is Megatron's"));
   k.push_back(text("run.save_dir", ZE_FIELD(run.save_dir), "checkpoint directory (\"\": no checkpoints)"));
   k.push_back(integer("run.save_every", ZE_FIELD(run.save_every), 0, kMax,
                       "save every N optimizer steps (0: only at the end)"));

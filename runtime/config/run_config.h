@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "comm/mesh_layout.h"
 #include "graph/gpt.h"
 #include "runtime/config/json_file.h"
 #include "runtime/engine/engine_config.h"
@@ -140,6 +141,8 @@ struct RunConfig {
   int world_size = 1;            // processes (ranks)
   int64_t autotp_size = 0;       // tensor_parallel.autotp_size: 0 or 1, no tensor parallelism
   bool sequence_parallel = false;  // tensor_parallel.sequence_parallel (Megatron-SP; with T > 1)
+  // mesh.order: the mesh's axes, fastest-varying first (comm/mesh_layout.h).
+  std::string mesh_order = std::string(kDefaultMeshOrder);
   int64_t train_batch_size = 0;  // global: micro x accumulation x data-parallel size
   // The mesh: tensor groups of tensor_size() adjacent ranks, data_size() of them.
   int tensor_size() const { return autotp_size > 1 ? static_cast<int>(autotp_size) : 1; }

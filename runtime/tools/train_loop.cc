@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <sstream>
@@ -189,7 +190,11 @@ absl::Status TrainingRun::build() {
   // The mesh (comm/device_mesh.h): tensor groups of T adjacent ranks, ZeRO
   // over the data groups; the model splits over this rank's tensor group.
   // With pipeline stages (outermost), this rank builds its own stage.
-  ZE_ASSIGN_OR_RETURN(mesh_, DeviceMesh::create(comm_, c_.tensor_size(), c_.pipeline_size()));
+  std::map<std::string, int> sizes;  // the config checked them against mesh.order
+  if (c_.tensor_size() > 1) sizes["tp"] = c_.tensor_size();
+  if (c_.pipeline_size() > 1) sizes["pp"] = c_.pipeline_size();
+  ZE_ASSIGN_OR_RETURN(const MeshLayout layout, MeshLayout::create(c_.mesh_order, sizes, comm_.world_size()));
+  ZE_ASSIGN_OR_RETURN(mesh_, DeviceMesh::create(comm_, layout));
   if (comm_log_) {
     mesh_->data().set_log(comm_log_.get(), "data");
     if (c_.tensor_size() > 1) mesh_->tensor().set_log(comm_log_.get(), "tensor");
@@ -269,11 +274,19 @@ void TrainingRun::describe() {
                           c_.data_size(), c_.tensor_size() * c_.pipeline_size() > 1 ? "data-parallel " : "",
                           c_.data_size() == 1 ? "" : "s", stage_number(c_.engine.zero.stage),
                           c_.engine.zero.overlap_comm ? " (overlap_comm)" : "");
+  if (c_.world_size > 1 && (c_.tensor_size() > 1 || c_.pipeline_size() > 1 || c_.mesh_order != kDefaultMeshOrder)) {
+    out_ << "mesh: " << mesh_->layout().describe() << " (mesh.order \"" << c_.mesh_order
+         << "\": the first axis varies fastest over the ranks)\n";
+  }
   if (c_.tensor_size() > 1) {
+    std::string first_copy;  // the ranks of the first tensor group
+    for (int t = 0; t < c_.tensor_size(); ++t) {
+      first_copy += cat(t == 0 ? "" : ",", mesh_->layout().rank_at({{"tp", t}}));
+    }
     out_ << absl::StrFormat(
-        "tensor parallel: %d ranks per tensor group (ranks %d-%d hold the first model copy), "
+        "tensor parallel: %d ranks per tensor group (ranks %s hold the first model copy), "
         "%d data-parallel group%s; Megatron's split: heads, MLP features and vocabulary / %d%s\n",
-        c_.tensor_size(), 0, c_.tensor_size() - 1, c_.data_size(), c_.data_size() == 1 ? "" : "s", c_.tensor_size(),
+        c_.tensor_size(), first_copy, c_.data_size(), c_.data_size() == 1 ? "" : "s", c_.tensor_size(),
         c_.sequence_parallel ? "; sequence parallel: layer norms and residuals on seq_len / T" : "");
   }
   if (c_.pipeline_size() > 1) {

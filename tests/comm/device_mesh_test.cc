@@ -6,6 +6,7 @@
 // runtime/tensor_parallel_test.cc).
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
 
 #include "comm/device_mesh.h"
@@ -89,6 +90,81 @@ TEST(DeviceMeshTest, EveryLayoutTheWorldDividesInto) {
     }
   }
   EXPECT_EQ(DeviceMesh::create(world(), w + 1).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// ---- named axes (comm/mesh_layout.h)
+
+TEST(MeshLayoutTest, MegatronsOrderStringFirstAxisFastest) {
+  absl::StatusOr<MeshLayout> l =
+      MeshLayout::create("tp-cp-ep-dp-pp", {{"tp", 2}, {"cp", 3}, {"ep", 1}, {"pp", 2}}, 24);
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_EQ(l->describe(), "tp 2 x cp 3 x ep 1 x dp 2 x pp 2");  // dp: what the others leave
+  std::set<std::vector<int>> seen;
+  for (int r = 0; r < 24; ++r) {
+    const int tp = l->coordinate(r, "tp"), cp = l->coordinate(r, "cp"), dp = l->coordinate(r, "dp"),
+              pp = l->coordinate(r, "pp");
+    EXPECT_EQ(tp, r % 2) << r;
+    EXPECT_EQ(cp, (r / 2) % 3) << r;
+    EXPECT_EQ(l->coordinate(r, "ep"), 0) << r;
+    EXPECT_EQ(dp, (r / 6) % 2) << r;
+    EXPECT_EQ(pp, r / 12) << r;
+    EXPECT_EQ(l->rank_at({{"tp", tp}, {"cp", cp}, {"dp", dp}, {"pp", pp}}), r);
+    seen.insert({tp, cp, dp, pp});
+    // A group's color is shared by exactly the ranks equal on the other axes.
+    for (int q = 0; q < 24; ++q) {
+      const bool same_dp_group = l->coordinate(q, "tp") == tp && l->coordinate(q, "cp") == cp &&
+                                 l->coordinate(q, "pp") == pp;
+      EXPECT_EQ(l->group_color(q, "dp") == l->group_color(r, "dp"), same_dp_group) << r << " " << q;
+    }
+  }
+  EXPECT_EQ(seen.size(), 24u);  // a bijection
+  // Another order moves the ranks: pipeline stages adjacent.
+  absl::StatusOr<MeshLayout> pp_first = MeshLayout::create("pp-tp-dp", {{"tp", 2}, {"pp", 2}}, 8);
+  ASSERT_TRUE(pp_first.ok()) << pp_first.status();
+  EXPECT_EQ(pp_first->coordinate(1, "pp"), 1);
+  EXPECT_EQ(pp_first->coordinate(2, "tp"), 1);
+  EXPECT_EQ(pp_first->size("ep"), 1) << "an axis the order leaves out";
+}
+
+TEST(MeshLayoutTest, ABadOrderOrSizesAreRefusedNamingThem) {
+  auto message = [](std::string_view order, std::map<std::string, int> sizes, int world) {
+    absl::StatusOr<MeshLayout> l = MeshLayout::create(order, sizes, world);
+    EXPECT_FALSE(l.ok()) << order;
+    EXPECT_EQ(l.status().code(), absl::StatusCode::kInvalidArgument);
+    return std::string(l.status().message());
+  };
+  EXPECT_NE(message("tp-xp-dp", {}, 4).find("\"xp\" is not an axis (the axes: tp, cp, ep, dp, pp"), std::string::npos);
+  EXPECT_NE(message("tp-dp-tp", {}, 4).find("axis tp is named twice"), std::string::npos);
+  EXPECT_NE(message("tp-dp", {{"pp", 2}}, 4).find("has no axis pp (of size 2)"), std::string::npos);
+  const std::string sizes = message("tp-dp-pp", {{"tp", 2}, {"dp", 3}, {"pp", 1}}, 8);
+  EXPECT_NE(sizes.find("tp 2 x dp 3 x pp 1"), std::string::npos) << sizes;
+  EXPECT_NE(sizes.find("is 6 ranks, not the world's 8"), std::string::npos) << sizes;
+  EXPECT_NE(message("tp-dp-pp", {{"tp", 3}}, 8).find("the other axes (3 ranks) must divide the world"),
+            std::string::npos);
+}
+
+TEST(DeviceMeshTest, EveryOrderGivesGroupsOfTheRanksEqualOnTheOtherAxes) {
+  const int w = world().world_size(), r = world().rank();
+  if (w != 4) GTEST_SKIP() << "4 ranks: tp 2 x dp 2";
+  for (const char* order : {"tp-dp-pp", "dp-tp-pp", "tp-cp-ep-dp-pp", "dp-ep-tp"}) {
+    absl::StatusOr<MeshLayout> layout = MeshLayout::create(order, {{"tp", 2}}, w);
+    ASSERT_TRUE(layout.ok()) << layout.status();
+    auto mesh = DeviceMesh::create(world(), *layout);
+    ASSERT_TRUE(mesh.ok()) << mesh.status();
+    for (std::string_view axis : kMeshAxisNames) {
+      Communicator& g = (*mesh)->group(axis);
+      double want = 0;
+      for (int q = 0; q < w; ++q) {
+        if (layout->group_color(q, axis) == layout->group_color(r, axis)) want += q + 1;
+      }
+      EXPECT_EQ(g.world_size(), layout->size(axis)) << order << " " << axis;
+      EXPECT_EQ(g.rank(), layout->coordinate(r, axis)) << order << " " << axis;
+      EXPECT_EQ(group_rank_sum(g), want) << order << " " << axis;
+    }
+    EXPECT_EQ((*mesh)->coordinates().tensor, layout->coordinate(r, "tp")) << order;
+    EXPECT_EQ((*mesh)->coordinates().data, layout->coordinate(r, "dp")) << order;
+    EXPECT_EQ(&(*mesh)->tensor(), &(*mesh)->group("tp"));
+  }
 }
 
 TEST(DeviceMeshTest, SendAndReceiveAroundARing) {

@@ -8,7 +8,9 @@
 // With pipeline.stages 2 (1F1B and GPipe) the losses are one rank's; a
 // pipeline the world or the layers cannot hold exits 2 naming the numbers,
 // fewer micro-batches than stages warns with the bubble, and a middle stage's
-// rank killed mid-run stops the job (no hang) naming the transfer.
+// rank killed mid-run stops the job (no hang) naming the transfer. A
+// mesh.order that puts the data ranks adjacent trains the same losses; one
+// naming an unknown axis, or leaving out one the world needs, exits 2.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -82,6 +84,20 @@ TEST(ZeroTrainMpiTest, TwoPipelineStagesTrainWhatOneRankTrains) {
   }
 }
 
+// mesh.order chooses which world ranks form each group, not what they
+// compute: on 4 ranks (tensor 2 x data 2) the data-parallel ranks adjacent
+// ("dp-tp-pp") train what the default (tensor ranks adjacent) trains.
+TEST(ZeroTrainMpiTest, TheMeshOrderMovesRanksNotResults) {
+  const std::string dir = ::testing::TempDir();
+  const std::string tp = " --set tensor_parallel.autotp_size=2 --steps 6";
+  const std::vector<double> by_default = run_losses(4, 8, dir + "/ZeroTrainMpiTest.order1.jsonl", tp);
+  const std::vector<double> dp_first =
+      run_losses(4, 8, dir + "/ZeroTrainMpiTest.order2.jsonl", tp + " --set mesh.order=dp-tp-pp");
+  ASSERT_EQ(by_default.size(), 6u);
+  ASSERT_EQ(dp_first.size(), 6u);
+  for (size_t i = 0; i < by_default.size(); ++i) EXPECT_EQ(dp_first[i], by_default[i]) << "step " << i + 1;
+}
+
 // One step of configs/small-gpt.json on `ranks` ranks with `set` overrides.
 zero::testing::CommandResult launch(int ranks, const std::string& set) {
   return zero::testing::run_command("cd " + std::string(ZE_SOURCE_DIR) + " && timeout 300 " + ZE_MPIEXEC +
@@ -116,6 +132,20 @@ TEST(ZeroTrainMpiTest, ATensorSizeTheWorldOrTheHeadsDoNotDivideExitsTwo) {
   EXPECT_NE(heads.output.find("tensor_parallel.autotp_size: 3 does not divide model.n_head 4"), std::string::npos)
       << heads.output;
   EXPECT_EQ(reported_exit_code(heads.output), 2) << heads.output;
+}
+
+TEST(ZeroTrainMpiTest, AMeshOrderWithAnUnknownOrMissingAxisExitsTwoNamingIt) {
+  const auto unknown = launch(2, "--set train_batch_size=16 --set mesh.order=tp-xp-dp");
+  EXPECT_NE(unknown.output.find("mesh.order: mesh order \"tp-xp-dp\": \"xp\" is not an axis (the axes: tp, cp, ep, "
+                                "dp, pp"),
+            std::string::npos)
+      << unknown.output;
+  EXPECT_EQ(reported_exit_code(unknown.output), 2) << unknown.output;
+  // Two data-parallel ranks and an order without dp: the sizes cannot make the world.
+  const auto missing = launch(2, "--set train_batch_size=16 --set mesh.order=tp-pp");
+  EXPECT_NE(missing.output.find("mesh tp 1 x pp 1 (order \"tp-pp\") is 1 ranks, not the world's 2"), std::string::npos)
+      << missing.output;
+  EXPECT_EQ(reported_exit_code(missing.output), 2) << missing.output;
 }
 
 TEST(ZeroTrainMpiTest, APipelineTheWorldOrTheLayersCannotHoldExitsTwo) {
