@@ -250,10 +250,10 @@ Tensor add_(Context& ctx, Tensor&& a, const Tensor& b) {
   return mine;
 }
 
-Tensor dropout(Context& ctx, const Tensor& x, float p, int64_t site, int64_t first_position) {
+Tensor dropout(Context& ctx, const Tensor& x, float p, int64_t site, int64_t first_position, int64_t first_feature) {
   ZE_CHECK(p >= 0.0f && p < 1.0f) << "dropout " << p;
   if (!ctx.grad_enabled()) return x;
-  const DropoutKey key{ctx.dropout_seed(), site, ctx.first_sample(), first_position};
+  const DropoutKey key{ctx.dropout_seed(), site, ctx.first_sample(), first_position, first_feature};
   Tensor y = ctx.activation(x.shape(), x.dtype());
   ctx.ops().dropout(x, y, p, key);
   ctx.record("dropout", {x}, y, [p, key](Context& c, const Tensor& dy) {

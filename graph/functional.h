@@ -68,10 +68,12 @@ Tensor scale(Context& ctx, const Tensor& x, float s);
 Tensor softcap(Context& ctx, const Tensor& x, float cap);
 // Dropout with probability p of x [B, T, ...], its mask a function of the
 // run's seed, the global sample, the position (counted from first_position:
-// a sequence-parallel shard's first) and `site` (a number the model gives
-// each dropout site; kernels/dropout_mask.h); identity with grad disabled.
-// Saves nothing (backward redraws the mask).
-Tensor dropout(Context& ctx, const Tensor& x, float p, int64_t site, int64_t first_position = 0);
+// a sequence-parallel shard's first), the feature (counted from
+// first_feature: a row-parallel layer's input slice's first) and `site` (a
+// number the model gives each dropout site; kernels/dropout_mask.h);
+// identity with grad disabled. Saves nothing (backward redraws the mask).
+Tensor dropout(Context& ctx, const Tensor& x, float p, int64_t site, int64_t first_position = 0,
+               int64_t first_feature = 0);
 // a + b into a's buffer, which the caller hands over (an activation nothing
 // saved: the output of a layer that does not keep it, as a residual branch's
 // last); when something else still holds it, into a new buffer. Saves nothing.

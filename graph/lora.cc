@@ -75,6 +75,7 @@ LoraLinear::LoraLinear(std::unique_ptr<Module> base, const Parameter& base_weigh
     } else {
       ZE_CHECK(s.dim == 1 && s.blocks == 1) << base_weight.name();
       a_->set_slice({{r, global[1]}, 1, s.offset, 1});  // A's columns as W's
+      first_feature_ = s.offset;
     }
   }
   base_ = adopt_child(std::move(base));
@@ -82,7 +83,8 @@ LoraLinear::LoraLinear(std::unique_ptr<Module> base, const Parameter& base_weigh
 
 Tensor LoraLinear::forward(Context& ctx, const Tensor& x) {
   Tensor y = ctx.forward(*base_, x);
-  const Tensor in = dropout_ > 0.0f ? fn::dropout(ctx, x, dropout_, dropout_site_) : x;
+  // The mask of the unsplit layer's input (a row-parallel slice: its features').
+  const Tensor in = dropout_ > 0.0f ? fn::dropout(ctx, x, dropout_, dropout_site_, 0, first_feature_) : x;
   // h = scaling A x: [..., r], the same on every rank of a split layer's group.
   Tensor h = fn::linear(ctx, in, *a_);
   if (split_ == LoraSplit::kRow) h = fn::reduce_from_group(ctx, std::move(h), *group_);

@@ -90,6 +90,7 @@ class LoraLinear : public Module {
   LoraSplit split_;
   Communicator* group_;
   int64_t dropout_site_;
+  int64_t first_feature_ = 0;  // a row-parallel layer's: its input slice's first feature (the dropout mask's)
 };
 
 // The first mask stream of the adapters' dropout (kernels/dropout_mask.h):

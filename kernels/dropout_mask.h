@@ -4,7 +4,7 @@
 // gives the same mask on every backend (the CPU and CUDA kernels include this
 // header), on every rank and in an activation-checkpointing recompute.
 //
-//   keep(b, t, c) = bits32(seed, layer, first_sample + b, first_position + t, c) >= threshold(p)
+//   keep(b, t, c) = bits32(seed, layer, first_sample + b, first_position + t, first_feature + c) >= threshold(p)
 //
 // bits32 chains splitmix64's finaliser (Steele, Lea and Flood 2014): one mix
 // per call (seed, layer), one per row (global sample index), one per element
@@ -12,7 +12,9 @@
 // (runtime/data/data_loader.h's g), so N ranks at micro-batch b draw exactly
 // the masks one rank draws at micro-batch N*b; first_position is the
 // sequence position of column 0 (a sequence-parallel shard's offset), so T
-// tensor ranks holding S/T positions each draw the masks of the whole sequence.
+// tensor ranks holding S/T positions each draw the masks of the whole sequence;
+// first_feature is the feature index of feature 0 (a row-parallel layer's
+// input slice: LoRA's dropout on it), so the slices draw the whole row's mask.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +33,7 @@ struct DropoutKey {
   int64_t layer = 0;         // which dropout site of the model
   int64_t first_sample = 0;  // global sample index of the tensor's row 0
   int64_t first_position = 0;  // sequence position of the tensor's position 0
+  int64_t first_feature = 0;   // feature index of the tensor's feature 0
 };
 
 ZE_DROPOUT_HD uint64_t dropout_mix64(uint64_t z) {
@@ -69,7 +72,7 @@ inline float dropout_scale(float p) { return static_cast<float>(1.0 / (1.0 - sta
 // (a scalar reference for tests and the double-precision reference model).
 inline bool dropout_keeps(const DropoutKey& key, float p, int64_t b, int64_t t, int64_t c) {
   const uint64_t row = dropout_row_key(dropout_call_key(key.seed, key.layer), key.first_sample + b);
-  return dropout_bits(row, key.first_position + t, c) >= dropout_threshold(p);
+  return dropout_bits(row, key.first_position + t, key.first_feature + c) >= dropout_threshold(p);
 }
 
 }  // namespace zero

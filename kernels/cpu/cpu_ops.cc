@@ -31,7 +31,8 @@ void dropout_rows(int64_t b, int64_t t, int64_t c, float p, const DropoutKey& ke
     const uint64_t row_key = dropout_row_key(call, key.first_sample + bi);
     for (int64_t ci = 0; ci < c; ++ci) {
       const int64_t i = r * c + ci;
-      store(i, dropout_bits(row_key, key.first_position + ti, ci) >= threshold ? load(i) * scale : 0.0f);
+      store(i, dropout_bits(row_key, key.first_position + ti, key.first_feature + ci) >= threshold ? load(i) * scale
+                                                                                              : 0.0f);
     }
   }
 }

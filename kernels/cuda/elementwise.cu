@@ -58,15 +58,17 @@ __global__ void cast_kernel(const void* __restrict__ src, void* __restrict__ dst
 // bit for bit the CPU kernel's. No __restrict__: dst may be src.
 template <DType T>
 __global__ void dropout_kernel(const void* src, void* dst, int64_t t_len, int64_t c_len, int64_t n,
-                               uint64_t call_key, int64_t first_sample, int64_t first_position, uint32_t threshold,
-                               float scale) {
+                               uint64_t call_key, int64_t first_sample, int64_t first_position,
+                               int64_t first_feature, uint32_t threshold, float scale) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t row = i / c_len, c = i - row * c_len;
     const int64_t b = row / t_len, t = row - b * t_len;
     const uint64_t row_key = dropout_row_key(call_key, first_sample + b);
     store_elem<T>(dst, i,
-                  dropout_bits(row_key, first_position + t, c) >= threshold ? load_elem<T>(src, i) * scale : 0.0f);
+                  dropout_bits(row_key, first_position + t, first_feature + c) >= threshold
+                      ? load_elem<T>(src, i) * scale
+                      : 0.0f);
   }
 }
 
@@ -145,7 +147,7 @@ void launch_dropout(const void* src, void* dst, DType dtype, int64_t b, int64_t 
   const float scale = dropout_scale(p);
   with_float_dtype(dtype, [&](auto tag) {
     dropout_kernel<decltype(tag)::value><<<grid_blocks(n), kBlockThreads, 0, stream>>>(
-        src, dst, t, c, n, call_key, key.first_sample, key.first_position, threshold, scale);
+        src, dst, t, c, n, call_key, key.first_sample, key.first_position, key.first_feature, threshold, scale);
   });
   ZE_CUDA_CHECK_LAUNCH();
 }

@@ -91,6 +91,12 @@ TEST_F(DropoutFp32Test, MaskIsAFunctionOfTheKeyAlone) {
   // Positions and features are not interchangeable (t and c both feed the hash).
   const std::vector<bool> wide = mask(1, 1, t * c, p, DropoutKey{42, 5, 96});
   EXPECT_NE(std::vector<bool>(m.begin(), m.begin() + t * c), wide);
+  // A slice of the features [16, 40) keyed by its first feature draws the
+  // whole row's mask there (a row-parallel layer's input slice).
+  const std::vector<bool> slice = mask(b, t, 24, p, DropoutKey{42, 5, 96, 0, 16});
+  for (int64_t r = 0; r < b * t; ++r) {
+    for (int64_t k = 0; k < 24; ++k) ASSERT_EQ(slice[r * 24 + k], m[r * c + 16 + k]) << r << " " << k;
+  }
 }
 
 TEST_F(DropoutFp32Test, KeptFractionIsOneMinusP) {

@@ -20,7 +20,9 @@
 //    after the steps, and the engine holds optimizer state for the adapters'
 //    elements only (GptConfig::lora_parameters());
 //  * a fresh adapter (PEFT's init: B = 0) leaves the model the base model:
-//    its first loss is transformers' base loss (tests/data/hf golden).
+//    its first loss is transformers' base loss (tests/data/hf golden);
+//  * with lora_dropout, 2 tensor ranks drop what 2 data ranks drop (the
+//    row-parallel layers' input slices keyed by their features' offsets).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -108,11 +110,12 @@ struct Layout {
   ZeroStage stage = ZeroStage::k0;
   bool offload = false;
   bool fresh_adapter = false;  // PEFT's initialisation (B = 0) instead of initial/
+  float dropout = 0.0f;        // lora_dropout (PEFT's run has none)
 };
 
 std::string describe(const std::string& model, const Layout& l) {
   return cat(model, " T=", l.tensor, " D=", l.data, " P=", l.pipeline, " stage ", stage_number(l.stage), l.offload ? " offload" : "",
-             l.fresh_adapter ? " fresh adapter" : "");
+             l.fresh_adapter ? " fresh adapter" : "", l.dropout > 0.0f ? cat(" lora_dropout ", l.dropout) : "");
 }
 
 struct TrainedRun {
@@ -126,7 +129,8 @@ struct TrainedRun {
 
 TrainedRun train(const std::string& name, const Layout& l) {
   TrainedRun out;
-  const GptConfig config = lora_model(name);
+  GptConfig config = lora_model(name);
+  config.lora.dropout = l.dropout;
   const Golden& g = golden(name);
   std::unique_ptr<DeviceMesh> mesh = DeviceMesh::create(world(), l.tensor, l.pipeline).value();
   absl::StatusOr<std::unique_ptr<Gpt>> model = build_model(config, *mesh);
@@ -286,6 +290,22 @@ TEST_P(LoraPeftTest, DataTensorAndPipelineParallelMatchPeft) {
                           Layout{.pipeline = 2, .stage = ZeroStage::k1}}) {
     expect_peft(GetParam(), l, train(GetParam(), l));
   }
+}
+
+// lora_dropout's masks are keyed by the global sample, the position and the
+// unsplit layer's feature (a row-parallel slice's offset), so 2 tensor ranks
+// drop what 2 data ranks (and one rank) drop.
+TEST_P(LoraPeftTest, DropoutMasksAreTheSameOverDataAndTensorRanks) {
+  if (world().world_size() != 2) GTEST_SKIP() << "2 ranks";
+  const TrainedRun data = train(GetParam(), Layout{.data = 2, .dropout = 0.1f});
+  const TrainedRun tensor = train(GetParam(), Layout{.tensor = 2, .dropout = 0.1f});
+  const TrainedRun none = train(GetParam(), Layout{.data = 2});
+  ASSERT_EQ(data.losses.size(), static_cast<size_t>(kSteps));
+  ASSERT_EQ(tensor.losses.size(), static_cast<size_t>(kSteps));
+  for (int s = 0; s < kSteps; ++s) {
+    EXPECT_NEAR(tensor.losses[s], data.losses[s], 1e-5 * data.losses[s]) << GetParam() << " step " << s + 1;
+  }
+  EXPECT_GT(std::fabs(data.losses[1] - none.losses[1]), 1e-4) << "the dropout drops";
 }
 
 TEST_P(LoraPeftTest, AFreshAdapterStartsAsTheBaseModel) {
