@@ -11,8 +11,8 @@ namespace zero {
 namespace {
 
 constexpr std::string_view kNames[kCommOpCount] = {
-    "all_reduce", "reduce_scatter", "all_gather", "broadcast", "send", "recv", "send_recv", "barrier",
-    "all_reduce_scalars",
+    "all_reduce", "reduce_scatter", "all_gather", "all_to_all", "all_to_all_v", "broadcast", "send", "recv",
+    "send_recv", "barrier", "all_reduce_scalars",
 };
 
 struct Alias {
@@ -23,6 +23,7 @@ struct Alias {
 constexpr Alias kAliases[] = {
     {"all_gather_into_tensor", CommOp::kAllGather},
     {"reduce_scatter_tensor", CommOp::kReduceScatter},
+    {"all_to_all_single", CommOp::kAllToAll},
     {"isend", CommOp::kSend},
     {"irecv", CommOp::kRecv},
 };
@@ -76,7 +77,9 @@ double comm_bus_factor(CommOp op, int world_size) {
     case CommOp::kAllReduce:
     case CommOp::kAllReduceScalars: return 2.0 * (n - 1.0) / n;
     case CommOp::kReduceScatter:
-    case CommOp::kAllGather: return (n - 1.0) / n;
+    case CommOp::kAllGather:
+    case CommOp::kAllToAll:
+    case CommOp::kAllToAllV: return (n - 1.0) / n;
     case CommOp::kBroadcast:
     case CommOp::kSend:
     case CommOp::kRecv:

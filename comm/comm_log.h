@@ -7,7 +7,9 @@
 //  * Message size is the whole buffer the op works on, as DeepSpeed reports
 //    it: all_reduce count x dtype; all_gather the gathered output (block x
 //    ranks, gaps of a strided gather excluded); reduce_scatter the whole
-//    input (sum of the parts); broadcast, send, recv the count moved;
+//    input (sum of the parts); all_to_all the whole input (count x ranks),
+//    all_to_all_v this rank's (the sum of its send counts, gaps excluded: it
+//    differs between ranks); broadcast, send, recv the count moved;
 //    send_recv the larger of the two directions (they run at once);
 //    all_reduce_scalars the host doubles; barrier 0.
 //  * Latency is measured where the op runs, from its start to its end on
@@ -16,8 +18,9 @@
 //    stream between timing events around the launch. Only collectives that
 //    succeed are recorded.
 //  * algbw = message size / latency, busbw = algbw x the op's bus factor as
-//    nccl-tests defines it (all_reduce 2(n-1)/n; all_gather, reduce_scatter
-//    (n-1)/n; broadcast, send, recv, send_recv 1; barrier 0). GB/s are 1e9
+//    nccl-tests defines it (all_reduce 2(n-1)/n; all_gather, reduce_scatter,
+//    all_to_all, all_to_all_v (n-1)/n, the last two as DeepSpeed's comms
+//    logger; broadcast, send, recv, send_recv 1; barrier 0). GB/s are 1e9
 //    bytes/s. A row's bandwidths are over its total time
 //    (count x size / total latency), not the mean of per-op bandwidths (which
 //    a single very fast op skews; DeepSpeed averages per-op values).
@@ -47,6 +50,8 @@ enum class CommOp {
   kAllReduce,         // "all_reduce"
   kReduceScatter,     // "reduce_scatter"
   kAllGather,         // "all_gather"
+  kAllToAll,          // "all_to_all": equal blocks to and from every rank
+  kAllToAllV,         // "all_to_all_v": a count and displacement per rank (MPI_Alltoallv)
   kBroadcast,         // "broadcast"
   kSend,              // "send"
   kRecv,              // "recv"
@@ -54,11 +59,12 @@ enum class CommOp {
   kBarrier,           // "barrier"
   kAllReduceScalars,  // "all_reduce_scalars": host doubles (norms, losses, flags)
 };
-inline constexpr int kCommOpCount = 9;
+inline constexpr int kCommOpCount = 11;
 
 std::string_view comm_op_name(CommOp op);
 // The op a name means: the names above, plus DeepSpeed's aliases
-// all_gather_into_tensor, reduce_scatter_tensor, isend and irecv.
+// all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single (the
+// equal-split all_to_all), isend and irecv.
 // INVALID_ARGUMENT naming `name` and the valid names otherwise.
 absl::StatusOr<CommOp> parse_comm_op(std::string_view name);
 // Every name parse_comm_op accepts (the config's choices for prof_ops).

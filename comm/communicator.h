@@ -10,10 +10,24 @@
 // All ranks must issue the same collectives in the same order (the engine's
 // schedule is a function of the model and config only, never of timing).
 //
+// The collectives and what their buffers hold (W ranks, counts in elements):
+//  * all_reduce: buf, reduced in place over the ranks;
+//  * reduce_scatter: send is W parts in rank order, recv this rank's part of
+//    the sum;
+//  * all_gather: buf holds W blocks (one per rank, strided), filled in place;
+//  * broadcast: buf, the root's copy everywhere;
+//  * all_to_all: send is W blocks of `count` in rank order, block q going to
+//    rank q; recv is W blocks of `count`, block q the one rank q sent here
+//    (MPI_Alltoall; expert parallelism's token dispatch);
+//  * all_to_all_v: the same with a count and a displacement per peer on each
+//    side (MPI_Alltoallv): send_counts[q] elements at send + send_displs[q]
+//    go to rank q; recv_counts[q] from rank q land at recv + recv_displs[q].
+// send and recv of a collective do not overlap, unless said otherwise.
+//
 // Implementations: MpiCommunicator (Open MPI; CPU ranks under mpirun),
 // NcclCommunicator (GPU ranks; bootstrapped through MPI) and
 // LocalCommunicator (one process, no launcher: every collective is the
-// identity).
+// identity; an all-to-all copies send into recv).
 //
 // Timing: set_log attaches a CommLog (comm/comm_log.h) that records each
 // collective's message size and latency where it runs; off by default.
@@ -86,7 +100,10 @@ class Communicator {
   // send holds the whole buffer (sum of recv_counts elements, rank-major:
   // rank r's part is recv_counts[r] elements after rank r-1's); each rank
   // receives the sum over ranks of its own part into recv. Counts may differ
-  // (zero too) per rank.
+  // (zero too) per rank. In place when recv is this rank's own part of send
+  // (send + the counts of the ranks before it, NCCL's in-place form): no
+  // receive buffer, and send's other parts are left undefined. Every rank
+  // passes the same form.
   virtual CommHandle reduce_scatter_async(const void* send, void* recv, std::vector<int64_t> recv_counts,
                                           DType dtype) = 0;
   // In place: rank r's block of `block` elements sits at buf + r * stride
@@ -94,6 +111,21 @@ class Communicator {
   virtual CommHandle all_gather_async(void* buf, int64_t block, int64_t stride, DType dtype) = 0;
   virtual CommHandle broadcast_async(void* buf, int64_t count, DType dtype, int root) = 0;
   virtual CommHandle barrier_async() = 0;
+  // send: W blocks of `count` elements, rank q's at send + q * count; recv
+  // (W * count elements, not overlapping send): rank q's block for this rank
+  // at recv + q * count. Every rank passes the same count. This rank's own
+  // block is copied.
+  virtual CommHandle all_to_all_async(const void* send, void* recv, int64_t count, DType dtype) = 0;
+  // MPI_Alltoallv: W counts and W displacements (elements, >= 0) per side.
+  // send_counts[q] elements from send + send_displs[q] go to rank q;
+  // recv_counts[q] elements from rank q land at recv + recv_displs[q]. A
+  // count may be 0 (nothing exchanged with that rank) and the parts may
+  // leave gaps (untouched), but the receive parts must not overlap. Rank q's
+  // recv_counts[p] must equal rank p's send_counts[q].
+  virtual CommHandle all_to_all_v_async(const void* send, std::vector<int64_t> send_counts,
+                                        std::vector<int64_t> send_displs, void* recv,
+                                        std::vector<int64_t> recv_counts, std::vector<int64_t> recv_displs,
+                                        DType dtype) = 0;
 
   // ---- groups and point to point (the device mesh: comm/device_mesh.h)
 
@@ -130,6 +162,16 @@ class Communicator {
     return broadcast_async(buf, count, dtype, root)->wait();
   }
   absl::Status barrier() { return barrier_async()->wait(); }
+  absl::Status all_to_all(const void* send, void* recv, int64_t count, DType dtype) {
+    return all_to_all_async(send, recv, count, dtype)->wait();
+  }
+  absl::Status all_to_all_v(const void* send, std::vector<int64_t> send_counts, std::vector<int64_t> send_displs,
+                            void* recv, std::vector<int64_t> recv_counts, std::vector<int64_t> recv_displs,
+                            DType dtype) {
+    return all_to_all_v_async(send, std::move(send_counts), std::move(send_displs), recv, std::move(recv_counts),
+                              std::move(recv_displs), dtype)
+        ->wait();
+  }
 
   // Reductions of host doubles (norms, losses, overflow flags), blocking.
   virtual absl::Status all_reduce_doubles(double* values, int64_t count, ReduceOp op) = 0;
@@ -146,7 +188,9 @@ class Communicator {
 
   // Bytes this rank has sent into collectives so far (by the algorithm's
   // ideal volume: all-reduce 2(W-1)/W x size, reduce-scatter and all-gather
-  // (W-1)/W x size), for the bandwidth and volume reports.
+  // (W-1)/W x size; all-to-all the blocks sent to other ranks, (W-1)/W x
+  // size; all-to-all-v the send counts of the other ranks), for the
+  // bandwidth and volume reports.
   int64_t bytes_communicated() const { return bytes_; }
 
   // Records this communicator's collectives into `log` from now on (nullptr:
@@ -187,6 +231,18 @@ class Communicator {
     bytes_ += rank() == root ? count * static_cast<int64_t>(dtype_size(dtype)) : 0;
   }
   void count_send(int64_t count, DType dtype) { bytes_ += count * static_cast<int64_t>(dtype_size(dtype)); }
+  void count_all_to_all(int64_t count, DType dtype) {
+    bytes_ += (world_size() - 1) * count * static_cast<int64_t>(dtype_size(dtype));
+  }
+  void count_all_to_all_v(const std::vector<int64_t>& send_counts, DType dtype) {
+    int64_t others = 0;
+    for (int q = 0; q < static_cast<int>(send_counts.size()); ++q) others += q == rank() ? 0 : send_counts[q];
+    bytes_ += others * static_cast<int64_t>(dtype_size(dtype));
+  }
+  // An all_to_all_v's four lists: W entries each, none negative; CHECK-fails
+  // naming the list otherwise (a caller's bug, as reduce_scatter's counts).
+  void check_all_to_all_v(const std::vector<int64_t>& send_counts, const std::vector<int64_t>& send_displs,
+                          const std::vector<int64_t>& recv_counts, const std::vector<int64_t>& recv_displs) const;
   // A send or receive's peer must be another rank of this communicator:
   // INVALID_ARGUMENT naming both otherwise.
   absl::Status check_peer(std::string_view what, int peer) const;

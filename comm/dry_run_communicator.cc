@@ -34,6 +34,18 @@ class DryRunCommunicator final : public Communicator {
     return done();
   }
   CommHandle barrier_async() override { return done(); }
+  CommHandle all_to_all_async(const void*, void*, int64_t count, DType dtype) override {
+    ZE_CHECK_GE(count, 0);
+    count_all_to_all(count, dtype);
+    return done();
+  }
+  CommHandle all_to_all_v_async(const void*, std::vector<int64_t> send_counts, std::vector<int64_t> send_displs,
+                                void*, std::vector<int64_t> recv_counts, std::vector<int64_t> recv_displs,
+                                DType dtype) override {
+    check_all_to_all_v(send_counts, send_displs, recv_counts, recv_displs);
+    count_all_to_all_v(send_counts, dtype);
+    return done();
+  }
   absl::Status all_reduce_doubles(double*, int64_t, ReduceOp) override { return absl::OkStatus(); }
   // A dry run plays one rank and knows no other rank's color, so it cannot
   // form groups (a data-only mesh needs none).

@@ -1,5 +1,6 @@
 // The single-process communicator (no launcher): a world of one rank, where
-// every collective leaves its buffers as they are. With a CommLog attached it
+// every collective leaves its buffers as they are (those with a separate
+// receive buffer, reduce-scatter and all-to-all, copy into it). With a CommLog attached it
 // records each collective with its measured (tiny) time, as DeepSpeed does on
 // one GPU, so a single-rank run's summary still lists what the engine issued,
 // how often and how large: busbw is 0 there (no other rank: the factor
@@ -11,6 +12,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "comm/mpi_communicator.h"
 #include "core/check.h"
@@ -51,6 +53,21 @@ class LocalCommunicator final : public Communicator {
     return run(CommOp::kBroadcast, message_bytes(count, dtype), [] {});
   }
   CommHandle barrier_async() override { return run(CommOp::kBarrier, 0, [] {}); }
+  CommHandle all_to_all_async(const void* send, void* recv, int64_t count, DType dtype) override {
+    ZE_CHECK_GE(count, 0);
+    return run(CommOp::kAllToAll, message_bytes(count, dtype), [&] { copy(send, recv, count, dtype); });
+  }
+  CommHandle all_to_all_v_async(const void* send, std::vector<int64_t> send_counts, std::vector<int64_t> send_displs,
+                                void* recv, std::vector<int64_t> recv_counts, std::vector<int64_t> recv_displs,
+                                DType dtype) override {
+    check_all_to_all_v(send_counts, send_displs, recv_counts, recv_displs);
+    ZE_CHECK_EQ(send_counts[0], recv_counts[0]) << "all_to_all_v on one rank: it sends itself what it receives";
+    const int64_t es = static_cast<int64_t>(dtype_size(dtype));
+    return run(CommOp::kAllToAllV, message_bytes(send_counts[0], dtype), [&] {
+      copy(static_cast<const char*>(send) + send_displs[0] * es, static_cast<char*>(recv) + recv_displs[0] * es,
+           send_counts[0], dtype);
+    });
+  }
   absl::Status all_reduce_doubles(double*, int64_t count, ReduceOp) override {
     return run(CommOp::kAllReduceScalars, count * static_cast<int64_t>(sizeof(double)), [] {})->wait();
   }
@@ -71,6 +88,9 @@ class LocalCommunicator final : public Communicator {
 
  private:
   static CommHandle done() { return completed_work(); }
+  static void copy(const void* from, void* to, int64_t count, DType dtype) {
+    if (from != to && count > 0) std::memmove(to, from, static_cast<size_t>(count) * dtype_size(dtype));
+  }
   // Runs fn, timed and recorded when a log records `op`.
   template <typename F>
   CommHandle run(CommOp op, int64_t message_bytes, F fn) {
@@ -93,6 +113,18 @@ absl::Status Communicator::check_peer(std::string_view what, int peer) const {
   if (peer >= 0 && peer < world_size() && peer != rank()) return absl::OkStatus();
   return absl::InvalidArgumentError(cat(what, " rank ", peer, ": not a peer of rank ", rank(), " in a group of ",
                                         world_size(), world_size() == 1 ? " (launch more ranks with mpirun)" : ""));
+}
+
+void Communicator::check_all_to_all_v(const std::vector<int64_t>& send_counts, const std::vector<int64_t>& send_displs,
+                                      const std::vector<int64_t>& recv_counts,
+                                      const std::vector<int64_t>& recv_displs) const {
+  const std::pair<const char*, const std::vector<int64_t>*> lists[] = {
+      {"send_counts", &send_counts}, {"send_displs", &send_displs},
+      {"recv_counts", &recv_counts}, {"recv_displs", &recv_displs}};
+  for (const auto& [what, list] : lists) {
+    ZE_CHECK_EQ(static_cast<int>(list->size()), world_size()) << "all_to_all_v " << what << ": one per rank";
+    for (int64_t v : *list) ZE_CHECK_GE(v, 0) << "all_to_all_v " << what;
+  }
 }
 
 CommHandle completed_work(absl::Status status) { return std::make_shared<DoneWork>(std::move(status)); }

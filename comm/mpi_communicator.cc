@@ -14,6 +14,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <utility>
+#include <vector>
 
 #include "comm/comm_thread.h"
 #include "core/check.h"
@@ -72,6 +75,34 @@ int checked_count(int64_t n) {
   ZE_CHECK(n >= 0 && n <= INT_MAX) << "MPI count " << n << " exceeds int; split the collective";
   return static_cast<int>(n);
 }
+
+// Open MPI's reducing collectives allocate temporaries as large as the call
+// and free them when it returns, and glibc keeps what they freed (create()
+// tells it to): a reduce-scatter of N elements takes N + N/W (its ring's
+// accumulation buffer and one receive block), an all-reduce N/W. On 2 ranks
+// a 513 MiB fp32 reduce-scatter raised RSS by 770 MiB and an all-reduce by
+// 257 MiB; issued as calls of at most kReduceChunkBytes each, by 24 MiB and
+// 8 MiB, no slower. A collective that fits one chunk is one call, as before;
+// on 2 ranks a chunked sum is the same sum (each element is one addition of
+// two values).
+constexpr int64_t kReduceChunkBytes = 16 << 20;
+
+int64_t reduce_chunk_elems(DType t) {
+  return std::max<int64_t>(1, kReduceChunkBytes / static_cast<int64_t>(dtype_size(t)));
+}
+
+// MPI 3's counts and displacements are int. An all-to-all's are checked
+// before it is issued, so a count too large fails the call by name instead
+// of aborting on the communication thread (every rank passes the same
+// all_to_all count, so all of them refuse it together; of an all_to_all_v,
+// the two ranks of the pair, and the others' waits time out).
+absl::Status fits_mpi_int(std::string_view op, std::string_view what, int64_t value) {
+  if (value <= INT_MAX) return absl::OkStatus();
+  return absl::InvalidArgumentError(cat(op, ": ", what, " of ", value, " elements is more than MPI's int counts hold (",
+                                        INT_MAX, "); split the exchange into smaller ones"));
+}
+
+std::vector<int> to_mpi_ints(const std::vector<int64_t>& v) { return std::vector<int>(v.begin(), v.end()); }
 
 std::string describe(const char* op, int64_t count, DType t) {
   return cat(op, " of ", format_bytes(count * static_cast<int64_t>(dtype_size(t))), " ", dtype_name(t));
@@ -216,9 +247,17 @@ CommHandle MpiCommunicator::all_reduce_async(void* buf, int64_t count, DType dty
   count_all_reduce(count, dtype);
   return thread_->enqueue(describe("all_reduce", count, dtype),
                           timed(CommOp::kAllReduce, message_bytes(count, dtype), [=, comm = comm_->comm] {
-    return mpi_status(MPI_Allreduce(MPI_IN_PLACE, buf, checked_count(count), mpi_type(dtype), mpi_op(dtype, op),
-                                    comm),
-                      "MPI_Allreduce");
+    // In chunks of kReduceChunkBytes: Open MPI's temporaries stay that small.
+    const int64_t chunk = reduce_chunk_elems(dtype), elem = static_cast<int64_t>(dtype_size(dtype));
+    int64_t o = 0;
+    do {
+      const int64_t n = std::min(chunk, count - o);
+      ZE_RETURN_IF_ERROR(mpi_status(MPI_Allreduce(MPI_IN_PLACE, static_cast<char*>(buf) + o * elem, checked_count(n),
+                                                  mpi_type(dtype), mpi_op(dtype, op), comm),
+                                    "MPI_Allreduce"));
+      o += n;
+    } while (o < count);
+    return absl::OkStatus();
   }));
 }
 
@@ -226,16 +265,59 @@ CommHandle MpiCommunicator::reduce_scatter_async(const void* send, void* recv, s
                                                  DType dtype) {
   ZE_CHECK_EQ(static_cast<int>(recv_counts.size()), world_);
   count_reduce_scatter(recv_counts, dtype);
-  int64_t total = 0;
-  for (int64_t c : recv_counts) total += c;
+  int64_t total = 0, before = 0;  // before: the elements of the ranks ahead of this one
+  for (int r = 0; r < world_; ++r) {
+    total += recv_counts[r];
+    if (r < rank_) before += recv_counts[r];
+  }
+  const int64_t elem = static_cast<int64_t>(dtype_size(dtype));
+  const bool in_place = recv == static_cast<const char*>(send) + before * elem;
   return thread_->enqueue(describe("reduce_scatter", total, dtype),
                           timed(CommOp::kReduceScatter, message_bytes(total, dtype),
-                                [=, comm = comm_->comm, counts = std::move(recv_counts)] {
+                                [=, comm = comm_->comm, me = rank_, counts = std::move(recv_counts)] {
+    const int64_t chunk = reduce_chunk_elems(dtype);
+    const char* in = static_cast<const char*>(send);
     std::vector<int> c(counts.size());
-    for (size_t i = 0; i < counts.size(); ++i) c[i] = checked_count(counts[i]);
-    return mpi_status(MPI_Reduce_scatter(send, recv, c.data(), mpi_type(dtype), mpi_op(dtype, ReduceOp::kSum),
-                                         comm),
-                      "MPI_Reduce_scatter");
+    if (total <= chunk) {  // one call, as it always was
+      for (size_t r = 0; r < counts.size(); ++r) c[r] = checked_count(counts[r]);
+      if (!in_place) {
+        return mpi_status(MPI_Reduce_scatter(in, recv, c.data(), mpi_type(dtype), mpi_op(dtype, ReduceOp::kSum), comm),
+                          "MPI_Reduce_scatter");
+      }
+      // MPI's in-place form leaves this rank's sum at the head of the buffer.
+      char* head = const_cast<char*>(in);
+      ZE_RETURN_IF_ERROR(mpi_status(
+          MPI_Reduce_scatter(MPI_IN_PLACE, head, c.data(), mpi_type(dtype), mpi_op(dtype, ReduceOp::kSum), comm),
+          "MPI_Reduce_scatter"));
+      if (counts[me] > 0 && before > 0) std::memmove(head + before * elem, head, static_cast<size_t>(counts[me] * elem));
+      return absl::OkStatus();
+    }
+    // Larger: each call reduces the next piece of every rank's part at once,
+    // packed into kReduceChunkBytes, so each rank reduces its piece while the
+    // others reduce theirs (the buffer's chunks in order would be one rank's
+    // part after another's), and Open MPI's temporaries stay chunk-sized.
+    // Measured on 2 ranks, 513 MiB fp32: 0.18 s, against 0.23 s in order and
+    // 0.24 s in one call; 24 MiB resident against 770 MiB in one call. In
+    // place, this rank's piece was packed before its sum lands where it was.
+    const int64_t ranks = static_cast<int64_t>(counts.size());
+    const int64_t per = std::max<int64_t>(1, chunk / ranks);  // elements of each rank's part per call
+    const std::unique_ptr<char[]> packed(new char[static_cast<size_t>(per * ranks * elem)]);
+    const int64_t longest = *std::max_element(counts.begin(), counts.end());
+    for (int64_t o = 0; o < longest; o += per) {
+      int64_t at = 0, start = 0;
+      for (int64_t r = 0; r < ranks; ++r) {
+        const int64_t k = std::clamp<int64_t>(counts[r] - o, 0, per);
+        c[r] = checked_count(k);
+        if (k > 0) std::memcpy(packed.get() + at * elem, in + (start + o) * elem, static_cast<size_t>(k * elem));
+        at += k;
+        start += counts[r];
+      }
+      char* out = static_cast<char*>(recv) + (c[me] > 0 ? o : 0) * elem;
+      ZE_RETURN_IF_ERROR(mpi_status(
+          MPI_Reduce_scatter(packed.get(), out, c.data(), mpi_type(dtype), mpi_op(dtype, ReduceOp::kSum), comm),
+          "MPI_Reduce_scatter"));
+    }
+    return absl::OkStatus();
   }));
 }
 
@@ -269,6 +351,46 @@ CommHandle MpiCommunicator::broadcast_async(void* buf, int64_t count, DType dtyp
 CommHandle MpiCommunicator::barrier_async() {
   return thread_->enqueue("barrier", timed(CommOp::kBarrier, 0, [comm = comm_->comm] {
     return mpi_status(MPI_Barrier(comm), "MPI_Barrier");
+  }));
+}
+
+CommHandle MpiCommunicator::all_to_all_async(const void* send, void* recv, int64_t count, DType dtype) {
+  ZE_CHECK_GE(count, 0);
+  if (absl::Status s = fits_mpi_int("all_to_all", "a block", count); !s.ok()) return completed_work(s);
+  count_all_to_all(count, dtype);
+  return thread_->enqueue(describe("all_to_all", count * world_, dtype),
+                          timed(CommOp::kAllToAll, message_bytes(count * world_, dtype), [=, comm = comm_->comm] {
+    const int n = static_cast<int>(count);
+    return mpi_status(MPI_Alltoall(send, n, mpi_type(dtype), recv, n, mpi_type(dtype), comm), "MPI_Alltoall");
+  }));
+}
+
+CommHandle MpiCommunicator::all_to_all_v_async(const void* send, std::vector<int64_t> send_counts,
+                                               std::vector<int64_t> send_displs, void* recv,
+                                               std::vector<int64_t> recv_counts, std::vector<int64_t> recv_displs,
+                                               DType dtype) {
+  check_all_to_all_v(send_counts, send_displs, recv_counts, recv_displs);
+  const std::pair<const char*, const std::vector<int64_t>*> lists[] = {{"send count", &send_counts},
+                                                                       {"send displacement", &send_displs},
+                                                                       {"receive count", &recv_counts},
+                                                                       {"receive displacement", &recv_displs}};
+  for (const auto& [what, list] : lists) {
+    for (int q = 0; q < world_; ++q) {
+      if (absl::Status s = fits_mpi_int("all_to_all_v", cat(what, " for rank ", q), (*list)[q]); !s.ok()) {
+        return completed_work(s);
+      }
+    }
+  }
+  count_all_to_all_v(send_counts, dtype);
+  int64_t total = 0;
+  for (int64_t c : send_counts) total += c;
+  return thread_->enqueue(describe("all_to_all_v", total, dtype),
+                          timed(CommOp::kAllToAllV, message_bytes(total, dtype),
+                                [=, comm = comm_->comm, sc = to_mpi_ints(send_counts), sd = to_mpi_ints(send_displs),
+                                 rc = to_mpi_ints(recv_counts), rd = to_mpi_ints(recv_displs)] {
+    return mpi_status(MPI_Alltoallv(send, sc.data(), sd.data(), mpi_type(dtype), recv, rc.data(), rd.data(),
+                                    mpi_type(dtype), comm),
+                      "MPI_Alltoallv");
   }));
 }
 

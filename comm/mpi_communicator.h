@@ -63,6 +63,12 @@ class MpiCommunicator final : public Communicator {
   CommHandle all_gather_async(void* buf, int64_t block, int64_t stride, DType dtype) override;
   CommHandle broadcast_async(void* buf, int64_t count, DType dtype, int root) override;
   CommHandle barrier_async() override;
+  // MPI_Alltoall / MPI_Alltoallv; a count or displacement above INT_MAX
+  // fails the call (INVALID_ARGUMENT naming it) before anything is sent.
+  CommHandle all_to_all_async(const void* send, void* recv, int64_t count, DType dtype) override;
+  CommHandle all_to_all_v_async(const void* send, std::vector<int64_t> send_counts, std::vector<int64_t> send_displs,
+                                void* recv, std::vector<int64_t> recv_counts, std::vector<int64_t> recv_displs,
+                                DType dtype) override;
   absl::Status all_reduce_doubles(double* values, int64_t count, ReduceOp op) override;
   // MPI_Comm_split; the group shares this communicator's thread.
   absl::StatusOr<std::unique_ptr<Communicator>> split(int color, int key) override;

@@ -224,6 +224,49 @@ CommHandle NcclCommunicator::all_gather_async(void* buf, int64_t block, int64_t 
   });
 }
 
+CommHandle NcclCommunicator::all_to_all_async(const void* send, void* recv, int64_t count, DType dtype) {
+  ZE_CHECK_GE(count, 0);
+  count_all_to_all(count, dtype);
+  return run("all_to_all", CommOp::kAllToAll, message_bytes(count * world_size(), dtype), [&] {
+    if (count == 0) return;
+    // PyTorch's all_to_all on NCCL: a send and a receive with every rank
+    // (this one included), grouped into a single launch.
+    ZE_NCCL_CHECK(ncclGroupStart());
+    for (int q = 0; q < world_size(); ++q) {
+      ZE_NCCL_CHECK(ncclSend(at(const_cast<void*>(send), q * count, dtype), static_cast<size_t>(count),
+                             nccl_type(dtype), q, comm_, stream_));
+      ZE_NCCL_CHECK(ncclRecv(at(recv, q * count, dtype), static_cast<size_t>(count), nccl_type(dtype), q, comm_,
+                             stream_));
+    }
+    ZE_NCCL_CHECK(ncclGroupEnd());
+  });
+}
+
+CommHandle NcclCommunicator::all_to_all_v_async(const void* send, std::vector<int64_t> send_counts,
+                                                std::vector<int64_t> send_displs, void* recv,
+                                                std::vector<int64_t> recv_counts, std::vector<int64_t> recv_displs,
+                                                DType dtype) {
+  check_all_to_all_v(send_counts, send_displs, recv_counts, recv_displs);
+  count_all_to_all_v(send_counts, dtype);
+  int64_t total = 0;
+  for (int64_t c : send_counts) total += c;
+  return run("all_to_all_v", CommOp::kAllToAllV, message_bytes(total, dtype), [&] {
+    // As PyTorch's uneven all_to_all_single: only the non-empty parts.
+    ZE_NCCL_CHECK(ncclGroupStart());
+    for (int q = 0; q < world_size(); ++q) {
+      if (send_counts[q] > 0) {
+        ZE_NCCL_CHECK(ncclSend(at(const_cast<void*>(send), send_displs[q], dtype),
+                               static_cast<size_t>(send_counts[q]), nccl_type(dtype), q, comm_, stream_));
+      }
+      if (recv_counts[q] > 0) {
+        ZE_NCCL_CHECK(ncclRecv(at(recv, recv_displs[q], dtype), static_cast<size_t>(recv_counts[q]),
+                               nccl_type(dtype), q, comm_, stream_));
+      }
+    }
+    ZE_NCCL_CHECK(ncclGroupEnd());
+  });
+}
+
 CommHandle NcclCommunicator::broadcast_async(void* buf, int64_t count, DType dtype, int root) {
   count_broadcast(count, dtype, root);
   return run("ncclBroadcast", CommOp::kBroadcast, message_bytes(count, dtype), [&] {

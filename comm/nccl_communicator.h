@@ -17,7 +17,8 @@
 // done(), or its destruction), on that caller's thread.
 //
 // Uneven reduce-scatter parts are a grouped ncclReduce per owner; strided
-// all-gather is a grouped ncclBroadcast per block. Host scalars (norms,
+// all-gather is a grouped ncclBroadcast per block; all-to-all (even or
+// not) is a grouped ncclSend and ncclRecv per rank. Host scalars (norms,
 // losses, flags) go through the MPI communicator.
 #pragma once
 
@@ -50,6 +51,11 @@ class NcclCommunicator final : public Communicator {
   CommHandle all_gather_async(void* buf, int64_t block, int64_t stride, DType dtype) override;
   CommHandle broadcast_async(void* buf, int64_t count, DType dtype, int root) override;
   CommHandle barrier_async() override;
+  // A grouped ncclSend / ncclRecv per rank, as PyTorch's all_to_all.
+  CommHandle all_to_all_async(const void* send, void* recv, int64_t count, DType dtype) override;
+  CommHandle all_to_all_v_async(const void* send, std::vector<int64_t> send_counts, std::vector<int64_t> send_displs,
+                                void* recv, std::vector<int64_t> recv_counts, std::vector<int64_t> recv_displs,
+                                DType dtype) override;
   // Also the bootstrap's, which runs the barrier and the host scalars.
   void set_log(CommLog* log, std::string group = {}) override {
     bootstrap_->set_log(log, group);

@@ -6,6 +6,7 @@
 #include "core/status.h"
 #include "core/strings.h"
 #include "zero/state_buffers.h"
+#include "zero/window_sizes.h"
 
 namespace zero {
 
@@ -51,13 +52,17 @@ absl::Status FlatModelState::init() {
   // Full parameters on every rank; the master partition from the same values.
   const int64_t lo = part_begin(), hi = lo + part_;
   for (const FlatSegment& seg : layout_.segments()) {
-    const InitialValues init(backend_, *seg.param, options_.seed, 0, seg.param->numel(), seg.param->numel());
-    const absl::Span<const float> v = init.values();
-    upload_fp32(backend_, v, layout_.param_view(params_, seg));
-    if (master_is_params_) continue;
-    const int64_t a = std::max(lo, seg.offset), b = std::min(hi, seg.offset + seg.param->numel());
-    if (a >= b) continue;
-    ZE_RETURN_IF_ERROR(store_->write(0, a - lo, v.subspan(a - seg.offset, b - a)));
+    const int64_t numel = seg.param->numel();
+    const Tensor weights = layout_.param_view(params_, seg).view({numel});
+    ZE_RETURN_IF_ERROR(for_each_initial_piece(
+        backend_, *seg.param, options_.seed, 0, numel, numel,
+        [&](int64_t o, absl::Span<const float> v) -> absl::Status {
+          const int64_t n = static_cast<int64_t>(v.size()), first = seg.offset + o;
+          upload_fp32(backend_, v, weights.slice(o, {n}));
+          const int64_t a = std::max(lo, first), b = std::min(hi, first + n);
+          if (master_is_params_ || a >= b) return absl::OkStatus();
+          return store_->write(0, a - lo, v.subspan(a - first, b - a));
+        }));
   }
   ZE_RETURN_IF_ERROR(store_->flush());
   for (const FlatSegment& seg : layout_.segments()) {
@@ -66,12 +71,20 @@ absl::Status FlatModelState::init() {
   }
   // The frozen weights: the same initial values, cast once, never a gradient.
   for (const FlatSegment& seg : frozen_layout_.segments()) {
-    const InitialValues init(backend_, *seg.param, options_.seed, 0, seg.param->numel(), seg.param->numel());
-    upload_fp32(backend_, init.values(), frozen_layout_.param_view(frozen_params_, seg));
+    const int64_t numel = seg.param->numel();
+    const Tensor weights = frozen_layout_.param_view(frozen_params_, seg).view({numel});
+    ZE_RETURN_IF_ERROR(for_each_initial_piece(
+        backend_, *seg.param, options_.seed, 0, numel, numel, [&](int64_t o, absl::Span<const float> v) {
+          upload_fp32(backend_, v, weights.slice(o, {static_cast<int64_t>(v.size())}));
+          return absl::OkStatus();
+        }));
     seg.param->data = frozen_layout_.param_view(frozen_params_, seg);
     seg.param->grad = Tensor();
   }
 
+  // Stage 2's buckets, where the config left reduce_bucket_size unset, are
+  // sized to the model (window_sizes.h).
+  options_.zero = windows_for_model(options_.zero, layout_.numel(), world);
   buckets_ = plan_grad_buckets(layout_, options_.zero.reduce_bucket_size);
   for (size_t b = 0; b < buckets_.size(); ++b)
     for (Parameter* p : buckets_[b].params) bucket_of_[p] = b;
@@ -131,17 +144,15 @@ void FlatModelState::launch(size_t b) {
     }
     const std::vector<int64_t> counts = partition_counts(bucket.begin, bucket.end, part_, comm_.world_size());
     const int64_t mine = counts[comm_.rank()];
-    const int64_t first = std::max(bucket.begin, part_begin());
     f.bucket = buf;
-    f.partition_offset = first - part_begin();
-    // One rank, or reduce_scatter: false: (all-)reduce the bucket in place and
-    // keep this rank's part (on one rank the bucket is the part: no copy).
+    f.partition_offset = std::max(bucket.begin, part_begin()) - part_begin();
+    // Reduced in place: this rank's part of the sum lands in its own part of
+    // the bucket (the reduce-scatter's in-place form; reduce_scatter: false,
+    // or one rank, all-reduces the whole bucket), and no receive buffer is held.
+    f.recv = buf.slice(ranks_before(bucket), {mine});
     if (options_.zero.reduce_scatter && comm_.world_size() > 1) {
-      f.recv = backend_.empty({std::max<int64_t>(mine, 1)}, options_.grad_dtype, MemCategory::kCommBuffers);
-      f.recv = f.recv.slice(0, {mine});
       f.handle = comm_.reduce_scatter_async(buf.data(), f.recv.data(), counts, options_.grad_dtype);
     } else {
-      f.recv = buf.slice(mine > 0 ? first - bucket.begin : 0, {mine});
       f.handle = comm_.all_reduce_async(buf.data(), buf.numel(), options_.grad_dtype, ReduceOp::kSum);
     }
     buf = Tensor();
@@ -150,14 +161,12 @@ void FlatModelState::launch(size_t b) {
     // Stage 1 needs only its own partition reduced: a reduce-scatter (half
     // an all-reduce's traffic; with the parameters' all-gather after the
     // step, a step moves what stage 0's all-reduce does, as in DeepSpeed).
+    // In place: the sum of this rank's part lands where it was, in the full
+    // gradient buffer (the other ranks' parts are left undefined).
     const std::vector<int64_t> counts = partition_counts(bucket.begin, bucket.end, part_, comm_.world_size());
-    const int64_t mine = counts[comm_.rank()];
-    const char* send = static_cast<const char*>(grads_.data()) +
-                       bucket.begin * static_cast<int64_t>(dtype_size(options_.grad_dtype));
-    f.partition_offset = std::max(bucket.begin, part_begin());
-    f.recv = backend_.empty({std::max<int64_t>(mine, 1)}, options_.grad_dtype, MemCategory::kCommBuffers);
-    f.recv = f.recv.slice(0, {mine});
-    f.handle = comm_.reduce_scatter_async(send, f.recv.data(), counts, options_.grad_dtype);
+    const Tensor send = grads_.slice(bucket.begin, {bucket.end - bucket.begin});
+    f.recv = send.slice(ranks_before(bucket), {counts[comm_.rank()]});
+    f.handle = comm_.reduce_scatter_async(send.data(), f.recv.data(), counts, options_.grad_dtype);
   } else {
     f.flat_begin = bucket.begin;
     f.flat_end = bucket.end;
@@ -177,12 +186,8 @@ absl::Status FlatModelState::finish(InFlight& f) {
   const float post = options_.post_reduce_scale;
   if (stage() == ZeroStage::k2) {
     if (f.recv.numel() > 0) add_reduced(backend_, grads_.slice(f.partition_offset, {f.recv.numel()}), f.recv, post);
-  } else if (f.recv.defined()) {  // stage 1's reduce-scatter: the reduced part replaces the local one
-    if (f.recv.numel() > 0) {
-      const Tensor dst = grads_.slice(f.partition_offset, {f.recv.numel()});
-      backend_.copy(dst, f.recv);
-      if (post != 1.0f) backend_.ops().scale(dst, post);
-    }
+  } else if (f.recv.defined()) {  // stage 1's reduce-scatter: the reduced part is in place in grads_
+    if (f.recv.numel() > 0 && post != 1.0f) backend_.ops().scale(f.recv, post);
   } else if (post != 1.0f) {
     backend_.ops().scale(grads_.slice(f.flat_begin, {f.flat_end - f.flat_begin}), post);
   }

@@ -1,15 +1,18 @@
 // Model state for ZeRO stages 0, 1 and 2 over one flat layout (see
 // model_state.h for what each stage keeps). Gradient buckets (grad_buckets.h)
-// are reduced as backward completes them: stages 0 and 1 all-reduce the full
-// gradient buffer in place on the accumulation boundary's backward; stage 2
-// fills a bucket buffer per range on every micro-step and reduce-scatters it
-// straight into each owner's gradient partition. With overlap_comm the
+// are reduced as backward completes them: stages 0 and 1 reduce the full
+// gradient buffer in place on the accumulation boundary's backward (stage 0
+// all-reduces, stage 1 reduce-scatters each bucket in place); stage 2 fills a
+// bucket buffer per range on every micro-step, reduce-scatters it in place and
+// adds this rank's part into its gradient partition. No stage holds a receive
+// buffer beside the gradients it reduces. With overlap_comm the
 // reductions run on the communication thread while backward goes on;
 // without, each is waited for at once. Frozen parameters sit apart, whole on
 // every rank in one buffer of the model dtype, outside the flat layout, the
 // buckets and the partitions.
 #pragma once
 
+#include <algorithm>
 #include <deque>
 #include <unordered_map>
 
@@ -51,8 +54,8 @@ class FlatModelState final : public ModelState {
     CommHandle handle;
     int64_t flat_begin = 0, flat_end = 0;  // stages 0/1: the reduced range of grads_
     Tensor bucket;                         // stage 2: the bucket buffer being reduced
-    Tensor recv;                           // stages 1 (reduce-scatter), 2: this rank's reduced part
-    int64_t partition_offset = 0;          // stage 2: where recv adds into grads_ (stage 1: where it goes)
+    Tensor recv;                           // stages 1 (reduce-scatter), 2: this rank's reduced part, in place
+    int64_t partition_offset = 0;          // stage 2: where recv adds into grads_
   };
 
   void launch(size_t bucket);
@@ -66,6 +69,9 @@ class FlatModelState final : public ModelState {
   bool reduces_now() const { return stage() == ZeroStage::k2 || boundary_; }
   // This rank's partition of the flat layout (the whole layout at stage 0).
   int64_t part_begin() const { return stage() == ZeroStage::k0 ? 0 : comm_.rank() * part_; }
+  // Elements of the bucket in the partitions of the ranks before this one:
+  // where this rank's part of it begins (its in-place reduce-scatter's recv).
+  int64_t ranks_before(const GradBucket& b) const { return std::clamp(part_begin(), b.begin, b.end) - b.begin; }
 
   Module& model_;
   FlatLayout layout_;  // the trainable parameters

@@ -86,6 +86,9 @@ class ModelState : public ModuleHooks {
                                                             Backend& backend, Communicator& comm);
 
   ZeroStage stage() const { return options_.zero.stage; }
+  // The ZeRO settings in effect: the config's, with the windows it left
+  // unset sized to the model (zero/window_sizes.h).
+  const ZeroConfig& zero_config() const { return options_.zero; }
   int64_t num_parameters() const { return num_parameters_; }
   // Of those, the elements that train (requires_grad): the only ones with a
   // gradient, master weights and optimizer state.

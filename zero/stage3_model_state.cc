@@ -5,6 +5,7 @@
 #include "core/strings.h"
 #include "zero/grad_buckets.h"
 #include "zero/state_buffers.h"
+#include "zero/window_sizes.h"
 
 namespace zero {
 
@@ -23,6 +24,9 @@ absl::Status Stage3ModelState::init() {
       num_trainable_parameters_ += params_[i]->numel();
     }
   }
+  // Windows the config left unset are sized to the model (window_sizes.h);
+  // the coordinator and the reductions below read them from options_.
+  options_.zero = windows_for_model(options_.zero, num_trainable_parameters_, world);
   Stage3Partitions plan = plan_stage3_partitions(params_, world, options_.zero);
   parts_ = std::move(plan.parts);
   shard_elems_ = plan.shard_elems;
@@ -65,8 +69,11 @@ absl::Status Stage3ModelState::init() {
   for (Parameter* p : params_) {
     const ParamPartition& part = parts_.at(p);
     const int64_t lo = std::min(p->numel(), rank * part.chunk), hi = std::min(p->numel(), lo + part.chunk);
-    const InitialValues init(backend_, *p, options_.seed, lo, hi, part.chunk);
-    ZE_RETURN_IF_ERROR((part.frozen ? *frozen_store_ : *store_).write(0, part.shard_offset, init.values()));
+    OptimizerStateStore& store = part.frozen ? *frozen_store_ : *store_;
+    ZE_RETURN_IF_ERROR(for_each_initial_piece(backend_, *p, options_.seed, lo, hi, part.chunk,
+                                              [&](int64_t o, absl::Span<const float> v) {
+                                                return store.write(0, part.shard_offset + o, v);
+                                              }));
   }
   ZE_RETURN_IF_ERROR(store_->flush());
   ZE_RETURN_IF_ERROR(cast_master_into(param_shard_));
@@ -122,14 +129,14 @@ void Stage3ModelState::reduce(Parameter& p) {
   f.full_grad = std::move(full_grads_.at(&p));
   full_grads_.erase(&p);
   f.shard_offset = part.shard_offset;
+  // Reduced in place: this rank's chunk of the sum lands in its own chunk of
+  // the full gradient (the reduce-scatter's in-place form; reduce_scatter:
+  // false, or one rank, all-reduces it whole), and no receive buffer is held.
+  f.recv = f.full_grad.slice(comm_.rank() * part.chunk, {part.chunk});
   if (options_.zero.reduce_scatter && world > 1) {
-    f.recv = backend_.empty({part.chunk}, options_.grad_dtype, MemCategory::kCommBuffers);
     f.handle = comm_.reduce_scatter_async(f.full_grad.data(), f.recv.data(), std::vector<int64_t>(world, part.chunk),
                                           options_.grad_dtype);
   } else {
-    // One rank, or reduce_scatter: false: all-reduce the full gradient in
-    // place and keep this rank's chunk (on one rank: no copy).
-    f.recv = f.full_grad.slice(comm_.rank() * part.chunk, {part.chunk});
     f.handle = comm_.all_reduce_async(f.full_grad.data(), f.full_grad.numel(), options_.grad_dtype, ReduceOp::kSum);
   }
   p.grad = Tensor();

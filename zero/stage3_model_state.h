@@ -2,8 +2,8 @@
 // and optimizer state all partitioned per parameter (see model_state.h and
 // param_coordinator.h). Around each module call the coordinator gathers its
 // parameters; in backward each parameter gets a full-size gradient buffer at
-// its first use, and after its last use the buffer is reduce-scattered into
-// the owners' gradient shards (in flight at most reduce_bucket_size elements
+// its first use, and after its last use the buffer is reduce-scattered in
+// place and this rank's chunk added into its gradient shard (in flight at most reduce_bucket_size elements
 // when overlap_comm; at once otherwise). A frozen parameter is partitioned
 // and gathered the same way, from a shard of its own (frozen_shard_), and
 // gets no gradient buffer, reduction, master or optimizer state.

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "core/status.h"
 #include "graph/init.h"
 #include "kernels/dry_run/dry_run_backend.h"
 
@@ -19,6 +20,19 @@ InitialValues::InitialValues(const Backend& backend, const Parameter& p, uint64_
   held_.assign(static_cast<size_t>(length), 0.0f);
   init_parameter_values(p, seed, begin, end, held_.data());
   values_ = held_;
+}
+
+absl::Status for_each_initial_piece(const Backend& backend, const Parameter& p, uint64_t seed, int64_t begin,
+                                    int64_t end, int64_t length,
+                                    absl::FunctionRef<absl::Status(int64_t offset, absl::Span<const float> values)> fn) {
+  ZE_CHECK(begin <= end && end - begin <= length);
+  for (int64_t o = 0; o < length; o += kInitialValuesPieceElems) {
+    const int64_t n = std::min(kInitialValuesPieceElems, length - o);
+    const int64_t a = std::min(end, begin + o), b = std::min(end, begin + o + n);  // the piece's values; zeros after
+    const InitialValues piece(backend, p, seed, a, b, n);
+    ZE_RETURN_IF_ERROR(fn(o, piece.values()));
+  }
+  return absl::OkStatus();
 }
 
 void add_reduced(Backend& backend, const Tensor& dst, const Tensor& src, float scale) {

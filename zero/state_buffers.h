@@ -7,6 +7,8 @@
 
 #include <vector>
 
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "graph/module.h"
 #include "kernels/backend.h"
@@ -27,6 +29,18 @@ class InitialValues {
   std::vector<float> held_;
   absl::Span<const float> values_;
 };
+
+// Initial values are made a piece at a time: a host copy of a whole large
+// parameter would stay in glibc's heap, resident, for the rest of the run
+// (the communicator keeps freed memory: comm/mpi_communicator.h); 108 MiB for
+// SmolLM-135M's token embedding.
+inline constexpr int64_t kInitialValuesPieceElems = 1 << 20;
+// Calls fn(offset, values) for consecutive pieces, at most
+// kInitialValuesPieceElems long, of InitialValues(backend, p, seed, begin,
+// end, length): offset counts from `begin`; the pieces cover `length`.
+absl::Status for_each_initial_piece(const Backend& backend, const Parameter& p, uint64_t seed, int64_t begin,
+                                    int64_t end, int64_t length,
+                                    absl::FunctionRef<absl::Status(int64_t offset, absl::Span<const float> values)> fn);
 
 // dst += scale * src, for gradient buffers of any float dtype (src is staged
 // in fp32 when it is 16-bit, so the addition happens in fp32 and rounds once).

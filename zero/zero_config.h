@@ -42,6 +42,15 @@ struct ZeroConfig {
   int64_t max_live_parameters = 1000000000;
   int64_t max_reuse_distance = 1000000000;
   bool gather_16bit_weights_on_model_save = false;
+  // Which windows the config set; the config loader clears the flags of the
+  // keys it left unset, which the stages then size to the model
+  // (zero/window_sizes.h). Set by default: a value given in C++ is kept.
+  struct Given {
+    bool reduce_bucket_size = true;
+    bool prefetch_bucket_size = true;
+    bool max_live_parameters = true;
+    bool max_reuse_distance = true;
+  } given;
 
   OffloadConfig offload_param = param_offload_defaults();
   OffloadConfig offload_optimizer;

@@ -5,7 +5,8 @@ For every (stage, ranks, tensor-parallel size, sequence parallelism, pipeline
 stages, rank): each memory category's peak over the run, as
 the tracking allocator recorded it in that rank's --metrics lines (each line
 holds the step's peaks; the first step's include initialisation), the peak of
-the total, and the largest RSS; beside each, zero-estimate's planned bytes.
+the total, and the process's peak RSS (rss_peak, VmHWM); beside each,
+zero-estimate's planned bytes.
 Prints the summary table and the worst planner error. Reads every generation
 of run tags: stage{S}_ranks{N}[_tp{T}_sp{SP}[_pp{P}]], the missing axes 1, 0, 1.
 usage: collect.py RUNS_DIR OUT_DIR
@@ -34,7 +35,7 @@ def measured(path):
             for c in CATEGORIES:
                 peaks[c] = max(peaks[c], host[c]["peak"])
             peaks["total"] = max(peaks["total"], host["allocated"]["peak"])
-            rss = max(rss, j["rss"])
+            rss = max(rss, j.get("rss_peak", j["rss"]))  # the peak (VmHWM); older runs: the end-of-step RSS
     # The step time: the fastest step after the first (which initialises),
     # and the global batch's tokens per second in it.
     fastest = min(steps[1:]) if len(steps) > 1 else (steps[0] if steps else (0.0, 0.0))

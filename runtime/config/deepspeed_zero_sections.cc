@@ -37,6 +37,12 @@ void parse_zero_section(ConfigReader& root, RunConfig& c) {
   if (z.allgather_bucket_size % 2 != 0) {
     r.error("allgather_bucket_size", "allgather_bucket_size must be a multiple of nccl_start_alignment_factor (2)");
   }
+  // The windows left unset are sized to the model by stages 2 and 3
+  // (zero/window_sizes.h: DeepSpeed's defaults are capped on small models).
+  z.given.reduce_bucket_size = r.has("reduce_bucket_size");
+  z.given.prefetch_bucket_size = r.has("prefetch_bucket_size") || r.has("stage3_prefetch_bucket_size");
+  z.given.max_live_parameters = r.has("max_live_parameters") || r.has("stage3_max_live_parameters");
+  z.given.max_reuse_distance = r.has("max_reuse_distance") || r.has("stage3_max_reuse_distance");
   // DeepSpeed: unset -> True at stage 3, False below.
   const Json& overlap = r.get_raw("overlap_comm");
   z.overlap_comm_given = !(overlap.is_null() || (overlap.is_string() && overlap.get<std::string>() == "auto"));
@@ -165,7 +171,8 @@ std::vector<ConfigKey> zero_keys() {
   // The "auto" of the three bucket keys below: what the Hugging Face Trainer
   // fills in from the model's hidden size.
   k.push_back(integer(z + "reduce_bucket_size", ZE_FIELD(engine.zero.reduce_bucket_size), 0, kMax,
-                      "gradient elements per reduction bucket")
+                      "gradient elements per reduction bucket (unset, at stages 2-3: at most an eighth of the "
+                      "elements the partitioning saves)")
                   .on_auto("d_model^2", [](const RunConfig& c) -> absl::StatusOr<Json> {
                     return Json(c.model.gpt.d_model * c.model.gpt.d_model);
                   }));
@@ -187,7 +194,8 @@ std::vector<ConfigKey> zero_keys() {
                       "the optimizer runs over the partition in sub-groups of this many elements (NVMe: the swap "
                       "unit)"));
   k.push_back(integer(z + "prefetch_bucket_size", ZE_FIELD(engine.zero.prefetch_bucket_size), 0, kMax,
-                      "stage 3: elements gathered ahead of use")
+                      "stage 3: elements gathered ahead of use (unset: at most an eighth of the elements the "
+                      "partitioning saves)")
                   .also("stage3_prefetch_bucket_size")
                   .on_auto("0.9 d_model^2", [](const RunConfig& c) -> absl::StatusOr<Json> {
                     return Json(static_cast<int64_t>(0.9 * static_cast<double>(c.model.gpt.d_model * c.model.gpt.d_model)));
@@ -203,10 +211,12 @@ std::vector<ConfigKey> zero_keys() {
                   .also("stage3_model_persistence_threshold")
                   .shown("max"));
   k.push_back(integer(z + "max_live_parameters", ZE_FIELD(engine.zero.max_live_parameters), 0, kMax,
-                      "stage 3: gathered elements at most")
+                      "stage 3: gathered elements at most (unset: at most an eighth of the elements the partitioning "
+                      "saves)")
                   .also("stage3_max_live_parameters"));
   k.push_back(integer(z + "max_reuse_distance", ZE_FIELD(engine.zero.max_reuse_distance), 0, kMax,
-                      "stage 3: a parameter used again within this many elements stays gathered")
+                      "stage 3: a parameter used again within this many elements stays gathered (unset: at most an "
+                      "eighth of the elements the partitioning saves)")
                   .also("stage3_max_reuse_distance"));
   k.push_back(boolean(z + "gather_16bit_weights_on_model_save",
                       ZE_FIELD(engine.zero.gather_16bit_weights_on_model_save),

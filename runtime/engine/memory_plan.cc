@@ -105,6 +105,18 @@ absl::StatusOr<MemoryPlan> plan_memory(const PlanInput& in) {
   }
   if (e.zero.stage == ZeroStage::k3)
     plan.notes.push_back("stage 3: peaks of a run of 2+ steps (from the second step on, the coordinator prefetches)");
+  // The windows the config left unset, as the stage sized them (zero/window_sizes.h).
+  const ZeroConfig& used = engine->state().zero_config();
+  if (used.reduce_bucket_size != e.zero.reduce_bucket_size || used.prefetch_bucket_size != e.zero.prefetch_bucket_size ||
+      used.max_live_parameters != e.zero.max_live_parameters || used.max_reuse_distance != e.zero.max_reuse_distance) {
+    plan.notes.push_back(cat("windows unset, sized to the model (an eighth of the elements the partitioning saves): ",
+                             "reduce_bucket_size ", used.reduce_bucket_size,
+                             e.zero.stage == ZeroStage::k3
+                                 ? cat(", stage3_prefetch_bucket_size ", used.prefetch_bucket_size,
+                                       ", stage3_max_live_parameters ", used.max_live_parameters,
+                                       ", stage3_max_reuse_distance ", used.max_reuse_distance)
+                                 : std::string()));
+  }
   const HostOffload offload = engine->state().host_offload();
   if (offload.optimizer) {
     plan.notes.push_back(cat("ZeRO-Offload: optimizer state in host memory, the step on the CPU; host comm_buffers "

@@ -134,7 +134,9 @@ absl::Status ProgressReporter::on_step(const StepResult& r, const StepTiming& t,
   merge_peaks(run_peaks_, mem);
   MemoryTracker::global().reset_peaks();  // the next step's peaks are its own
   if (metrics_.is_open()) {
-    metrics_ << step_metrics_json(r, t, mem, process_rss_bytes(), rss_start_, model_, totals).dump() << '\n';
+    Json line = step_metrics_json(r, t, mem, process_rss_bytes(), rss_start_, model_, totals);
+    line["rss_peak"] = process_peak_rss_bytes();  // VmHWM: the process's peak so far
+    metrics_ << line.dump() << '\n';
     metrics_.flush();  // the line is on disk (or refused) before the next step
     if (!metrics_) {
       return absl::DataLossError(cat("metrics file ", metrics_path_, ": writing step ", r.global_step, "'s line: ",

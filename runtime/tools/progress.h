@@ -45,7 +45,8 @@ struct StepTotals {
 // Steps the progress line's rates average over.
 inline constexpr int kRateWindowSteps = 10;
 
-// One step's metrics as a JSON object (the --metrics line).
+// One step's metrics as a JSON object (the --metrics line; the reporter adds
+// "rss_peak", the process's peak resident set so far, VmHWM).
 // rss: the process's resident set now; rss_start: before the engine started.
 Json step_metrics_json(const StepResult& r, const StepTiming& t, const MemorySnapshot& mem, int64_t rss,
                        int64_t rss_start, const ThroughputModel& model = {}, const StepTotals& totals = {});

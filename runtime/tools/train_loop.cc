@@ -274,6 +274,24 @@ void TrainingRun::describe() {
                           c_.data_size(), c_.tensor_size() * c_.pipeline_size() > 1 ? "data-parallel " : "",
                           c_.data_size() == 1 ? "" : "s", stage_number(c_.engine.zero.stage),
                           c_.engine.zero.overlap_comm ? " (overlap_comm)" : "");
+  // The windows the config left unset and the stage sized to the model (zero/window_sizes.h).
+  {
+    const ZeroConfig& set = c_.engine.zero;
+    const ZeroConfig& used = engine_->state().zero_config();
+    std::string sized;
+    auto note = [&](const char* key, int64_t from, int64_t to) {
+      if (from != to) sized += absl::StrFormat("%s%s %d", sized.empty() ? "" : ", ", key, to);
+    };
+    note("reduce_bucket_size", set.reduce_bucket_size, used.reduce_bucket_size);
+    note("stage3_prefetch_bucket_size", set.prefetch_bucket_size, used.prefetch_bucket_size);
+    note("stage3_max_live_parameters", set.max_live_parameters, used.max_live_parameters);
+    note("stage3_max_reuse_distance", set.max_reuse_distance, used.max_reuse_distance);
+    if (!sized.empty()) {
+      out_ << "windows: " << sized << " elements: unset, and sized to the model (an eighth of the elements stage "
+           << stage_number(set.stage) << "'s partitioning saves; DeepSpeed's defaults would hold more than that "
+           << "here); set them to choose\n";
+    }
+  }
   if (c_.world_size > 1 && (c_.tensor_size() > 1 || c_.pipeline_size() > 1 || c_.mesh_order != kDefaultMeshOrder)) {
     out_ << "mesh: " << mesh_->layout().describe() << " (mesh.order \"" << c_.mesh_order
          << "\": the first axis varies fastest over the ranks)\n";

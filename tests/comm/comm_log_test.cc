@@ -4,7 +4,9 @@
 // nccl-tests' factor for the communicator's size, prof_ops filters, unknown
 // op names are rejected by name, verbose prints one line per op, groups made
 // by split() record into the same log with their own size, and the summary
-// table has a header and one line per (op, size).
+// table has a header and one line per (op, size). An all-to-all records the
+// whole input (count x ranks), an all-to-all-v this rank's send parts, both
+// with busbw = algbw x (n-1)/n as DeepSpeed's comms logger.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -35,7 +37,9 @@ double expected_factor(CommOp op, int n) {
     case CommOp::kAllReduce:
     case CommOp::kAllReduceScalars: return 2.0 * (n - 1) / n;
     case CommOp::kAllGather:
-    case CommOp::kReduceScatter: return static_cast<double>(n - 1) / n;
+    case CommOp::kReduceScatter:
+    case CommOp::kAllToAll:
+    case CommOp::kAllToAllV: return static_cast<double>(n - 1) / n;
     case CommOp::kBarrier: return 0.0;
     default: return 1.0;
   }
@@ -115,6 +119,53 @@ TEST(CommLogTest, RecordsEveryCollectiveWithDeepSpeedsMessageSize) {
   EXPECT_TRUE(log.rows().empty());
 }
 
+TEST(CommLogTest, AllToAllRecordsItsInputAndBusBandwidth) {
+  const int w = world().world_size(), rank = world().rank();
+  std::vector<std::string> lines;
+  std::mutex mu;
+  CommLog log({}, [&](const std::string& line) {
+    std::lock_guard<std::mutex> lock(mu);
+    lines.push_back(line);
+  });
+  {
+    Attach attach(world(), &log, "expert");
+    std::vector<float> send(static_cast<size_t>(6 * w), 1.0f), recv(send.size());
+    for (int i = 0; i < 3; ++i) EXPECT_TRUE(world().all_to_all(send.data(), recv.data(), 6, DType::kF32).ok());
+    // Rank r sends r + 1 int32 elements to every rank: this rank's message is
+    // its own parts, (r + 1) x ranks, whatever it receives.
+    std::vector<int64_t> send_counts(w, rank + 1), send_displs(w), recv_counts(w), recv_displs(w);
+    int64_t received = 0;
+    for (int q = 0; q < w; ++q) {
+      send_displs[q] = q * (rank + 1);
+      recv_counts[q] = q + 1;
+      recv_displs[q] = received;
+      received += q + 1;
+    }
+    std::vector<int32_t> send_v(static_cast<size_t>(w * (rank + 1)), 3), recv_v(static_cast<size_t>(received));
+    EXPECT_TRUE(world()
+                    .all_to_all_v(send_v.data(), send_counts, send_displs, recv_v.data(), recv_counts, recv_displs,
+                                  DType::kI32)
+                    .ok());
+  }
+  const std::vector<CommLogRow> rows = log.rows();
+  expect_rows(rows, {{"all_to_all", 4 * 6 * w, 3}, {"all_to_all_v", 4 * (rank + 1) * w, 1}});
+  for (const CommLogRow& r : rows) {
+    EXPECT_EQ(r.world_size, w);
+    EXPECT_EQ(r.group, "expert");
+    expect_consistent(r);
+    EXPECT_NEAR(r.busbw_gbps(), r.algbw_gbps() * (w - 1) / w, 1e-9 * r.algbw_gbps());
+    if (w > 1) {
+      EXPECT_GT(r.total_ms, 0.0) << comm_op_name(r.op);
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_NE(lines[0].find("comm op: all_to_all | group: expert (" + std::to_string(w) + " ranks)"),
+            std::string::npos)
+      << lines[0];
+  EXPECT_NE(lines[3].find("comm op: all_to_all_v |"), std::string::npos) << lines[3];
+}
+
 TEST(CommLogTest, LatencyExcludesTimeQueuedBehindEarlierCollectives) {
   CommLog log;
   Attach attach(world(), &log);
@@ -156,11 +207,16 @@ TEST(CommLogTest, UnknownOpNameIsRejectedNamingItAndTheValidOnes) {
   EXPECT_EQ(log.status().code(), absl::StatusCode::kInvalidArgument);
   const std::string message(log.status().message());
   EXPECT_NE(message.find("\"alltoall\""), std::string::npos) << message;
-  for (const char* valid : {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "send", "recv", "barrier"}) {
+  for (const char* valid :
+       {"all_reduce", "reduce_scatter", "all_gather", "all_to_all", "all_to_all_v", "broadcast", "send", "recv",
+        "barrier"}) {
     EXPECT_NE(message.find(valid), std::string::npos) << valid << " missing from: " << message;
   }
   EXPECT_TRUE(parse_comm_ops({"all_reduce", "reduce_scatter_tensor", "isend", "irecv", "send_recv"}).ok());
   EXPECT_FALSE(parse_comm_op("").ok());
+  EXPECT_EQ(parse_comm_op("all_to_all").value(), CommOp::kAllToAll);
+  EXPECT_EQ(parse_comm_op("all_to_all_v").value(), CommOp::kAllToAllV);
+  EXPECT_EQ(parse_comm_op("all_to_all_single").value(), CommOp::kAllToAll);  // DeepSpeed's name
   EXPECT_EQ(parse_comm_op("all_reduce_scalars").value(), CommOp::kAllReduceScalars);
 }
 
@@ -294,6 +350,9 @@ TEST(CommLogTest, BusFactorsAreNcclTests) {
   EXPECT_DOUBLE_EQ(comm_bus_factor(CommOp::kBroadcast, 8), 1.0);
   EXPECT_DOUBLE_EQ(comm_bus_factor(CommOp::kSendRecv, 2), 1.0);
   EXPECT_DOUBLE_EQ(comm_bus_factor(CommOp::kAllReduce, 1), 0.0);
+  EXPECT_DOUBLE_EQ(comm_bus_factor(CommOp::kAllToAll, 4), 0.75);
+  EXPECT_DOUBLE_EQ(comm_bus_factor(CommOp::kAllToAllV, 8), 0.875);
+  EXPECT_DOUBLE_EQ(comm_bus_factor(CommOp::kAllToAll, 1), 0.0);
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // The tracking allocator: every byte allocated through the backend is counted
 // under its category and tier, peaks are peaks of the running sums, cached
 // blocks are reused without new mappings, and what the tracker reports agrees
-// with what the operating system sees (RSS).
+// with what the operating system sees (RSS). The cache never lifts reserved
+// above the allocated high-water mark.
 //
 // RSS margin: the tracker counts our allocations; RSS also holds code, the
 // oneDNN/OpenMP runtimes and glibc's heap. Measuring growth across the test
@@ -57,6 +58,37 @@ TEST(MemoryTrackerTest, FreedBlocksAreReusedWithoutNewMappings) {
   }
   backend.release_cached();
   EXPECT_EQ(MemoryTracker::global().snapshot().reserved[0].current, reserved - 8 * kMiB);
+}
+
+// A cache that only grew would hold every size a step ever used: here 8 MiB
+// and 4 MiB blocks, used one at a time, would hold 12 MiB. The allocator
+// unmaps cached blocks of other sizes before mapping a new one past its
+// allocated high-water mark, so reserved stays at 8 MiB, and blocks of a
+// size that is asked again are still reused without a new mapping.
+TEST(MemoryTrackerTest, CachedBlocksNeverLiftReservedAboveTheAllocatedPeak) {
+  CpuBackend backend;
+  const int64_t base = MemoryTracker::global().snapshot().reserved[0].current;
+  auto reserved = [&] { return MemoryTracker::global().snapshot().reserved[0].current - base; };
+  for (int i = 0; i < 3; ++i) {
+    { Tensor a = backend.empty({8 * kMiB / 4}, DType::kF32, MemCategory::kActivations); }
+    EXPECT_EQ(reserved(), 8 * kMiB) << "round " << i << ": the 8 MiB block, cached";
+    {
+      Tensor b = backend.empty({4 * kMiB / 4}, DType::kF32, MemCategory::kCommBuffers);
+      EXPECT_EQ(reserved(), 4 * kMiB) << "round " << i << ": the 8 MiB block gave way to the 4 MiB one";
+    }
+  }
+  // Two 4 MiB blocks live at once stay under the 8 MiB mark: both cached, both reused.
+  {
+    Tensor b1 = backend.empty({4 * kMiB / 4}, DType::kF32, MemCategory::kCommBuffers);
+    Tensor b2 = backend.empty({4 * kMiB / 4}, DType::kF32, MemCategory::kCommBuffers);
+  }
+  for (int i = 0; i < 3; ++i) {
+    Tensor b1 = backend.empty({4 * kMiB / 4}, DType::kF32, MemCategory::kCommBuffers);
+    Tensor b2 = backend.empty({4 * kMiB / 4}, DType::kF32, MemCategory::kCommBuffers);
+    EXPECT_EQ(reserved(), 8 * kMiB) << "round " << i << ": no new mapping";
+  }
+  backend.release_cached();
+  EXPECT_EQ(reserved(), 0);
 }
 
 TEST(MemoryTrackerTest, ReportedMemoryAgreesWithRss) {

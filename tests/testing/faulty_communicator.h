@@ -8,12 +8,13 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "comm/communicator.h"
 
 namespace zero::testing {
 
-enum class Collective { kAllReduce, kReduceScatter, kAllGather, kBroadcast };
+enum class Collective { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kAllToAll, kAllToAllV };
 
 class FaultyCommunicator final : public Communicator {
  public:
@@ -44,6 +45,17 @@ class FaultyCommunicator final : public Communicator {
     return inner_->broadcast_async(buf, count, dtype, root);
   }
   CommHandle barrier_async() override { return inner_->barrier_async(); }
+  CommHandle all_to_all_async(const void* send, void* recv, int64_t count, DType dtype) override {
+    if (fails(Collective::kAllToAll)) return failed();
+    return inner_->all_to_all_async(send, recv, count, dtype);
+  }
+  CommHandle all_to_all_v_async(const void* send, std::vector<int64_t> send_counts, std::vector<int64_t> send_displs,
+                                void* recv, std::vector<int64_t> recv_counts, std::vector<int64_t> recv_displs,
+                                DType dtype) override {
+    if (fails(Collective::kAllToAllV)) return failed();
+    return inner_->all_to_all_v_async(send, std::move(send_counts), std::move(send_displs), recv,
+                                      std::move(recv_counts), std::move(recv_displs), dtype);
+  }
   absl::Status all_reduce_doubles(double* values, int64_t count, ReduceOp op) override {
     return inner_->all_reduce_doubles(values, count, op);
   }
@@ -69,7 +81,7 @@ class FaultyCommunicator final : public Communicator {
   Collective which_;
   int nth_;
   absl::Status error_;
-  int calls_[4] = {};
+  int calls_[6] = {};
 };
 
 }  // namespace zero::testing
