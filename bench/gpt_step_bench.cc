@@ -20,7 +20,8 @@
 //    32000 tied, seq 256, micro-batch 1) in bf16 with DeepSpeed's bf16 master
 //    weights and optimizer states (10 bytes per parameter, so it fits the
 //    24 GiB machine); its ratio is to the bf16 GEMM rate of its own Linear
-//    shapes (q, k, v, o, gate, up, down, head) in the same run.
+//    shapes in the same run: the fused q/k/v [(H + 2 G) D, C], o, the fused
+//    gate/up [2 d_ff, C], down and the head (graph/transformer.h).
 #include <benchmark/benchmark.h>
 
 #include <chrono>
@@ -57,8 +58,8 @@ const GemmShape kShapes[] = {{"qkv", 2304, 768, 12},
 std::vector<GemmShape> step_shapes(const GptConfig& g) {
   const int64_t c = g.d_model, l = g.n_layer, f = g.ffn_width();
   if (!g.rope()) return std::vector<GemmShape>(std::begin(kShapes), std::end(kShapes));
-  const int64_t kv = g.kv_heads() * g.head_dim();
-  return {{"q_o", c, c, 2 * l}, {"k_v", kv, c, 2 * l}, {"gate_up", f, c, 2 * l}, {"down", c, f, l},
+  const int64_t a = g.attention_width(), qkv = a + 2 * g.kv_heads() * g.head_dim();
+  return {{"qkv", qkv, c, l}, {"o", c, a, l}, {"gate_up", 2 * f, c, l}, {"down", c, f, l},
           {"lm_head", g.vocab_size, c, 1}};
 }
 

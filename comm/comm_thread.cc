@@ -1,4 +1,5 @@
-// The communication thread; see comm_thread.h.
+// The communication threads and the table of operations in flight; see
+// comm_thread.h.
 #include "comm/comm_thread.h"
 
 #include <atomic>
@@ -12,15 +13,59 @@ namespace zero {
 
 namespace {
 
-// Two buffers, so the signal handler always reads a complete string.
-char g_current[2][256];
-std::atomic<int> g_current_index{-1};
+// The operations in flight, one slot per communication thread or waiting
+// thread. Two buffers per slot, written alternately, so the signal handler
+// reads a complete string (index: the buffer holding the current one, -1
+// when none runs).
+constexpr int kOperationSlots = 64;
+struct OperationEntry {
+  std::atomic<bool> claimed{false};
+  std::atomic<int> index{-1};
+  int last_written = 1;  // the writer's own; the next write goes to the other buffer
+  char text[2][256];
+};
+OperationEntry g_operations[kOperationSlots];
 
-void set_current(const std::string& what) {
-  const int next = g_current_index.load() == 0 ? 1 : 0;
-  std::snprintf(g_current[next], sizeof(g_current[next]), "%s", what.c_str());
-  g_current_index.store(next);
+}  // namespace
+
+OperationSlot::OperationSlot() : index_(-1) {
+  for (int i = 0; i < kOperationSlots; ++i) {
+    bool expected = false;
+    if (g_operations[i].claimed.compare_exchange_strong(expected, true)) {
+      index_ = i;
+      return;
+    }
+  }
 }
+
+OperationSlot::~OperationSlot() {
+  if (index_ < 0) return;
+  clear();
+  g_operations[index_].claimed.store(false);
+}
+
+void OperationSlot::set(const std::string& what) {
+  if (index_ < 0) return;
+  OperationEntry& e = g_operations[index_];
+  const int next = 1 - e.last_written;
+  std::snprintf(e.text[next], sizeof(e.text[next]), "%s", what.c_str());
+  e.last_written = next;
+  e.index.store(next);
+}
+
+void OperationSlot::clear() {
+  if (index_ >= 0) g_operations[index_].index.store(-1);
+}
+
+const char* CommThread::current_operation() {
+  for (const OperationEntry& e : g_operations) {
+    const int i = e.index.load();
+    if (i >= 0) return e.text[i];
+  }
+  return "";
+}
+
+namespace {
 
 class ThreadWork final : public CommWork {
  public:
@@ -77,12 +122,6 @@ class ThreadWork final : public CommWork {
 
 }  // namespace
 
-const char* CommThread::current_operation() {
-  const int i = g_current_index.load();
-  return i < 0 ? "" : g_current[i];
-}
-
-
 CommThread::CommThread(int rank, double timeout_s) : rank_(rank), timeout_s_(timeout_s), thread_([this] { loop(); }) {}
 
 CommThread::~CommThread() {
@@ -120,11 +159,12 @@ CommHandle CommThread::enqueue(std::string what, std::function<absl::Status()> f
   {
     std::lock_guard<std::mutex> lock(mu_);
     const int64_t seq = ++seq_;
-    tasks_.push_back([work, state = state_, fn = std::move(fn), what = cat(what, " (collective #", seq, ")")] {
-      set_current(what);
+    tasks_.push_back([this, work, state = state_, fn = std::move(fn), what = cat(what, " (collective #", seq, ")")] {
+      slot_.set(what);
       state->begin(what);
       absl::Status s = fn();
       state->end();
+      slot_.clear();  // a finished operation is not "in flight" in a later termination message
       if (!s.ok()) s = absl::Status(s.code(), cat(what, ": ", std::string(s.message())));
       work->finish(std::move(s));
     });

@@ -1,9 +1,10 @@
 // Collectives across data-parallel ranks.
 //
 // Every collective is issued in program order and runs on the communicator's
-// own progress thread (its "communication stream"): the *_async calls return
-// a CommHandle at once and the compute thread goes on; wait() blocks until
-// that collective (and every one issued before it) has finished. The caller
+// own progress thread (its "communication stream"; each group split() off
+// has its own): the *_async calls return a CommHandle at once and the
+// compute thread goes on; wait() blocks until that collective (and every
+// one issued before it on the same communicator) has finished. The caller
 // keeps the buffers alive and untouched until then. The blocking calls are
 // async + wait.
 //
@@ -132,13 +133,17 @@ class Communicator {
   // A communicator over the ranks that pass the same `color`, ranked by `key`
   // (ties by rank here): MPI_Comm_split's contract. Every rank of this
   // communicator calls it, in the same order as its collectives. The result
-  // shares this communicator's progress thread, so its work is ordered with
-  // this one's; it must be destroyed before this one.
+  // has its own progress thread (or stream): its collectives are ordered
+  // among themselves, not with this one's, so two groups' work progresses
+  // at once; it must be destroyed before this one.
   virtual absl::StatusOr<std::unique_ptr<Communicator>> split(int color, int key) = 0;
   // `count` elements to / from rank `peer` of this communicator (pipeline
   // activations). A send completes when its buffer may be reused; sends and
   // receives between two ranks match in issue order, and a pair of ranks must
-  // not both send first without the receive posted (as blocking MPI).
+  // not both send first without the receive posted (as blocking MPI). On MPI
+  // both are posted at once, outside the collectives' order, so a receive
+  // may be posted early, before sends to the same peer (see the
+  // implementation's header for NCCL).
   virtual CommHandle send_async(const void* buf, int64_t count, DType dtype, int peer) = 0;
   virtual CommHandle recv_async(void* buf, int64_t count, DType dtype, int peer) = 0;
   // Both at once with one peer (MPI_Sendrecv; NCCL's grouped send and

@@ -1,4 +1,5 @@
-// Open MPI collectives; see mpi_communicator.h.
+// Open MPI collectives and non-blocking point-to-point transfers; see
+// mpi_communicator.h.
 #include "comm/mpi_communicator.h"
 
 #include <malloc.h>
@@ -15,6 +16,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -113,6 +116,101 @@ int env_int(const char* name, int def) {
   return v ? std::atoi(v) : def;
 }
 
+// A point-to-point transfer's completion: its MPI requests, posted before
+// the handle was made, polled with MPI_Testall (MPI_THREAD_MULTIPLE: any
+// thread may). wait() gives up after the timeout as a collective's does,
+// naming the transfer; while it polls, its OperationSlot names the transfer
+// for the termination message. A handle dropped before completion frees its
+// requests (MPI finishes the transfer; the caller keeps the buffer alive).
+class P2pWork final : public CommWork {
+ public:
+  struct Log {
+    CommLog* log = nullptr;  // nullptr: not recorded
+    CommOp op = CommOp::kSend;
+    int64_t message_bytes = 0;
+    int world = 1;
+    std::string group;
+  };
+  P2pWork(std::string what, int rank, double timeout_s, Log log)
+      : what_(std::move(what)), rank_(rank), timeout_s_(timeout_s), log_(std::move(log)),
+        posted_(std::chrono::steady_clock::now()) {}
+  ~P2pWork() override {
+    for (MPI_Request& r : requests_) {
+      if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
+    }
+  }
+  std::vector<MPI_Request>& requests() { return requests_; }
+  // A failed post or test: the transfer's error (requests still pending are
+  // freed with the handle).
+  void fail(absl::Status s) {
+    done_ = true;
+    status_ = absl::Status(s.code(), cat(what_, ": ", std::string(s.message())));
+  }
+
+  absl::Status wait() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (done_) return status_;
+    OperationSlot slot;
+    slot.set(what_);
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto deadline = t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                   std::chrono::duration<double>(timeout_s_));
+    // Yield between polls for the first millisecond (a transfer that is
+    // nearly done), then sleep: a rank waiting on its neighbour leaves the
+    // cores to the computation it waits for.
+    const auto spin_until = t0 + std::chrono::milliseconds(1);
+    while (!test_locked()) {
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= deadline) {
+        add_comm_wait_seconds(std::chrono::duration<double>(now - t0).count());
+        return comm_gave_up(absl::DeadlineExceededError(
+            cat("rank ", rank_, ": ", what_, " did not finish within ", timeout_s_,
+                " s: a peer rank is not responding (it died, hangs, or never issued the matching transfer)")));
+      }
+      if (now < spin_until) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+    }
+    add_comm_wait_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    return status_;
+  }
+  bool done() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return done_ || const_cast<P2pWork*>(this)->test_locked();
+  }
+
+ private:
+  // One MPI_Testall; true once the transfer completed (status_ set, timed).
+  bool test_locked() {
+    if (done_) return true;
+    int flag = 0;
+    const int rc = MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &flag, MPI_STATUSES_IGNORE);
+    if (rc != MPI_SUCCESS) {
+      fail(mpi_status(rc, "MPI_Testall"));
+      return true;
+    }
+    if (flag == 0) return false;
+    done_ = true;
+    if (log_.log != nullptr) {
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - posted_).count();
+      log_.log->record(log_.op, log_.message_bytes, log_.world, seconds, log_.group);
+    }
+    return true;
+  }
+
+  std::string what_;
+  int rank_;
+  double timeout_s_;
+  Log log_;
+  std::chrono::steady_clock::time_point posted_;
+  mutable std::mutex mu_;
+  std::vector<MPI_Request> requests_;
+  bool done_ = false;
+  absl::Status status_;
+};
+
 }  // namespace
 
 struct MpiCommHandle {
@@ -185,15 +283,25 @@ absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::create(double 
   mallopt(M_ARENA_MAX, 1);  // the communication thread's temporaries come from the main (unbounded) heap
 
   std::unique_ptr<MpiCommunicator> c(new MpiCommunicator());
-  c->thread_ = std::make_shared<CommThread>(env_int("OMPI_COMM_WORLD_RANK", 0), timeout_s);
+  c->timeout_s_ = timeout_s;
+  c->world_rank_ = env_int("OMPI_COMM_WORLD_RANK", 0);
+  c->thread_ = std::make_shared<CommThread>(c->world_rank_, timeout_s);
   absl::Status init = c->thread_
                           ->enqueue("MPI_Init_thread",
                                     [&c]() -> absl::Status {
                                       int provided = 0;
                                       absl::Status s = mpi_status(
-                                          MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided),
+                                          MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided),
                                           "MPI_Init_thread");
                                       if (!s.ok()) return s;
+                                      if (provided < MPI_THREAD_MULTIPLE) {
+                                        return absl::FailedPreconditionError(cat(
+                                            "this MPI library provides thread level ", provided,
+                                            " where ZeroEngine needs MPI_THREAD_MULTIPLE (", MPI_THREAD_MULTIPLE,
+                                            "): each group's collectives and the point-to-point transfers run "
+                                            "on threads of their own; use an MPI built with thread support "
+                                            "(Open MPI 3 or later: --enable-mpi-thread-multiple, the default)"));
+                                      }
                                       MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
                                       MPI_Comm_rank(MPI_COMM_WORLD, &c->rank_);
                                       MPI_Comm_size(MPI_COMM_WORLD, &c->world_);
@@ -208,6 +316,7 @@ absl::StatusOr<std::unique_ptr<MpiCommunicator>> MpiCommunicator::create(double 
                                     })
                           ->wait();
   if (!init.ok()) return init;
+  c->world_rank_ = c->rank_;
   // The user's OMP_NUM_THREADS, else the cores shared among the ranks of this
   // node (oversubscribed: one each), so ranks that share a node do not each
   // start a thread per core.
@@ -408,8 +517,9 @@ absl::Status MpiCommunicator::all_reduce_doubles(double* values, int64_t count, 
 
 absl::StatusOr<std::unique_ptr<Communicator>> MpiCommunicator::split(int color, int key) {
   std::unique_ptr<MpiCommunicator> c(new MpiCommunicator());
-  c->thread_ = thread_;
   c->world_comm_ = false;
+  c->timeout_s_ = timeout_s_;
+  c->world_rank_ = world_rank_;
   c->local_size_ = local_size_;
   MpiCommunicator* out = c.get();
   ZE_RETURN_IF_ERROR(thread_
@@ -424,39 +534,57 @@ absl::StatusOr<std::unique_ptr<Communicator>> MpiCommunicator::split(int color, 
                                      return absl::OkStatus();
                                    })
                          ->wait());
+  // Its own thread (comm_thread.h says why); the split above ran on ours, in
+  // order with this communicator's collectives, as MPI requires.
+  c->thread_ = std::make_shared<CommThread>(world_rank_, timeout_s_);
   c->inherit_log(*this);
   return std::unique_ptr<Communicator>(std::move(c));
+}
+
+template <typename Post>
+CommHandle MpiCommunicator::post_p2p(std::string what, CommOp op, int64_t message_bytes, int requests, Post post) {
+  P2pWork::Log log;
+  if (CommLog* l = log_for(op)) log = {l, op, message_bytes, world_, log_group()};
+  auto work = std::make_shared<P2pWork>(cat(what, " (point-to-point #", ++p2p_seq_, ")"), world_rank_, timeout_s_,
+                                        std::move(log));
+  work->requests().assign(static_cast<size_t>(requests), MPI_REQUEST_NULL);
+  if (absl::Status s = post(work->requests().data(), comm_->comm); !s.ok()) work->fail(std::move(s));
+  return work;
 }
 
 CommHandle MpiCommunicator::send_async(const void* buf, int64_t count, DType dtype, int peer) {
   if (absl::Status s = check_peer("send to", peer); !s.ok()) return completed_work(s);
   count_send(count, dtype);
-  return thread_->enqueue(cat(describe("send", count, dtype), " to rank ", peer),
-                          timed(CommOp::kSend, message_bytes(count, dtype), [=, comm = comm_->comm] {
-    return mpi_status(MPI_Send(buf, checked_count(count), mpi_type(dtype), peer, 0, comm), "MPI_Send");
-  }));
+  return post_p2p(cat(describe("send", count, dtype), " to rank ", peer), CommOp::kSend, message_bytes(count, dtype),
+                  1, [=](MPI_Request* r, MPI_Comm comm) {
+                    return mpi_status(MPI_Isend(buf, checked_count(count), mpi_type(dtype), peer, 0, comm, r),
+                                      "MPI_Isend");
+                  });
 }
 
 CommHandle MpiCommunicator::recv_async(void* buf, int64_t count, DType dtype, int peer) {
   if (absl::Status s = check_peer("receive from", peer); !s.ok()) return completed_work(s);
-  return thread_->enqueue(cat(describe("receive", count, dtype), " from rank ", peer),
-                          timed(CommOp::kRecv, message_bytes(count, dtype), [=, comm = comm_->comm] {
-    return mpi_status(MPI_Recv(buf, checked_count(count), mpi_type(dtype), peer, 0, comm, MPI_STATUS_IGNORE),
-                      "MPI_Recv");
-  }));
+  return post_p2p(cat(describe("receive", count, dtype), " from rank ", peer), CommOp::kRecv,
+                  message_bytes(count, dtype), 1, [=](MPI_Request* r, MPI_Comm comm) {
+                    return mpi_status(MPI_Irecv(buf, checked_count(count), mpi_type(dtype), peer, 0, comm, r),
+                                      "MPI_Irecv");
+                  });
 }
 
 CommHandle MpiCommunicator::send_recv_async(const void* send, int64_t send_count, void* recv, int64_t recv_count,
                                             DType dtype, int peer) {
   if (absl::Status s = check_peer("exchange with", peer); !s.ok()) return completed_work(s);
   count_send(send_count, dtype);
-  return thread_->enqueue(
+  // The receive first: whatever the peer does, its send finds it posted.
+  return post_p2p(
       cat(describe("send", send_count, dtype), " to and ", describe("receive", recv_count, dtype), " from rank ", peer),
-      timed(CommOp::kSendRecv, message_bytes(std::max(send_count, recv_count), dtype), [=, comm = comm_->comm] {
-        return mpi_status(MPI_Sendrecv(send, checked_count(send_count), mpi_type(dtype), peer, 0, recv,
-                                       checked_count(recv_count), mpi_type(dtype), peer, 0, comm, MPI_STATUS_IGNORE),
-                          "MPI_Sendrecv");
-      }));
+      CommOp::kSendRecv, message_bytes(std::max(send_count, recv_count), dtype), 2,
+      [=](MPI_Request* r, MPI_Comm comm) {
+        ZE_RETURN_IF_ERROR(mpi_status(
+            MPI_Irecv(recv, checked_count(recv_count), mpi_type(dtype), peer, 0, comm, &r[0]), "MPI_Irecv"));
+        return mpi_status(MPI_Isend(send, checked_count(send_count), mpi_type(dtype), peer, 0, comm, &r[1]),
+                          "MPI_Isend");
+      });
 }
 
 }  // namespace zero

@@ -1,5 +1,23 @@
-// Collectives over Open MPI for CPU ranks launched by mpirun. Every MPI call
-// is made on the communicator's thread (MPI_THREAD_FUNNELED), in issue order.
+// Collectives over Open MPI for CPU ranks launched by mpirun.
+//
+// Progress (MPI_THREAD_MULTIPLE; create() fails, naming the level it got,
+// when the library cannot give it):
+//  * every communicator, the world and each group split() from it, has its
+//    own communication thread (comm/comm_thread.h) running its collectives
+//    in issue order, so two groups' collectives progress at once (a
+//    tensor-parallel all-reduce never waits behind a data-parallel
+//    reduce-scatter, and ranks that meet on two groups in different orders
+//    do not deadlock);
+//  * point-to-point transfers are posted at once, on the caller's thread, as
+//    MPI_Isend / MPI_Irecv (tag 0 on the communicator, so they match in issue
+//    order between two ranks) and occupy no thread: a receive posted early
+//    (as soon as its buffer is free) never blocks sends issued after it to
+//    the same peer. Their CommWork::wait() polls MPI_Test (yielding, then
+//    sleeping 50 us between polls) with the collectives' timeout, dead-peer
+//    and wait-time accounting; done() tests once.
+// Why fail rather than fall back to one thread for all when MULTIPLE is
+// missing: the pipeline's early receives rely on it, and a fallback would
+// turn a start-up error into a hang mid-run. Open MPI 3+ provides it.
 //
 // Set-up that matters on these machines:
 //  * glibc is told, before MPI starts, to keep freed memory (mallopt:
@@ -10,10 +28,12 @@
 //    else the node's cores divided among its ranks (rank_threads() says
 //    which, for zero-train's start-up line);
 //  * SIGTERM/SIGINT (what mpirun sends the survivors when a rank dies) print
-//    which collective this rank was in before exiting.
+//    which collective or transfer this rank was in before exiting.
 // bf16/fp16 sums use user-defined MPI reductions (fp32 arithmetic, rounded
 // to nearest even per element). With a CommLog attached, each collective is
-// timed on the communication thread around its MPI call (queueing excluded).
+// timed on the communication thread around its MPI call (queueing excluded);
+// a point-to-point transfer from its posting to the first wait() or done()
+// that sees it complete.
 #pragma once
 
 #include <functional>
@@ -70,8 +90,10 @@ class MpiCommunicator final : public Communicator {
                                 void* recv, std::vector<int64_t> recv_counts, std::vector<int64_t> recv_displs,
                                 DType dtype) override;
   absl::Status all_reduce_doubles(double* values, int64_t count, ReduceOp op) override;
-  // MPI_Comm_split; the group shares this communicator's thread.
+  // MPI_Comm_split (run on this communicator's thread); the group gets a
+  // communication thread of its own.
   absl::StatusOr<std::unique_ptr<Communicator>> split(int color, int key) override;
+  // MPI_Isend / MPI_Irecv posted before these return (see the top).
   CommHandle send_async(const void* buf, int64_t count, DType dtype, int peer) override;
   CommHandle recv_async(void* buf, int64_t count, DType dtype, int peer) override;
   CommHandle send_recv_async(const void* send, int64_t send_count, void* recv, int64_t recv_count, DType dtype,
@@ -84,7 +106,15 @@ class MpiCommunicator final : public Communicator {
   template <typename F>
   std::function<absl::Status()> timed(CommOp op, int64_t message_bytes, F fn) const;
 
-  std::shared_ptr<CommThread> thread_;   // shared with the groups split from it
+  // Posts a point-to-point transfer: `post` issues its MPI_Isend / MPI_Irecv
+  // into the requests it is given; the handle polls them.
+  template <typename Post>
+  CommHandle post_p2p(std::string what, CommOp op, int64_t message_bytes, int requests, Post post);
+
+  std::shared_ptr<CommThread> thread_;   // this communicator's own
+  double timeout_s_ = 600;               // for the point-to-point waits (the thread has its own copy)
+  int64_t p2p_seq_ = 0;                  // transfers posted, for their names
+  int world_rank_ = 0;                   // this process's rank in MPI_COMM_WORLD (errors say "rank R: ...")
   std::unique_ptr<MpiCommHandle> comm_;  // MPI_COMM_WORLD, or a group's (freed with it)
   bool world_comm_ = true;               // the world finalises MPI
   int rank_ = 0, world_ = 1, local_size_ = 1;

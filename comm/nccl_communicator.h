@@ -67,7 +67,14 @@ class NcclCommunicator final : public Communicator {
   // ncclCommSplit beside a split of the bootstrap (same color and key), so
   // the group's host scalars go through its own MPI group.
   absl::StatusOr<std::unique_ptr<Communicator>> split(int color, int key) override;
-  // ncclSend / ncclRecv on the communicator's stream.
+  // ncclSend / ncclRecv on the communicator's stream, in issue order with
+  // its collectives. Unlike MpiCommunicator's, a receive is not
+  // early-receive safe: an ncclRecv waits on the stream until its data
+  // arrives, and sends issued after it to the same peer wait behind it, so
+  // two ranks that each post a receive before sending to the other deadlock
+  // (use send_recv_async, which groups both). Each group split() from it has
+  // a stream and an NCCL communicator of its own, so groups do not
+  // serialise on each other.
   CommHandle send_async(const void* buf, int64_t count, DType dtype, int peer) override;
   CommHandle recv_async(void* buf, int64_t count, DType dtype, int peer) override;
   CommHandle send_recv_async(const void* send, int64_t send_count, void* recv, int64_t recv_count, DType dtype,

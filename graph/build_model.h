@@ -25,6 +25,14 @@ namespace zero {
 struct ModelLayout {
   bool sequence_parallel = false;
   PartitionMethod partition = PartitionMethod::kParameters;
+  // pipeline.num_layers_per_virtual_stage: > 0, Megatron's interleaved
+  // stages of that many blocks (graph/pipeline_partition.h), `partition`
+  // unused; 0, one chunk per stage.
+  int64_t layers_per_virtual_stage = 0;
+  // tensor_parallel.tp_overlap_comm: every column-parallel layer without
+  // sequence parallelism overlaps its input gradient's all-reduce with its
+  // weight gradient (ColumnParallelLinear::set_overlap_comm; same results).
+  bool tp_overlap_comm = false;
 };
 
 // The split rules for the mesh's tensor size (check_gpt_split) and its

@@ -127,4 +127,22 @@ Tensor linear_gathered(Context& ctx, const Tensor& shard, Communicator& group, P
   return y;
 }
 
+Tensor linear_copy_to_group(Context& ctx, const Tensor& x, Communicator& group, Parameter& weight, Parameter* bias) {
+  if (group.world_size() == 1) return linear(ctx, x, weight, bias);
+  Tensor y = affine_apply(ctx, x, weight, bias != nullptr ? bias->data : Tensor());
+  ctx.record(
+      "linear_copy_to_group " + weight.name(), {x}, y,
+      [x, &group, &weight, bias](Context& c, const Tensor& dy) {
+        // The all-reduce of dx runs while the weight and bias gradients are computed.
+        CommHandle sum;
+        Tensor dx = affine_grads(c, dy, x, weight, bias, [&](const Tensor& ready) {
+          sum = group.all_reduce_async(ready.data(), ready.numel(), ready.dtype(), ReduceOp::kSum);
+        });
+        note_failure(c, sum->wait(), "tensor-parallel all-reduce");
+        return std::vector<Tensor>{dx};
+      },
+      linear_parameters(weight, bias));
+  return y;
+}
+
 }  // namespace zero::fn

@@ -7,11 +7,13 @@
 //   gather_sequence    all-gather S    | reduce-scatter  (sequence parallelism)
 //   scatter_sequence   reduce-scatter  | all-gather S
 //
-// plus the two fused linears the layers need to keep what they kept by hand:
+// plus the fused linears the layers need to keep what they kept by hand:
 // linear_partial (a row-parallel layer's partial product: its bias joins on
-// one rank only) and linear_gathered (a sequence-parallel column layer that
+// one rank only), linear_gathered (a sequence-parallel column layer that
 // keeps its input shard, not the gathered sequence, and gathers it again in
-// backward).
+// backward) and linear_copy_to_group (a column layer whose backward overlaps
+// dx's all-reduce with the weight gradient's GEMM, Megatron's
+// async input-gradient all-reduce).
 //
 // Sequence shards: activations [B, S, C] split along S over the group, rank
 // r holding positions [r S/T, (r + 1) S/T) of every sample
@@ -51,5 +53,16 @@ Tensor linear_partial(Context& ctx, const Tensor& x, Communicator& group, Parame
 // (Megatron-SP's column-parallel layer; the gathered input is never kept).
 Tensor linear_gathered(Context& ctx, const Tensor& shard, Communicator& group, Parameter& weight,
                        Parameter* bias = nullptr);
+
+// fn::linear(copy_to_group(x)) computed the same way, bit for bit, with a
+// backward that overlaps: dx = dy W first, then dx's all-reduce STARTS on
+// the group's communicator (its progress thread or stream) while this
+// thread computes dW += dy^T x (and db), then waits for it (Megatron's
+// column-parallel layer with async_tensor_model_parallel_allreduce). The
+// same GEMMs and the same reduction as the two ops, so the same bits. The
+// reduction runs in dx's buffer, which nothing else reads until the wait.
+// Saves x.
+Tensor linear_copy_to_group(Context& ctx, const Tensor& x, Communicator& group, Parameter& weight,
+                            Parameter* bias = nullptr);
 
 }  // namespace zero::fn

@@ -3,11 +3,32 @@
 
 #include <cmath>
 
+#include "core/status.h"
 #include "core/strings.h"
 #include "graph/sequence_parallel.h"
 #include "graph/vocab_parallel.h"
 
 namespace zero {
+
+namespace {
+
+// Chunk `chunk` of an interleaved stage: the Gpt's forward_chunk over its
+// blocks [from, to), which are also its checkpointable layers.
+class GptChunk final : public Module {
+ public:
+  GptChunk(std::string name, Gpt& gpt, int chunk, size_t from, size_t to, std::vector<Module*> layers)
+      : Module(std::move(name)), gpt_(gpt), chunk_(chunk), from_(from), to_(to), layers_(std::move(layers)) {}
+  Tensor forward(Context& ctx, const Tensor& x) override { return gpt_.forward_chunk(ctx, x, chunk_, from_, to_); }
+  std::vector<Module*> checkpointable_layers() override { return layers_; }
+
+ private:
+  Gpt& gpt_;
+  int chunk_;
+  size_t from_, to_;
+  std::vector<Module*> layers_;
+};
+
+}  // namespace
 
 int64_t GptConfig::ffn_width() const {
   if (features().mlp == MlpKind::kGelu) return 4 * d_model;
@@ -58,6 +79,49 @@ std::string_view hf_name_prefix(const GptConfig& config) {
   return config.features().gpt2_names ? "transformer." : "model.";
 }
 
+namespace {
+
+// "layers.<i>." -> i, or -1.
+int64_t layer_of(std::string_view name) {
+  if (name.rfind("layers.", 0) != 0) return -1;
+  int64_t i = 0;
+  size_t p = 7;
+  if (p >= name.size() || name[p] < '0' || name[p] > '9') return -1;
+  for (; p < name.size() && name[p] >= '0' && name[p] <= '9'; ++p) i = i * 10 + (name[p] - '0');
+  return p < name.size() && name[p] == '.' ? i : -1;
+}
+
+}  // namespace
+
+bool fuses_qkv(const GptConfig& config, int64_t layer) {
+  return !config.features().fused_qkv &&
+         !config.lora.targets_any(cat(hf_name_prefix(config), "layers.", layer, ".self_attn."),
+                                  {"q_proj", "k_proj", "v_proj"});
+}
+
+bool fuses_gate_up(const GptConfig& config, int64_t layer) {
+  return config.features().mlp != MlpKind::kGelu &&
+         !config.lora.targets_any(cat(hf_name_prefix(config), "layers.", layer, ".mlp."), {"gate_proj", "up_proj"});
+}
+
+std::vector<FusedPart> fused_parts(const GptConfig& config, const std::string& name) {
+  const int64_t layer = layer_of(name);
+  if (layer < 0 || layer >= config.n_layer) return {};
+  const std::string b = cat("layers.", layer, ".");
+  for (const char* kind : {"weight", "bias"}) {
+    if (name == cat(b, "self_attn.qkv_proj.", kind)) {
+      const int64_t kv = config.kv_heads() * config.head_dim();
+      return {{cat(b, "self_attn.q_proj.", kind), config.attention_width()},
+              {cat(b, "self_attn.k_proj.", kind), kv},
+              {cat(b, "self_attn.v_proj.", kind), kv}};
+    }
+    if (name == cat(b, "mlp.gate_up_proj.", kind)) {
+      return {{cat(b, "mlp.gate_proj.", kind), config.ffn_width()}, {cat(b, "mlp.up_proj.", kind), config.ffn_width()}};
+    }
+  }
+  return {};
+}
+
 int64_t GptConfig::lora_parameters() const {
   if (!lora.enabled()) return 0;
   int64_t n = 0;
@@ -70,7 +134,16 @@ int64_t GptConfig::lora_parameters() const {
 }
 
 absl::StatusOr<PipelineStage> gpt_pipeline_stage(const GptConfig& config, int index, int count,
-                                                 PartitionMethod method) {
+                                                 PartitionMethod method, int64_t layers_per_virtual_stage) {
+  if (layers_per_virtual_stage > 0) {
+    ZE_ASSIGN_OR_RETURN(std::vector<SplitRange> chunks,
+                        partition_virtual_stages(config.n_layer, count, index, layers_per_virtual_stage));
+    PipelineStage stage{index, count};
+    // One chunk (L = n_layer / P): the plain stage, its blocks the uniform split's.
+    if (chunks.size() == 1) stage.layers = chunks[0];
+    else stage.chunk_layers = std::move(chunks);
+    return stage;
+  }
   const int64_t c = config.d_model;
   const std::vector<int64_t> blocks(static_cast<size_t>(config.n_layer), config.block_parameters());
   // The first stage's embeddings; the last stage's final norm and its head
@@ -207,14 +280,21 @@ Gpt::Gpt(const GptConfig& config, Communicator* tensor_group, bool sequence_para
   // Dropout sites, each its own mask stream: 0 the embeddings, 1 + 2i and
   // 2 + 2i block i's attention and MLP outputs.
   if (stage.first() && config.dropout > 0.0f) drop_ = add_child<Dropout>("drop", config.dropout, 0, sequence_group_);
-  const SplitRange layers =
-      stage.layers.size >= 0 ? stage.layers : even_split(config.n_layer, stage.count, stage.index);
-  ZE_CHECK(layers.size >= 1 && layers.offset >= 0 && layers.offset + layers.size <= config.n_layer)
-      << "pipeline stage " << stage.index << ": blocks [" << layers.offset << ", " << layers.offset + layers.size
-      << ") of " << config.n_layer;
-  for (int64_t i = layers.offset; i < layers.offset + layers.size; ++i) {
-    block.dropout_id = 1 + 2 * i;
-    blocks_.push_back(add_child<TransformerBlock>(cat(f.gpt2_names ? "h." : "layers.", i), block));
+  // The blocks of each chunk, in chunk order (the one chunk's without interleaving).
+  const std::vector<SplitRange> chunk_layers =
+      !stage.chunk_layers.empty()  ? stage.chunk_layers
+      : stage.layers.size >= 0 ? std::vector<SplitRange>{stage.layers}
+                               : std::vector<SplitRange>{even_split(config.n_layer, stage.count, stage.index)};
+  std::vector<size_t> chunk_begin;
+  for (const SplitRange& layers : chunk_layers) {
+    ZE_CHECK(layers.size >= 1 && layers.offset >= 0 && layers.offset + layers.size <= config.n_layer)
+        << "pipeline stage " << stage.index << ": blocks [" << layers.offset << ", " << layers.offset + layers.size
+        << ") of " << config.n_layer;
+    chunk_begin.push_back(blocks_.size());
+    for (int64_t i = layers.offset; i < layers.offset + layers.size; ++i) {
+      block.dropout_id = 1 + 2 * i;
+      blocks_.push_back(add_child<TransformerBlock>(cat(f.gpt2_names ? "h." : "layers.", i), block));
+    }
   }
   if (stage.last()) {
     ln_f_ = adopt_child(make_norm(f.gpt2_names ? "ln_f" : "norm", block));
@@ -232,6 +312,16 @@ Gpt::Gpt(const GptConfig& config, Communicator* tensor_group, bool sequence_para
     if (split) vocab_slice_ = VocabSlice{tensor_group, vocab_parallel->rows().offset, config.vocab_size};
     if (config.logit_softcap > 0.0f) softcap_ = add_child<LogitSoftcap>("logit_softcap", config.logit_softcap);
   }
+  // Interleaved: a module per chunk running its part of forward (not a
+  // child: parameters and names stay the blocks' own).
+  if (stage.chunks() > 1) {
+    for (size_t c = 0; c < chunk_begin.size(); ++c) {
+      const size_t to = c + 1 < chunk_begin.size() ? chunk_begin[c + 1] : blocks_.size();
+      chunks_.push_back(std::make_unique<GptChunk>(
+          cat("virtual_stage_", static_cast<int>(c) * stage.count + stage.index), *this, static_cast<int>(c),
+          chunk_begin[c], to, std::vector<Module*>(blocks_.begin() + chunk_begin[c], blocks_.begin() + to)));
+    }
+  }
   // LoRA trains the adapters only (PEFT's bias "none": the biases stay too).
   if (config.lora.enabled()) {
     for (Parameter* p : parameters()) {
@@ -241,8 +331,20 @@ Gpt::Gpt(const GptConfig& config, Communicator* tensor_group, bool sequence_para
 }
 
 Tensor Gpt::forward(Context& ctx, const Tensor& input) {
+  ZE_CHECK(chunks_.empty()) << "an interleaved pipeline stage of " << chunks_.size()
+                            << " chunks runs chunk by chunk (Model::pipeline_chunk), not as one module";
+  return forward_chunk(ctx, input, 0, 0, blocks_.size());
+}
+
+Module* Gpt::pipeline_chunk(int chunk) {
+  if (chunks_.empty()) return nullptr;
+  ZE_CHECK(chunk >= 0 && static_cast<size_t>(chunk) < chunks_.size()) << "chunk " << chunk << " of " << chunks_.size();
+  return chunks_[static_cast<size_t>(chunk)].get();
+}
+
+Tensor Gpt::forward_chunk(Context& ctx, const Tensor& input, int chunk, size_t from, size_t to) {
   Tensor x = input;
-  if (stage_.first()) {
+  if (stage_.first() && chunk == 0) {
     ZE_CHECK(input.ndim() == 2 && input.dim(1) <= config_.positions()) << input.debug_string();
     ZE_CHECK(sequence_group_ == nullptr || input.dim(1) % sequence_group_->world_size() == 0)
         << "sequence parallelism: a sequence of " << input.dim(1) << " tokens does not split over a tensor group of "
@@ -252,8 +354,8 @@ Tensor Gpt::forward(Context& ctx, const Tensor& input) {
     if (wpe_ != nullptr) x = ctx.forward(*wpe_, x);
     if (drop_ != nullptr) x = ctx.forward(*drop_, x);
   }
-  for (TransformerBlock* b : blocks_) x = ctx.forward(*b, x);
-  if (!stage_.last()) return x;
+  for (size_t i = from; i < to; ++i) x = ctx.forward(*blocks_[i], x);
+  if (!stage_.last() || chunk != stage_.chunks() - 1) return x;
   Tensor logits = ctx.forward(*lm_head_, ctx.forward(*ln_f_, x));
   return softcap_ != nullptr ? ctx.forward(*softcap_, logits) : logits;
 }

@@ -133,6 +133,22 @@ std::vector<BlockLinear> block_linears(const GptConfig& config, int64_t layer);
 // "model." (the others; an untied lm_head has none).
 std::string_view hf_name_prefix(const GptConfig& config);
 
+// The Llama family's fused projections (graph/transformer.h): our
+// parameters "layers.<i>.self_attn.qkv_proj.weight" (and .bias) and
+// "layers.<i>.mlp.gate_up_proj.weight" are Hugging Face's q_proj, k_proj and
+// v_proj (gate_proj and up_proj) tensors concatenated by rows, in that order.
+// A block keeps them separate layers, PEFT's modules, when LoRA adapts one
+// of them.
+bool fuses_qkv(const GptConfig& config, int64_t layer);
+bool fuses_gate_up(const GptConfig& config, int64_t layer);
+struct FusedPart {
+  std::string name;  // as its own layer's parameter, our name: "layers.0.self_attn.k_proj.weight"
+  int64_t rows = 0;  // its rows in the fused tensor (the first dim)
+};
+// The parts of our parameter `name` in row order; empty when it is not a
+// fused one.
+std::vector<FusedPart> fused_parts(const GptConfig& config, const std::string& name);
+
 // One pipeline stage of P: stage i holds a contiguous run of blocks
 // (`layers`; unset, even_split(n_layer, P, i): the first n_layer mod P
 // stages one more), stage 0 also the embeddings and their dropout, stage
@@ -140,9 +156,16 @@ std::string_view hf_name_prefix(const GptConfig& config);
 // token table of its own ("wte.weight" / "embed_tokens.weight", the same
 // initial values as stage 0's) that the head is tied to; the engine sums the two copies' gradients between the
 // first and last stage (Megatron's embedding group) so they stay equal.
+//
+// Interleaved (pipeline.num_layers_per_virtual_stage): the stage holds v
+// chunks, chunk c the blocks of virtual stage c P + index (`chunk_layers`,
+// non-contiguous across chunks); the embeddings then sit in chunk 0 of stage
+// 0, the final norm and the head in chunk v - 1 of stage P - 1.
 struct PipelineStage {
   int index = 0, count = 1;
-  SplitRange layers{0, -1};  // size < 0: the uniform split
+  SplitRange layers{0, -1};  // size < 0: the uniform split; unused with chunk_layers
+  std::vector<SplitRange> chunk_layers;  // interleaved: chunk c's blocks; empty: one chunk, `layers`
+  int chunks() const { return chunk_layers.empty() ? 1 : static_cast<int>(chunk_layers.size()); }
   bool first() const { return index == 0; }
   bool last() const { return index == count - 1; }
 };
@@ -150,9 +173,10 @@ struct PipelineStage {
 // Stage `index` of `count` with its blocks chosen by `method` (uniform, or
 // balanced by parameters counting the embeddings on the first stage and the
 // tied table and final norm on the last); INVALID_ARGUMENT when n_layer <
-// count.
+// count. layers_per_virtual_stage L > 0: Megatron's interleaving instead
+// (pipeline_virtual_stages), `method` unused.
 absl::StatusOr<PipelineStage> gpt_pipeline_stage(const GptConfig& config, int index, int count,
-                                                 PartitionMethod method);
+                                                 PartitionMethod method, int64_t layers_per_virtual_stage = 0);
 
 // Every rule the model's constructor relies on, for a split over a tensor
 // group of `tensor` ranks: heads divide d_model (unless head_dim is its
@@ -188,6 +212,11 @@ class Gpt : public Module, public Model {
   Shape stage_output_shape(const Shape& ids) const override;
   // wte.weight on the first and the last stage (when they differ).
   std::vector<Parameter*> parameters_tied_across_stages() override;
+  int pipeline_chunks() const override { return stage_.chunks(); }
+  Module* pipeline_chunk(int chunk) override;
+  // Chunk c of an interleaved stage (the whole stage when there is one): its
+  // part of forward. `from` / `to`: its blocks, positions in blocks_.
+  Tensor forward_chunk(Context& ctx, const Tensor& input, int chunk, size_t from, size_t to);
 
  private:
   GptConfig config_;
@@ -202,6 +231,7 @@ class Gpt : public Module, public Model {
   Communicator* sequence_group_ = nullptr;  // sequence parallelism: the tensor group
   Module* lm_head_ = nullptr;  // last stage
   Module* softcap_ = nullptr;  // last stage, logit_softcap > 0
+  std::vector<std::unique_ptr<Module>> chunks_;  // interleaved: chunk c's forward (not children: no parameters)
 };
 
 // A plain MLP classifier for small tests: Linear(in, h) GELU ... Linear(h, classes).

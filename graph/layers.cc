@@ -35,13 +35,15 @@ Tensor affine_apply(Context& ctx, const Tensor& x, const Parameter& weight, cons
   return y;
 }
 
-Tensor affine_grads(Context& ctx, const Tensor& dy, const Tensor& x, Parameter& weight, Parameter* bias) {
+Tensor affine_grads(Context& ctx, const Tensor& dy, const Tensor& x, Parameter& weight, Parameter* bias,
+                    const std::function<void(const Tensor& dx)>& dx_ready) {
   const int64_t out = weight.shape()[0], in = weight.shape()[1];
   const Tensor dy2 = as_rows(dy, out);
   Tensor dx = ctx.activation(x.shape());
   MatmulSpec spec;
   spec.compute = ctx.param_dtype();
   ctx.ops().matmul(dy2, weight.data, as_rows(dx, in), spec);  // dx = dy W
+  if (dx_ready) dx_ready(dx);
   if (weight.grad.defined()) {                                // dW += dy^T x
     MatmulSpec wspec = spec;
     wspec.trans_a = true;

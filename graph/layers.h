@@ -5,6 +5,8 @@
 // graph/functional.h's ops record their backward.
 #pragma once
 
+#include <functional>
+
 #include "graph/context.h"
 #include "graph/module.h"
 
@@ -144,6 +146,9 @@ Shape with_last_dim(const Shape& s, int64_t last);
 // W returned, dW += dy^T x, db += sum(dy) into whichever gradients are
 // defined (bias may be null).
 Tensor affine_apply(Context& ctx, const Tensor& x, const Parameter& weight, const Tensor& bias);
-Tensor affine_grads(Context& ctx, const Tensor& dy, const Tensor& x, Parameter& weight, Parameter* bias);
+// dx_ready, when given, runs once dx is computed, before the weight and bias
+// gradients (Megatron's async all-reduce of dx starts there).
+Tensor affine_grads(Context& ctx, const Tensor& dy, const Tensor& x, Parameter& weight, Parameter* bias,
+                    const std::function<void(const Tensor& dx)>& dx_ready = nullptr);
 
 }  // namespace zero

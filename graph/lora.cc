@@ -38,6 +38,13 @@ bool LoraConfig::targets(std::string_view hf_module) const {
   return false;
 }
 
+bool LoraConfig::targets_any(std::string_view hf_prefix, std::initializer_list<std::string_view> names) const {
+  for (std::string_view n : names) {
+    if (targets(cat(hf_prefix, n))) return true;
+  }
+  return false;
+}
+
 std::string lora_a_name(const std::string& module) { return cat(module, kA); }
 std::string lora_b_name(const std::string& module) { return cat(module, kB); }
 
@@ -71,11 +78,13 @@ LoraLinear::LoraLinear(std::unique_ptr<Module> base, const Parameter& base_weigh
     const ParamSlice& s = *base_weight.slice();
     if (split_ == LoraSplit::kColumn) {
       ZE_CHECK(s.dim == 0) << base_weight.name();
-      b_->set_slice({{global[0], r}, 0, s.offset, s.blocks});  // B's rows as W's
+      ParamSlice rows = s;  // B's rows as W's
+      rows.global_shape = {global[0], r};
+      b_->set_slice(std::move(rows));
     } else {
-      ZE_CHECK(s.dim == 1 && s.blocks == 1) << base_weight.name();
-      a_->set_slice({{r, global[1]}, 1, s.offset, 1});  // A's columns as W's
-      first_feature_ = s.offset;
+      ZE_CHECK(s.dim == 1 && s.runs.size() == 1) << base_weight.name();
+      a_->set_slice({{r, global[1]}, 1, s.runs[0].offset, 1});  // A's columns as W's
+      first_feature_ = s.runs[0].offset;
     }
   }
   base_ = adopt_child(std::move(base));

@@ -35,6 +35,7 @@
 // config refuses it).
 #pragma once
 
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -58,6 +59,10 @@ struct LoraConfig {
   // Whether target_modules picks the layer of Hugging Face module name
   // `hf_module` (that must be one of the adaptable layers above).
   bool targets(std::string_view hf_module) const;
+  // Whether it picks any of the layers hf_prefix + name ("model.layers.0.self_attn."
+  // + "q_proj"): the Llama family's q/k/v (gate/up) projections then stay
+  // separate layers, PEFT's modules, instead of one fused GEMM (transformer.h).
+  bool targets_any(std::string_view hf_prefix, std::initializer_list<std::string_view> names) const;
 };
 
 // "<module>.lora_A.weight" / "<module>.lora_B.weight".

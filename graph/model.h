@@ -56,6 +56,14 @@ class Model {
   // summed between the stages holding them. The stage that owns the
   // original is the first; a later stage's are its copies.
   virtual std::vector<Parameter*> parameters_tied_across_stages() { return {}; }
+  // Interleaved pipeline stages: this rank's v model chunks, chunk c being
+  // virtual stage c P + s of v P (its input the previous virtual stage's
+  // activation, the ids on virtual stage 0; its output the next one's input,
+  // the logits on the last). pipeline_chunk(c) is the module whose forward
+  // runs chunk c (a view over this tree's modules, owning no parameters);
+  // nullptr when v is 1: the root module is the one chunk.
+  virtual int pipeline_chunks() const { return 1; }
+  virtual Module* pipeline_chunk(int chunk) { return nullptr; }
 };
 
 // `root` as a Model: itself when it implements one, else a whole model on one

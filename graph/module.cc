@@ -26,39 +26,68 @@ absl::Status Parameter::set_requires_grad(bool requires_grad) {
 void Parameter::set_slice(ParamSlice s) {
   ZE_CHECK(s.global_shape.size() == shape_.size() && s.dim >= 0 && s.dim < static_cast<int>(shape_.size()))
       << name_ << ": a slice of a " << s.global_shape.size() << "-d tensor along dim " << s.dim;
-  ZE_CHECK(s.blocks >= 1 && shape_[s.dim] % s.blocks == 0 && s.global_shape[s.dim] % s.blocks == 0)
-      << name_ << ": " << s.blocks << " blocks of dim " << s.dim;
   for (size_t d = 0; d < shape_.size(); ++d) {
-    const bool along = static_cast<int>(d) == s.dim;
-    ZE_CHECK(along ? s.offset >= 0 && s.offset + shape_[d] / s.blocks <= s.global_shape[d] / s.blocks
-                   : shape_[d] == s.global_shape[d])
-        << name_ << ": dim " << d << " of a slice at offset " << s.offset;
+    ZE_CHECK(static_cast<int>(d) == s.dim || shape_[d] == s.global_shape[d]) << name_ << ": dim " << d << " of a slice";
   }
+  if (s.runs.empty()) {
+    ZE_CHECK(s.blocks >= 1 && shape_[s.dim] % s.blocks == 0 && s.global_shape[s.dim] % s.blocks == 0)
+        << name_ << ": " << s.blocks << " blocks of dim " << s.dim;
+    const int64_t part = shape_[s.dim] / s.blocks, global_part = s.global_shape[s.dim] / s.blocks;
+    ZE_CHECK(s.offset >= 0 && s.offset + part <= global_part) << name_ << ": a slice at offset " << s.offset;
+    for (int64_t b = 0; b < s.blocks; ++b) s.runs.push_back({b * global_part + s.offset, part});
+  }
+  // The runs: in the unsplit dim, in order, not overlapping, making up the local dim.
+  int64_t local = 0, end = 0;
+  for (const ParamSlice::Run& r : s.runs) {
+    ZE_CHECK(r.size > 0 && r.offset >= end && r.offset + r.size <= s.global_shape[s.dim])
+        << name_ << ": run [" << r.offset << ", +" << r.size << ") of dim " << s.dim << " (" << s.global_shape[s.dim]
+        << ")";
+    local += r.size;
+    end = r.offset + r.size;
+  }
+  ZE_CHECK(local == shape_[s.dim]) << name_ << ": runs of " << local << " for a dim of " << shape_[s.dim];
   slice_ = std::move(s);
 }
+
+namespace {
+
+// Elements after the slice's dim in one index of it.
+int64_t inner_elems(const Shape& shape, int dim) {
+  int64_t inner = 1;
+  for (size_t d = static_cast<size_t>(dim) + 1; d < shape.size(); ++d) inner *= shape[d];
+  return inner;
+}
+
+}  // namespace
 
 int64_t Parameter::global_index(int64_t i) const {
   if (!slice_) return i;
   // Row-major: split i into (outer, along, inner) around the slice's dim.
-  int64_t inner = 1;
-  for (size_t d = static_cast<size_t>(slice_->dim) + 1; d < shape_.size(); ++d) inner *= shape_[d];
+  const int64_t inner = inner_elems(shape_, slice_->dim);
   const int64_t along = shape_[slice_->dim], global_along = slice_->global_shape[slice_->dim];
-  const int64_t outer = i / (along * inner), a = (i / inner) % along, r = i % inner;
-  // Block b of the slice's `blocks`, position w in this rank's part of it.
-  const int64_t part = along / slice_->blocks, b = a / part, w = a % part;
-  return (outer * global_along + b * (global_along / slice_->blocks) + slice_->offset + w) * inner + r;
+  const int64_t outer = i / (along * inner), r = i % inner;
+  int64_t a = (i / inner) % along;
+  for (const ParamSlice::Run& run : slice_->runs) {
+    if (a < run.size) return (outer * global_along + run.offset + a) * inner + r;
+    a -= run.size;
+  }
+  ZE_CHECK(false) << name_ << ": element " << i << " outside its runs";
+  return -1;
 }
 
 int64_t Parameter::local_index(int64_t g) const {
   if (!slice_) return g >= 0 && g < numel_ ? g : -1;
-  int64_t inner = 1;
-  for (size_t d = static_cast<size_t>(slice_->dim) + 1; d < shape_.size(); ++d) inner *= shape_[d];
+  if (g < 0) return -1;
+  const int64_t inner = inner_elems(shape_, slice_->dim);
   const int64_t along = shape_[slice_->dim], global_along = slice_->global_shape[slice_->dim];
   const int64_t outer = g / (global_along * inner), ga = (g / inner) % global_along, r = g % inner;
-  const int64_t part = along / slice_->blocks, global_part = global_along / slice_->blocks;
-  const int64_t b = ga / global_part, w = ga % global_part - slice_->offset;
-  if (g < 0 || w < 0 || w >= part) return -1;
-  return (outer * along + b * part + w) * inner + r;
+  if (outer >= numel_ / (along * inner)) return -1;
+  int64_t before = 0;  // local indices of the runs before
+  for (const ParamSlice::Run& run : slice_->runs) {
+    if (ga >= run.offset && ga < run.offset + run.size) return (outer * along + before + ga - run.offset) * inner + r;
+    before += run.size;
+  }
+  return -1;
 }
 
 void Parameter::for_each_global_run(int64_t begin, int64_t end,
@@ -69,13 +98,18 @@ void Parameter::for_each_global_run(int64_t begin, int64_t end,
     fn(begin, begin, end - begin);
     return;
   }
-  // Each (outer index, block) of the slice is part x inner local elements,
+  // Each (outer index, run) of the slice is run.size x inner local elements,
   // contiguous in the unsplit tensor.
-  int64_t inner = 1;
-  for (size_t d = static_cast<size_t>(slice_->dim) + 1; d < shape_.size(); ++d) inner *= shape_[d];
-  const int64_t unit = shape_[slice_->dim] / slice_->blocks * inner;
+  const int64_t inner = inner_elems(shape_, slice_->dim), along = shape_[slice_->dim];
   for (int64_t i = begin; i < end;) {
-    const int64_t stop = std::min(end, (i / unit + 1) * unit);
+    // The run holding local element i, and where it stops.
+    const int64_t a = (i / inner) % along, row_start = i - i % (along * inner);
+    int64_t run_end = 0;
+    for (const ParamSlice::Run& run : slice_->runs) {
+      run_end += run.size;
+      if (a < run_end) break;
+    }
+    const int64_t stop = std::min(end, row_start + run_end * inner);
     fn(i, global_index(i), stop - i);
     i = stop;
   }

@@ -55,11 +55,21 @@ struct ParamInit {
 // blocks) of each (attention's fused QKV: q, k and v rows, each split by
 // heads). Initial values are the slice's (init.h), so a split model starts
 // from exactly the unsplit one's weights.
+// Uneven blocks (grouped-query attention's fused q/k/v: a q block of H D
+// rows and k and v blocks of G D each, every rank holding some heads of
+// each) are given as `runs` instead: the parameter is these ranges of the
+// unsplit dim, concatenated in order ({offset in the unsplit dim, size});
+// offset and blocks are then unused. set_slice turns equal blocks into runs
+// too, so readers see runs() only.
 struct ParamSlice {
+  struct Run {
+    int64_t offset = 0, size = 0;
+  };
   Shape global_shape;
   int dim = 0;
   int64_t offset = 0;
   int64_t blocks = 1;
+  std::vector<Run> runs;
 };
 
 class Parameter {

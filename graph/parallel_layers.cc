@@ -45,6 +45,37 @@ ColumnParallelLinear::ColumnParallelLinear(std::string name, int64_t in_features
   add_parameters(in_features, out_features, local.offset, local.size, 1, bias, init_std);
 }
 
+ColumnParallelLinear::ColumnParallelLinear(std::string name, int64_t in_features,
+                                           const std::vector<int64_t>& block_sizes,
+                                           const std::vector<SplitRange>& local, bool bias, float init_std,
+                                           Communicator& group, bool sequence_parallel)
+    : Module(std::move(name)), group_(group), sequence_parallel_(sequence_parallel) {
+  ZE_CHECK(!block_sizes.empty() && block_sizes.size() == local.size())
+      << this->name() << ": " << local.size() << " ranges for " << block_sizes.size() << " blocks";
+  std::vector<ParamSlice::Run> runs;
+  int64_t start = 0;  // the block's first feature
+  for (size_t b = 0; b < block_sizes.size(); ++b) {
+    ZE_CHECK(local[b].size >= 1 && local[b].offset >= 0 && local[b].offset + local[b].size <= block_sizes[b])
+        << this->name() << ": block " << b << "'s features [" << local[b].offset << ", +" << local[b].size << ") of "
+        << block_sizes[b];
+    runs.push_back({start + local[b].offset, local[b].size});
+    start += block_sizes[b];
+  }
+  add_parameters(in_features, start, std::move(runs), bias, init_std);
+}
+
+void ColumnParallelLinear::add_parameters(int64_t in_features, int64_t out_features,
+                                          std::vector<ParamSlice::Run> runs, bool bias, float init_std) {
+  int64_t local_out = 0;
+  for (const ParamSlice::Run& r : runs) local_out += r.size;
+  weight_ = add_parameter("weight", {local_out, in_features}, ParamInit::normal(init_std));
+  weight_->set_slice({.global_shape = {out_features, in_features}, .dim = 0, .runs = runs});
+  if (bias) {
+    bias_ = add_parameter("bias", {local_out}, ParamInit::zeros());
+    bias_->set_slice({.global_shape = {out_features}, .dim = 0, .runs = std::move(runs)});
+  }
+}
+
 void ColumnParallelLinear::add_parameters(int64_t in_features, int64_t out_features, int64_t offset, int64_t part,
                                           int64_t blocks, bool bias, float init_std) {
   const int64_t local_out = part * blocks;
@@ -59,6 +90,7 @@ void ColumnParallelLinear::add_parameters(int64_t in_features, int64_t out_featu
 Tensor ColumnParallelLinear::forward(Context& ctx, const Tensor& x) {
   // With sequence parallelism the shard is what is kept; backward gathers it again.
   if (sequence_parallel_) return fn::linear_gathered(ctx, x, group_, *weight_, bias_);
+  if (overlap_comm_) return fn::linear_copy_to_group(ctx, x, group_, *weight_, bias_);
   return fn::linear(ctx, fn::copy_to_group(ctx, x, group_), *weight_, bias_);
 }
 

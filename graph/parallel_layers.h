@@ -31,6 +31,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "comm/communicator.h"
 #include "graph/context.h"
@@ -60,18 +61,35 @@ class ColumnParallelLinear : public Module {
   // of out_features, whatever the other ranks' ranges (one block).
   ColumnParallelLinear(std::string name, int64_t in_features, int64_t out_features, SplitRange local, bool bias,
                        float init_std, Communicator& group, bool sequence_parallel = false);
+  // Uneven blocks: the output features are blocks of block_sizes[b] features
+  // each, in order (grouped-query attention's fused [q; k; v] of H D, G D and
+  // G D rows; a fused [gate; up]), and this rank computes range local[b] of
+  // each block (its heads' q, k and v); the weight is those ranges in block
+  // order (ParamSlice::runs).
+  ColumnParallelLinear(std::string name, int64_t in_features, const std::vector<int64_t>& block_sizes,
+                       const std::vector<SplitRange>& local, bool bias, float init_std, Communicator& group,
+                       bool sequence_parallel = false);
   Tensor forward(Context& ctx, const Tensor& x) override;
   Parameter* weight() const { return weight_; }
   Parameter* bias() const { return bias_; }
   int64_t local_out() const { return weight_->shape()[0]; }
+  // tensor_parallel.tp_overlap_comm: without sequence parallelism, backward
+  // overlaps dx's all-reduce with the weight gradient (fn::linear_copy_to_group;
+  // the same bits as without). Off by default.
+  void set_overlap_comm(bool on) { overlap_comm_ = on; }
+  bool overlap_comm() const { return overlap_comm_; }
 
  private:
   // Parameters of `part` features per block at `offset` in each of `blocks` blocks.
   void add_parameters(int64_t in_features, int64_t out_features, int64_t offset, int64_t part, int64_t blocks,
                       bool bias, float init_std);
+  // Parameters of the given runs of the out_features (ParamSlice::runs).
+  void add_parameters(int64_t in_features, int64_t out_features, std::vector<ParamSlice::Run> runs, bool bias,
+                      float init_std);
 
   Communicator& group_;
   bool sequence_parallel_;
+  bool overlap_comm_ = false;
   Parameter* weight_;
   Parameter* bias_ = nullptr;
 };

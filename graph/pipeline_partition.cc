@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <string>
 
 #include "core/strings.h"
 
@@ -63,6 +64,25 @@ absl::StatusOr<std::vector<SplitRange>> partition_layers(const std::vector<int64
     out[k - 1] = {begin, end - begin};
     end = begin;
   }
+  return out;
+}
+
+absl::StatusOr<std::vector<SplitRange>> partition_virtual_stages(int64_t layers, int stages, int stage,
+                                                                 int64_t layers_per_virtual_stage) {
+  const int64_t per = layers_per_virtual_stage;
+  const std::string key = cat("pipeline.num_layers_per_virtual_stage: ", per);
+  if (stages < 1 || stage < 0 || stage >= stages) {
+    return absl::InvalidArgumentError(cat("pipeline stage ", stage, " of ", stages));
+  }
+  if (per < 1) return absl::InvalidArgumentError(cat(key, " must be at least 1 (or unset: one chunk per stage)"));
+  if (layers % (per * stages) != 0) {
+    return absl::InvalidArgumentError(cat(
+        key, " x pipeline.stages ", stages, " does not divide model.n_layer ", layers,
+        " (each of the stages holds n_layer / (stages x num_layers_per_virtual_stage) chunks of that many blocks)"));
+  }
+  const int64_t chunks = layers / (per * stages);
+  std::vector<SplitRange> out;
+  for (int64_t c = 0; c < chunks; ++c) out.push_back({(c * stages + stage) * per, per});
   return out;
 }
 

@@ -11,6 +11,11 @@
 //               copy of the token table), so those stages get fewer layers;
 //               among equals, the one with the most even stages (least sum
 //               of squares).
+//
+// Interleaved stages (Megatron's num_layers_per_virtual_pipeline_stage, our
+// pipeline.num_layers_per_virtual_stage = L): n layers make n / L virtual
+// stages of L layers each, v = n / (P L) per stage; stage s holds virtual
+// stages s, P + s, ..., (v - 1) P + s, as v chunks of L layers.
 #pragma once
 
 #include <cstdint>
@@ -33,5 +38,12 @@ std::string_view partition_method_name(PartitionMethod m);
 absl::StatusOr<std::vector<SplitRange>> partition_layers(const std::vector<int64_t>& layer_params, int stages,
                                                          PartitionMethod method, int64_t first_extra = 0,
                                                          int64_t last_extra = 0);
+
+// The layers of each of stage `stage`'s chunks (of `stages`) at
+// layers_per_virtual_stage layers per virtual stage, in chunk order.
+// INVALID_ARGUMENT naming pipeline.num_layers_per_virtual_stage when it is
+// below 1 or stages x it does not divide the layers.
+absl::StatusOr<std::vector<SplitRange>> partition_virtual_stages(int64_t layers, int stages, int stage,
+                                                                 int64_t layers_per_virtual_stage);
 
 }  // namespace zero

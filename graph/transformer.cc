@@ -3,6 +3,8 @@
 
 #include <array>
 #include <cmath>
+#include <memory>
+#include <vector>
 
 #include "graph/functional.h"
 #include "graph/parallel_layers.h"
@@ -88,8 +90,76 @@ struct Projections {
     return std::make_unique<LoraLinear>(std::move(layer), weight, c.lora, how, c.tensor_group, site);
   }
 
+  // Layers run as one GEMM (the Llama family's [q; k; v] and [gate; up]):
+  // block b of sizes[b] output features, of which this rank computes range
+  // local[b] with a tensor group. Never adapted (LoRA keeps them apart).
+  std::unique_ptr<Module> fused_column(std::string name, int64_t in, const std::vector<int64_t>& sizes,
+                                       const std::vector<SplitRange>& local, bool bias) const {
+    if (split(c.tensor_group)) {
+      return std::make_unique<ColumnParallelLinear>(std::move(name), in, sizes, local, bias, c.init_std,
+                                                    *c.tensor_group, sequence_sharded(c));
+    }
+    int64_t out = 0;
+    for (int64_t s : sizes) out += s;
+    return std::make_unique<Linear>(std::move(name), in, out, bias, c.init_std);
+  }
+
   int64_t* next_site;  // this layer's adapters so far (the attention's from 0, the MLP's from 4)
 };
+
+// A fused projection's output [B, T, (H + 2 G) D] -> q [B, H, T, D], k, v
+// [B, G, T, D] (the backend's split_qkv). Saves nothing; the gradients of q,
+// k and v are merged into qkv's by one kernel when q's, the last in
+// backward order, arrives (fn::split_qkv's scheme, with G key/value heads).
+std::array<Tensor, 3> split_heads(Context& ctx, const Tensor& qkv, int64_t heads, int64_t kv_heads, int64_t head_dim) {
+  const int64_t b = qkv.dim(0), t = qkv.dim(1);
+  const Shape q_shape{b, heads, t, head_dim}, kv_shape{b, kv_heads, t, head_dim};
+  std::array<Tensor, 3> out{ctx.activation(q_shape), ctx.activation(kv_shape), ctx.activation(kv_shape)};
+  ctx.ops().split_qkv(qkv, out[0], out[1], out[2]);
+  struct Pending {
+    Tensor dk, dv;
+  };
+  auto pending = std::make_shared<Pending>();
+  ctx.record("split_heads (q)", {qkv}, out[0], [pending, kv_shape, qkv_shape = qkv.shape()](Context& c, const Tensor& dq) {
+    auto take = [&](Tensor& d) {
+      Tensor g = d.defined() ? std::move(d) : c.backend().zeros(kv_shape, DType::kF32, MemCategory::kActivations);
+      d = Tensor();
+      return g;
+    };
+    Tensor dk = take(pending->dk), dv = take(pending->dv);
+    Tensor dqkv = c.activation(qkv_shape);
+    c.ops().merge_qkv(dq, dk, dv, dqkv);
+    return std::vector<Tensor>{dqkv};
+  });
+  ctx.record("split_heads (k)", {}, out[1], [pending](Context&, const Tensor& dk) {
+    pending->dk = dk;
+    return std::vector<Tensor>{};
+  });
+  ctx.record("split_heads (v)", {}, out[2], [pending](Context&, const Tensor& dv) {
+    pending->dv = dv;
+    return std::vector<Tensor>{};
+  });
+  return out;
+}
+
+// act(gate) * up from a fused projection's output gu [..., 2 F] (each row
+// its gate's F features, then its up's), by the backend's row-wise GLU ops.
+// Saves gu (what fn::swiglu saves as gate and up); the rule writes the
+// gradient over it (nothing else holds gu: the linear keeps its input).
+Tensor gated_fused(Context& ctx, const Tensor& gu, MlpKind kind) {
+  const int64_t f = gu.shape().back() / 2;
+  ZE_CHECK(2 * f == gu.shape().back()) << "gate and up of " << gu.debug_string();
+  Shape h_shape = gu.shape();
+  h_shape.back() = f;
+  Tensor h = ctx.activation(h_shape);
+  const Ops::Glu glu = kind == MlpKind::kSwiGlu ? Ops::Glu::kSwiGlu : Ops::Glu::kGeGlu;
+  ctx.ops().glu_rows_forward(glu, gu, h);
+  ctx.record(glu == Ops::Glu::kSwiGlu ? "swiglu (fused)" : "geglu (fused)", {gu}, h, [gu, glu](Context& c, const Tensor& dh) {
+    c.ops().glu_rows_backward(glu, gu, dh, gu);
+    return std::vector<Tensor>{gu};
+  });
+  return h;
+}
 
 }  // namespace
 
@@ -148,9 +218,14 @@ CausalSelfAttention::CausalSelfAttention(std::string name, const BlockConfig& c)
     const HeadRanges heads = local_heads(c);
     const SplitRange q_local{heads.q.offset * head_dim_, heads.q.size * head_dim_};
     const SplitRange kv_local{heads.kv.offset * head_dim_, heads.kv.size * head_dim_};
-    q_proj_ = adopt_child(p.column(child_name("q_proj"), d, a, q_local, f.qkv_bias));
-    k_proj_ = adopt_child(p.column(child_name("k_proj"), d, kv, kv_local, f.qkv_bias));
-    v_proj_ = adopt_child(p.column(child_name("v_proj"), d, kv, kv_local, f.qkv_bias));
+    if (c.lora.targets_any(c.hf_prefix + this->name() + ".", {"q_proj", "k_proj", "v_proj"})) {
+      q_proj_ = adopt_child(p.column(child_name("q_proj"), d, a, q_local, f.qkv_bias));
+      k_proj_ = adopt_child(p.column(child_name("k_proj"), d, kv, kv_local, f.qkv_bias));
+      v_proj_ = adopt_child(p.column(child_name("v_proj"), d, kv, kv_local, f.qkv_bias));
+    } else {
+      qkv_proj_ = adopt_child(
+          p.fused_column(child_name("qkv_proj"), d, {a, kv, kv}, {q_local, kv_local, kv_local}, f.qkv_bias));
+    }
     c_proj_ = adopt_child(p.row(child_name("o_proj"), a, d, q_local, f.o_bias));
     if (f.qk_norm) {
       // Each rank's heads, normalised with the one weight: summed over the tensor group.
@@ -172,6 +247,14 @@ void CausalSelfAttention::project(Context& ctx, const Tensor& x, Tensor& q, Tens
     // The whole sequence (a sequence-parallel input is gathered by c_attn).
     std::array<Tensor, 3> qkv = fn::split_qkv(ctx, ctx.forward(*c_attn_, x), n_head_, head_dim_);
     q = std::move(qkv[0]), k = std::move(qkv[1]), v = std::move(qkv[2]);
+    return;
+  }
+  if (qkv_proj_ != nullptr) {
+    std::array<Tensor, 3> qkv = split_heads(ctx, ctx.forward(*qkv_proj_, x), n_head_, n_kv_head_, head_dim_);
+    q = std::move(qkv[0]), k = std::move(qkv[1]), v = std::move(qkv[2]);
+    // Each head's D features normalised (any layout), then rotated in place.
+    if (q_norm_ != nullptr) q = ctx.forward(*q_norm_, q), k = ctx.forward(*k_norm_, k);
+    if (rotary_) q = fn::rope_(ctx, std::move(q), rope_), k = fn::rope_(ctx, std::move(k), rope_);
     return;
   }
   // [B, T, n D] -> (normalised per head) [B, n, T, D], rotated in place for q and k.
@@ -217,8 +300,13 @@ Mlp::Mlp(std::string name, const BlockConfig& c) : Module(std::move(name)), kind
   // The hidden features as evenly as can be (the first d_ff mod T ranks one more).
   const SplitRange hidden = local_range(c.d_ff, c.tensor_group);
   if (c.gated_mlp()) {
-    gate_proj_ = adopt_child(p.column(child_name("gate_proj"), c.d_model, c.d_ff, hidden, bias));
-    up_proj_ = adopt_child(p.column(child_name("up_proj"), c.d_model, c.d_ff, hidden, bias));
+    if (c.lora.targets_any(c.hf_prefix + this->name() + ".", {"gate_proj", "up_proj"})) {
+      gate_proj_ = adopt_child(p.column(child_name("gate_proj"), c.d_model, c.d_ff, hidden, bias));
+      up_proj_ = adopt_child(p.column(child_name("up_proj"), c.d_model, c.d_ff, hidden, bias));
+    } else {
+      gate_up_proj_ =
+          adopt_child(p.fused_column(child_name("gate_up_proj"), c.d_model, {c.d_ff, c.d_ff}, {hidden, hidden}, bias));
+    }
     c_proj_ = adopt_child(p.row(child_name("down_proj"), c.d_ff, c.d_model, hidden, bias));
   } else {
     c_fc_ = adopt_child(p.column(child_name("c_fc"), c.d_model, c.d_ff, hidden, bias));
@@ -232,7 +320,9 @@ Mlp::Mlp(std::string name, const BlockConfig& c) : Module(std::move(name)), kind
 
 Tensor Mlp::forward(Context& ctx, const Tensor& x) {
   Tensor y;
-  if (gate_proj_ != nullptr) {
+  if (gate_up_proj_ != nullptr) {
+    y = ctx.forward(*c_proj_, gated_fused(ctx, ctx.forward(*gate_up_proj_, x), kind_));
+  } else if (gate_proj_ != nullptr) {
     Tensor gate = ctx.forward(*gate_proj_, x);
     Tensor up = ctx.forward(*up_proj_, x);
     y = ctx.forward(*c_proj_, kind_ == MlpKind::kGeGlu ? fn::geglu(ctx, gate, up) : fn::swiglu(ctx, gate, up));

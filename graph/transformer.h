@@ -7,10 +7,14 @@
 // GPT-2; G divides H for grouped-query attention, r = H / G query heads per
 // key/value head):
 //   fused:  qkv = c_attn(x) [B, T, 3C] -> q, k, v [B, H, T, D]   (GPT-2)
-//   else:   q = q_proj(x) [B, T, H D], k = k_proj(x), v = v_proj(x) [B, T, G D]
-//           (biases per qkv_bias), with qk_norm each head RMS-normalised
-//           (q_norm, k_norm, weight [D]), -> [B, H|G, T, D]; q and k rotated
-//           by RoPE (kernels/rope.h)
+//   else:   qkv = qkv_proj(x) [B, T, (H + 2 G) D], weight [q; k; v] rows
+//           (Hugging Face's q_proj, k_proj, v_proj concatenated; a fused
+//           bias per qkv_bias) -> q [B, H, T, D], k, v [B, G, T, D]; with
+//           qk_norm each head of q and k RMS-normalised (q_norm, k_norm,
+//           weight [D]); q and k rotated by RoPE (kernels/rope.h). One GEMM
+//           instead of three. When LoRA adapts q_proj, k_proj or v_proj they
+//           stay three layers (PEFT's modules): q = q_proj(x) [B, T, H D],
+//           k = k_proj(x), v = v_proj(x) [B, T, G D], then the same.
 //   P = causal_softmax(q k^T / sqrt(D)) [B*H, T, T];  y = P v -> [B, T, H D]
 //   out = c_proj(y) / o_proj(y) [B, T, C] (bias per o_bias)
 // Grouped-query attention needs no copy of k and v: the r query heads of a
@@ -24,7 +28,9 @@
 // Tensor parallelism (a tensor group of T > 1 ranks, Megatron's split): the
 // attention's input projections are column-parallel by heads (each rank
 // computes q, k, v of H/T query and G/T key/value heads: GPT-2's fused c_attn
-// as ParamSlice blocks 3, Llama's q/k/v_proj each column-parallel) and the
+// as ParamSlice blocks 3, Llama's qkv_proj as uneven blocks (its q, k and v
+// rows of those heads: ParamSlice::runs), unfused q/k/v_proj each
+// column-parallel) and the
 // output projection row-parallel; the MLP's c_fc (GPT-2) or gate_proj and
 // up_proj (gated) column-parallel and c_proj / down_proj row-parallel. The
 // q/k norms' weights are whole on every rank, which normalises other heads
@@ -136,6 +142,7 @@ class CausalSelfAttention : public Module {
   RopeFreqs rope_;
   int64_t width() const { return n_head_ * head_dim_; }
   Module* c_attn_ = nullptr;  // fused (GPT-2)
+  Module* qkv_proj_ = nullptr;  // fused (Llama family)
   Module* q_proj_ = nullptr;  // separate
   Module* k_proj_ = nullptr;
   Module* v_proj_ = nullptr;
@@ -149,6 +156,9 @@ class CausalSelfAttention : public Module {
 // dropout > 0 a Dropout "dropout" (mask stream dropout_id). Gated:
 // down_proj(act(gate_proj x) * up_proj x), hidden width d_ff, act SiLU
 // (SwiGLU) or the tanh GELU (GeGLU); saves the gate and up activations.
+// gate_proj and up_proj run as one GEMM, gate_up_proj of weight [gate; up]
+// [2 d_ff, C] (under tensor parallelism this rank's rows of each), unless
+// LoRA adapts one of them.
 class Mlp : public Module {
  public:
   Mlp(std::string name, const BlockConfig& config);
@@ -158,7 +168,8 @@ class Mlp : public Module {
   MlpKind kind_;
   Module* c_fc_ = nullptr;  // GELU MLP
   Gelu* gelu_ = nullptr;
-  Module* gate_proj_ = nullptr;  // gated
+  Module* gate_up_proj_ = nullptr;  // gated, fused
+  Module* gate_proj_ = nullptr;  // gated, separate
   Module* up_proj_ = nullptr;
   Module* c_proj_;  // down_proj when gated
   Dropout* dropout_ = nullptr;

@@ -25,4 +25,26 @@ MatmulDims matmul_dims(const Tensor& a, const Tensor& b, const Tensor& c, const 
   return d;
 }
 
+void Ops::glu_rows_forward(Glu kind, const Tensor& gate_up, const Tensor& h) {
+  const int64_t f = h.dim(-1), n = h.numel() / f;
+  ZE_CHECK(gate_up.numel() == 2 * n * f && gate_up.dim(-1) == 2 * f) << gate_up.debug_string() << " -> " << h.debug_string();
+  for (int64_t r = 0; r < n; ++r) {
+    const Tensor gate = gate_up.slice(2 * r * f, {f}), up = gate_up.slice((2 * r + 1) * f, {f}), hr = h.slice(r * f, {f});
+    if (kind == Glu::kSwiGlu) swiglu_forward(gate, up, hr);
+    else geglu_forward(gate, up, hr);
+  }
+}
+
+void Ops::glu_rows_backward(Glu kind, const Tensor& gate_up, const Tensor& dh, const Tensor& dgate_up) {
+  const int64_t f = dh.dim(-1), n = dh.numel() / f;
+  ZE_CHECK(gate_up.numel() == 2 * n * f && dgate_up.numel() == gate_up.numel() && gate_up.dim(-1) == 2 * f)
+      << gate_up.debug_string() << " " << dh.debug_string() << " " << dgate_up.debug_string();
+  for (int64_t r = 0; r < n; ++r) {
+    const Tensor gate = gate_up.slice(2 * r * f, {f}), up = gate_up.slice((2 * r + 1) * f, {f});
+    const Tensor dgate = dgate_up.slice(2 * r * f, {f}), dup = dgate_up.slice((2 * r + 1) * f, {f});
+    if (kind == Glu::kSwiGlu) swiglu_backward(gate, up, dh.slice(r * f, {f}), dgate, dup);
+    else geglu_backward(gate, up, dh.slice(r * f, {f}), dgate, dup);
+  }
+}
+
 }  // namespace zero

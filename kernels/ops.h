@@ -112,6 +112,14 @@ class Ops {
   // (they may alias gate and up, which are then consumed).
   virtual void geglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dh, const Tensor& dgate,
                               const Tensor& dup) = 0;
+  // The same two from a fused gate/up projection's output gate_up [N, 2F]
+  // (row n: its gate's F features, then its up's) into h [N, F], and back
+  // into dgate_up [N, 2F] of that layout (which may alias gate_up, then
+  // consumed). The defaults run the ops above on each row's views; a backend
+  // may do all rows in one pass.
+  enum class Glu { kSwiGlu, kGeGlu };
+  virtual void glu_rows_forward(Glu kind, const Tensor& gate_up, const Tensor& h);
+  virtual void glu_rows_backward(Glu kind, const Tensor& gate_up, const Tensor& dh, const Tensor& dgate_up);
   // Logit soft-capping (Gemma 2's), fp32, same shapes: y = cap tanh(x / cap)
   // (y may alias x); its backward from y: dx = dy (1 - (y / cap)^2) (dx may
   // alias dy).
@@ -129,9 +137,11 @@ class Ops {
   virtual void causal_softmax_backward(const Tensor& probs, const Tensor& dprobs,
                                        const Tensor& dscores) = 0;
 
-  // qkv [B, T, 3*H*D] -> q, k, v [B, H, T, D]   (the attention glue)
+  // qkv [B, T, (H + 2 G) D] -> q [B, H, T, D], k, v [B, G, T, D]   (the
+  // attention glue; G = H for GPT-2, G key/value heads for grouped-query
+  // attention's fused projection)
   virtual void split_qkv(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v) = 0;
-  // dq, dk, dv [B, H, T, D] -> dqkv [B, T, 3*H*D] (overwritten)
+  // dq [B, H, T, D], dk, dv [B, G, T, D] -> dqkv [B, T, (H + 2 G) D] (overwritten)
   virtual void merge_qkv(const Tensor& dq, const Tensor& dk, const Tensor& dv,
                          const Tensor& dqkv) = 0;
   // dst[a, c, b, d] = src[a, b, c, d]: [B,H,T,D] <-> [B,T,H,D]

@@ -145,6 +145,34 @@ void CpuOps::geglu_backward(const Tensor& gate, const Tensor& up, const Tensor& 
   simd_.geglu_backward(gate.f32(), up.f32(), dh.f32(), dgate.f32(), dup.f32(), gate.numel());
 }
 
+// One pass over the rows, each thread a run of them (the kernels' own
+// threading stays off inside: a row of F is below its threshold, or nested).
+void CpuOps::glu_rows_forward(Glu kind, const Tensor& gate_up, const Tensor& h) {
+  check_f32(gate_up), check_f32(h);
+  const int64_t f = h.dim(-1), n = h.numel() / f;
+  ZE_CHECK(gate_up.numel() == 2 * n * f && gate_up.dim(-1) == 2 * f) << gate_up.debug_string() << " -> " << h.debug_string();
+  const auto fn = kind == Glu::kSwiGlu ? simd_.swiglu_forward : simd_.geglu_forward;
+  const float* gu = gate_up.f32();
+  float* out = h.f32();
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < n; ++r) fn(gu + 2 * r * f, gu + (2 * r + 1) * f, out + r * f, f);
+}
+
+void CpuOps::glu_rows_backward(Glu kind, const Tensor& gate_up, const Tensor& dh, const Tensor& dgate_up) {
+  check_f32(gate_up), check_f32(dh), check_f32(dgate_up);
+  const int64_t f = dh.dim(-1), n = dh.numel() / f;
+  ZE_CHECK(gate_up.numel() == 2 * n * f && dgate_up.numel() == gate_up.numel() && gate_up.dim(-1) == 2 * f)
+      << gate_up.debug_string() << " " << dh.debug_string() << " " << dgate_up.debug_string();
+  const auto fn = kind == Glu::kSwiGlu ? simd_.swiglu_backward : simd_.geglu_backward;
+  const float* gu = gate_up.f32();
+  const float* d = dh.f32();
+  float* dgu = dgate_up.f32();
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < n; ++r) {
+    fn(gu + 2 * r * f, gu + (2 * r + 1) * f, d + r * f, dgu + 2 * r * f, dgu + (2 * r + 1) * f, f);
+  }
+}
+
 void CpuOps::softcap_forward(const Tensor& x, float cap, const Tensor& y) {
   check_f32(x), check_f32(y), check_same_numel(x, y);
   ZE_CHECK(cap > 0.0f) << "soft-cap " << cap;
@@ -173,18 +201,21 @@ void CpuOps::causal_softmax_backward(const Tensor& probs, const Tensor& dprobs,
 }
 
 void CpuOps::split_qkv(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v) {
-  ZE_CHECK(q.ndim() == 4 && qkv.ndim() == 3) << q.debug_string() << " " << qkv.debug_string();
-  const int64_t b = q.dim(0), h = q.dim(1), t = q.dim(2), d = q.dim(3);
-  ZE_CHECK(qkv.dim(0) == b && qkv.dim(1) == t && qkv.dim(2) == 3 * h * d);
-  check_same_numel(q, k), check_same_numel(q, v);
-  cpu::split_qkv(qkv.f32(), q.f32(), k.f32(), v.f32(), b, t, h, d);
+  ZE_CHECK(q.ndim() == 4 && k.ndim() == 4 && qkv.ndim() == 3) << q.debug_string() << " " << qkv.debug_string();
+  const int64_t b = q.dim(0), h = q.dim(1), g = k.dim(1), t = q.dim(2), d = q.dim(3);
+  ZE_CHECK(qkv.dim(0) == b && qkv.dim(1) == t && qkv.dim(2) == (h + 2 * g) * d && k.shape() == Shape({b, g, t, d}))
+      << q.debug_string() << " " << k.debug_string() << " " << qkv.debug_string();
+  check_same_numel(k, v);
+  cpu::split_qkv(qkv.f32(), q.f32(), k.f32(), v.f32(), b, t, h, g, d);
 }
 
 void CpuOps::merge_qkv(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dqkv) {
-  ZE_CHECK(dq.ndim() == 4 && dqkv.ndim() == 3);
-  const int64_t b = dq.dim(0), h = dq.dim(1), t = dq.dim(2), d = dq.dim(3);
-  ZE_CHECK(dqkv.dim(0) == b && dqkv.dim(1) == t && dqkv.dim(2) == 3 * h * d);
-  cpu::merge_qkv(dq.f32(), dk.f32(), dv.f32(), dqkv.f32(), b, t, h, d);
+  ZE_CHECK(dq.ndim() == 4 && dk.ndim() == 4 && dqkv.ndim() == 3);
+  const int64_t b = dq.dim(0), h = dq.dim(1), g = dk.dim(1), t = dq.dim(2), d = dq.dim(3);
+  ZE_CHECK(dqkv.dim(0) == b && dqkv.dim(1) == t && dqkv.dim(2) == (h + 2 * g) * d && dk.shape() == Shape({b, g, t, d}))
+      << dq.debug_string() << " " << dk.debug_string() << " " << dqkv.debug_string();
+  check_same_numel(dk, dv);
+  cpu::merge_qkv(dq.f32(), dk.f32(), dv.f32(), dqkv.f32(), b, t, h, g, d);
 }
 
 void CpuOps::transpose12(const Tensor& src, const Tensor& dst) {

@@ -34,6 +34,8 @@ class CpuOps final : public Ops {
   void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dh, const Tensor& dgate,
                        const Tensor& dup) override;
   void geglu_forward(const Tensor& gate, const Tensor& up, const Tensor& h) override;
+  void glu_rows_forward(Glu kind, const Tensor& gate_up, const Tensor& h) override;
+  void glu_rows_backward(Glu kind, const Tensor& gate_up, const Tensor& dh, const Tensor& dgate_up) override;
   void geglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dh, const Tensor& dgate,
                       const Tensor& dup) override;
   void softcap_forward(const Tensor& x, float cap, const Tensor& y) override;

@@ -75,39 +75,43 @@ __device__ __forceinline__ void copy_run(const float* __restrict__ src, float* _
   for (int64_t i = lane; i < len; i += 32) dst[i] = src[i];
 }
 
-// Run s of qkv [B, T, 3, H, D] <-> run ((b*H + h)*T + t) of q/k/v [B, H, T, D].
+// Run s of qkv [B, T, H + 2 G, D] <-> run ((b*n + h)*T + t) of q [B, H, T, D]
+// (n = H) or k, v [B, G, T, D] (n = G).
 struct QkvRun {
-  int64_t b, t, part, h;
+  int64_t b, t, part, h, n;
 };
-__device__ __forceinline__ QkvRun qkv_run(int64_t s, int64_t seq, int64_t heads) {
+__device__ __forceinline__ QkvRun qkv_run(int64_t s, int64_t seq, int64_t heads, int64_t kv_heads) {
   QkvRun r;
-  r.h = s % heads;
-  s /= heads;
-  r.part = s % 3;
-  s /= 3;
+  const int64_t per_token = heads + 2 * kv_heads;
+  int64_t j = s % per_token;
+  s /= per_token;
   r.t = s % seq;
   r.b = s / seq;
+  r.part = j < heads ? 0 : (j < heads + kv_heads ? 1 : 2);
+  r.n = r.part == 0 ? heads : kv_heads;
+  r.h = r.part == 0 ? j : (r.part == 1 ? j - heads : j - heads - kv_heads);
   return r;
 }
 
 __global__ void split_qkv_kernel(const float* __restrict__ qkv, float* q, float* k, float* v,
-                                 int64_t runs, int64_t seq, int64_t heads, int64_t head_dim) {
+                                 int64_t runs, int64_t seq, int64_t heads, int64_t kv_heads,
+                                 int64_t head_dim) {
   const int lane = threadIdx.x & 31;
   for (int64_t s = global_warp(); s < runs; s += total_warps()) {
-    const QkvRun r = qkv_run(s, seq, heads);
+    const QkvRun r = qkv_run(s, seq, heads, kv_heads);
     float* out = r.part == 0 ? q : (r.part == 1 ? k : v);
-    copy_run(qkv + s * head_dim, out + ((r.b * heads + r.h) * seq + r.t) * head_dim, head_dim, lane);
+    copy_run(qkv + s * head_dim, out + ((r.b * r.n + r.h) * seq + r.t) * head_dim, head_dim, lane);
   }
 }
 
 __global__ void merge_qkv_kernel(const float* dq, const float* dk, const float* dv,
                                  float* __restrict__ dqkv, int64_t runs, int64_t seq,
-                                 int64_t heads, int64_t head_dim) {
+                                 int64_t heads, int64_t kv_heads, int64_t head_dim) {
   const int lane = threadIdx.x & 31;
   for (int64_t s = global_warp(); s < runs; s += total_warps()) {
-    const QkvRun r = qkv_run(s, seq, heads);
+    const QkvRun r = qkv_run(s, seq, heads, kv_heads);
     const float* in = r.part == 0 ? dq : (r.part == 1 ? dk : dv);
-    copy_run(in + ((r.b * heads + r.h) * seq + r.t) * head_dim, dqkv + s * head_dim, head_dim, lane);
+    copy_run(in + ((r.b * r.n + r.h) * seq + r.t) * head_dim, dqkv + s * head_dim, head_dim, lane);
   }
 }
 
@@ -145,21 +149,21 @@ void launch_causal_softmax_backward(const float* probs, const float* dprobs, flo
 }
 
 void launch_split_qkv(const float* qkv, float* q, float* k, float* v, int64_t batch, int64_t seq,
-                      int64_t heads, int64_t head_dim, cudaStream_t stream) {
-  const int64_t runs = batch * seq * 3 * heads;
+                      int64_t heads, int64_t kv_heads, int64_t head_dim, cudaStream_t stream) {
+  const int64_t runs = batch * seq * (heads + 2 * kv_heads);
   if (runs == 0 || head_dim == 0) return;
   split_qkv_kernel<<<warp_blocks(runs), kBlockThreads, 0, stream>>>(qkv, q, k, v, runs, seq, heads,
-                                                                   head_dim);
+                                                                   kv_heads, head_dim);
   ZE_CUDA_CHECK_LAUNCH();
 }
 
 void launch_merge_qkv(const float* dq, const float* dk, const float* dv, float* dqkv,
-                      int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
+                      int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads, int64_t head_dim,
                       cudaStream_t stream) {
-  const int64_t runs = batch * seq * 3 * heads;
+  const int64_t runs = batch * seq * (heads + 2 * kv_heads);
   if (runs == 0 || head_dim == 0) return;
   merge_qkv_kernel<<<warp_blocks(runs), kBlockThreads, 0, stream>>>(dq, dk, dv, dqkv, runs, seq,
-                                                                   heads, head_dim);
+                                                                   heads, kv_heads, head_dim);
   ZE_CUDA_CHECK_LAUNCH();
 }
 

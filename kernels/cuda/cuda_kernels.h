@@ -103,9 +103,9 @@ void launch_causal_softmax_forward(const float* scores, float* probs, int64_t bh
 void launch_causal_softmax_backward(const float* probs, const float* dprobs, float* dscores,
                                     int64_t bh, int64_t seq, cudaStream_t stream);
 void launch_split_qkv(const float* qkv, float* q, float* k, float* v, int64_t batch, int64_t seq,
-                      int64_t heads, int64_t head_dim, cudaStream_t stream);
+                      int64_t heads, int64_t kv_heads, int64_t head_dim, cudaStream_t stream);
 void launch_merge_qkv(const float* dq, const float* dk, const float* dv, float* dqkv,
-                      int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
+                      int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads, int64_t head_dim,
                       cudaStream_t stream);
 // dst[a, c, b, d] = src[a, b, c, d]
 void launch_transpose12(const float* src, float* dst, int64_t a, int64_t b, int64_t c, int64_t d,

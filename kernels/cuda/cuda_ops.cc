@@ -238,25 +238,25 @@ void CudaOps::causal_softmax_backward(const Tensor& probs, const Tensor& dprobs,
 
 void CudaOps::split_qkv(const Tensor& qkv, const Tensor& q, const Tensor& k, const Tensor& v) {
   enter();
-  ZE_CHECK(q.ndim() == 4 && qkv.ndim() == 3) << q.debug_string() << " " << qkv.debug_string();
-  const int64_t b = q.dim(0), h = q.dim(1), t = q.dim(2), d = q.dim(3);
-  ZE_CHECK(qkv.dim(0) == b && qkv.dim(1) == t && qkv.dim(2) == 3 * h * d)
-      << q.debug_string() << " " << qkv.debug_string();
+  ZE_CHECK(q.ndim() == 4 && k.ndim() == 4 && qkv.ndim() == 3) << q.debug_string() << " " << qkv.debug_string();
+  const int64_t b = q.dim(0), h = q.dim(1), g = k.dim(1), t = q.dim(2), d = q.dim(3);
+  ZE_CHECK(qkv.dim(0) == b && qkv.dim(1) == t && qkv.dim(2) == (h + 2 * g) * d && k.shape() == Shape({b, g, t, d}))
+      << q.debug_string() << " " << k.debug_string() << " " << qkv.debug_string();
   check_f32(qkv), check_f32(q), check_f32(k), check_f32(v);
-  check_same_numel(q, k), check_same_numel(q, v);
-  launch_split_qkv(f32_ptr(qkv), f32_ptr(q), f32_ptr(k), f32_ptr(v), b, t, h, d, stream_);
+  check_same_numel(k, v);
+  launch_split_qkv(f32_ptr(qkv), f32_ptr(q), f32_ptr(k), f32_ptr(v), b, t, h, g, d, stream_);
 }
 
 void CudaOps::merge_qkv(const Tensor& dq, const Tensor& dk, const Tensor& dv,
                         const Tensor& dqkv) {
   enter();
-  ZE_CHECK(dq.ndim() == 4 && dqkv.ndim() == 3) << dq.debug_string() << " " << dqkv.debug_string();
-  const int64_t b = dq.dim(0), h = dq.dim(1), t = dq.dim(2), d = dq.dim(3);
-  ZE_CHECK(dqkv.dim(0) == b && dqkv.dim(1) == t && dqkv.dim(2) == 3 * h * d)
-      << dq.debug_string() << " " << dqkv.debug_string();
+  ZE_CHECK(dq.ndim() == 4 && dk.ndim() == 4 && dqkv.ndim() == 3) << dq.debug_string() << " " << dqkv.debug_string();
+  const int64_t b = dq.dim(0), h = dq.dim(1), g = dk.dim(1), t = dq.dim(2), d = dq.dim(3);
+  ZE_CHECK(dqkv.dim(0) == b && dqkv.dim(1) == t && dqkv.dim(2) == (h + 2 * g) * d && dk.shape() == Shape({b, g, t, d}))
+      << dq.debug_string() << " " << dk.debug_string() << " " << dqkv.debug_string();
   check_f32(dq), check_f32(dk), check_f32(dv), check_f32(dqkv);
-  check_same_numel(dq, dk), check_same_numel(dq, dv);
-  launch_merge_qkv(f32_ptr(dq), f32_ptr(dk), f32_ptr(dv), f32_ptr(dqkv), b, t, h, d, stream_);
+  check_same_numel(dk, dv);
+  launch_merge_qkv(f32_ptr(dq), f32_ptr(dk), f32_ptr(dv), f32_ptr(dqkv), b, t, h, g, d, stream_);
 }
 
 void CudaOps::transpose12(const Tensor& src, const Tensor& dst) {

@@ -38,6 +38,8 @@ class DryRunOps final : public Ops {
   void swiglu_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
   void geglu_forward(const Tensor&, const Tensor&, const Tensor&) override {}
   void geglu_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
+  void glu_rows_forward(Glu, const Tensor&, const Tensor&) override {}
+  void glu_rows_backward(Glu, const Tensor&, const Tensor&, const Tensor&) override {}
   void softcap_forward(const Tensor&, float, const Tensor&) override {}
   void softcap_backward(const Tensor&, const Tensor&, float, const Tensor&) override {}
   void causal_softmax_forward(const Tensor&, const Tensor&) override {}

@@ -262,12 +262,26 @@ absl::Status HfWeights::read(const HfTensor& t, int64_t first, int64_t count, fl
 
 namespace {
 
-// What the files hold for each of the model's parameters (our names).
+// What the files hold for each of the model's parameters (our names): one
+// tensor, or a fused parameter's parts (gpt.h's fused_parts), whose
+// row-major elements follow one another in ours.
 struct Matched {
-  const HfTensor* tensor;
+  std::vector<const HfTensor*> tensors;
   Shape shape;  // ours (unsplit)
   bool transposed;
 };
+
+// Elements [first, first + count) of ours from m's tensors.
+absl::Status read_matched(const HfWeights& w, const Matched& m, int64_t first, int64_t count, float* out,
+                          int64_t max_read_bytes) {
+  int64_t start = 0;  // the tensor's first element in ours
+  for (const HfTensor* t : m.tensors) {
+    const int64_t n = shape_numel(t->shape), lo = std::max(first, start), hi = std::min(first + count, start + n);
+    if (lo < hi) ZE_RETURN_IF_ERROR(w.read(*t, lo - start, hi - lo, out + (lo - first), max_read_bytes));
+    start += n;
+  }
+  return absl::OkStatus();
+}
 
 // Which of the model's parameters a set of files holds: the base model's
 // (a Hugging Face directory: every parameter but the LoRA adapters) or the
@@ -300,10 +314,16 @@ absl::StatusOr<std::map<std::string, Matched>> match_tensors(const HfWeights& w,
     model = cat("LoRA r ", config.lora.r, " on target_modules [", absl::StrJoin(config.lora.target_modules, ", "),
                 "] of ", model);
   }
-  std::map<std::string, const HfTensor*> by_ours;
+  // A fused parameter's parts, by the part's name: {the fused one, its place}.
+  std::map<std::string, std::pair<std::string, size_t>> part_of;
+  for (const auto& [name, shape] : expected) {
+    const std::vector<FusedPart> parts = fused_parts(config, name);
+    for (size_t i = 0; i < parts.size(); ++i) part_of.emplace(parts[i].name, std::make_pair(name, i));
+  }
+  std::map<std::string, const HfTensor*> by_ours;  // ours, or a fused parameter's part
   for (const auto& [name, t] : w.tensors()) {
     const std::string ours = ours_from_file_name(config, name, set);
-    if (expected.count(ours)) {
+    if (expected.count(ours) || part_of.count(ours)) {
       auto [it, inserted] = by_ours.emplace(ours, &t);
       if (!inserted) {
         return absl::FailedPreconditionError(cat(w.path(), ": tensors ", it->second->name, " and ", name,
@@ -322,24 +342,36 @@ absl::StatusOr<std::map<std::string, Matched>> match_tensors(const HfWeights& w,
   }
   std::map<std::string, Matched> out;
   for (const auto& [ours, shape] : expected) {
-    auto it = by_ours.find(ours);
-    if (it == by_ours.end()) {
-      return absl::NotFoundError(cat(w.path(), ": no tensor ", file_name_from_ours(config, ours, set), " (the model's ", ours,
-                                     ", ", shape_string(shape), ")"));
-    }
-    const HfTensor& t = *it->second;
     const bool transposed = hf_stores_transposed(config, ours) && shape.size() == 2;
-    const Shape want = transposed ? Shape{shape[1], shape[0]} : shape;
-    if (Shape(t.shape.begin(), t.shape.end()) != want) {
-      return absl::FailedPreconditionError(cat(file_of(t), ": tensor ", t.name, " has shape ", shape_string(t.shape),
-                                               ", the model (", model, ") needs ", shape_string(want)));
+    // The tensors: ours itself, or each part with its rows of ours.
+    std::vector<std::pair<std::string, Shape>> wanted;
+    const std::vector<FusedPart> parts = fused_parts(config, ours);
+    if (parts.empty()) wanted.emplace_back(ours, transposed ? Shape{shape[1], shape[0]} : shape);
+    for (const FusedPart& part : parts) {
+      Shape s = shape;
+      s[0] = part.rows;
+      wanted.emplace_back(part.name, s);
     }
-    DType dt;
-    if (!loadable(t.dtype, &dt)) {
-      return absl::InvalidArgumentError(cat(file_of(t), ": tensor ", t.name, " has dtype ", t.dtype,
-                                            " (F32, BF16 and F16 load)"));
+    Matched m{{}, shape, transposed};
+    for (const auto& [name, want] : wanted) {
+      auto it = by_ours.find(name);
+      if (it == by_ours.end()) {
+        return absl::NotFoundError(cat(w.path(), ": no tensor ", file_name_from_ours(config, name, set), " (the model's ",
+                                       name, ", ", shape_string(want), ")"));
+      }
+      const HfTensor& t = *it->second;
+      if (Shape(t.shape.begin(), t.shape.end()) != want) {
+        return absl::FailedPreconditionError(cat(file_of(t), ": tensor ", t.name, " has shape ", shape_string(t.shape),
+                                                 ", the model (", model, ") needs ", shape_string(want)));
+      }
+      DType dt;
+      if (!loadable(t.dtype, &dt)) {
+        return absl::InvalidArgumentError(cat(file_of(t), ": tensor ", t.name, " has dtype ", t.dtype,
+                                              " (F32, BF16 and F16 load)"));
+      }
+      m.tensors.push_back(&t);
     }
-    out.emplace(ours, Matched{&t, shape, transposed});
+    out.emplace(ours, std::move(m));
   }
   return out;
 }
@@ -373,8 +405,9 @@ absl::Status load_range(const HfWeights& w, const Matched& m, const StateRange& 
   if (m.transposed) {
     // Stored [in, out]: any run of ours is spread over the whole tensor.
     const int64_t rows = m.shape[0], cols = m.shape[1];
+    ZE_CHECK(m.tensors.size() == 1) << p.name() << ": a transposed tensor is one";
     std::vector<float> whole(static_cast<size_t>(rows * cols));
-    ZE_RETURN_IF_ERROR(w.read(*m.tensor, 0, rows * cols, whole.data(), max_read_bytes));
+    ZE_RETURN_IF_ERROR(w.read(*m.tensors[0], 0, rows * cols, whole.data(), max_read_bytes));
     for (int64_t i = r.begin; i < r.end; ++i) {
       const int64_t g = p.global_index(i);
       const float v = whole[static_cast<size_t>(g % cols * rows + g / cols)];
@@ -404,7 +437,7 @@ absl::Status load_range(const HfWeights& w, const Matched& m, const StateRange& 
         ++j;
       }
       window.resize(static_cast<size_t>(stop - start));
-      ZE_RETURN_IF_ERROR(w.read(*m.tensor, start, stop - start, window.data(), max_read_bytes));
+      ZE_RETURN_IF_ERROR(read_matched(w, m, start, stop - start, window.data(), max_read_bytes));
       for (; i < j; ++i) ZE_RETURN_IF_ERROR(emit(window.data() + (runs[i].global - start), runs[i].count));
     }
   }
@@ -491,6 +524,16 @@ absl::Status consolidate_to_hf(const std::string& dir, const std::string& tag, c
   std::vector<ExportedTensor> tensors;
   for (const auto& [name, shape] : m.parameters) {
     if (is_lora_parameter(name)) continue;
+    const std::vector<FusedPart> parts = fused_parts(config, name);
+    int64_t first_row = 0;
+    for (const FusedPart& part : parts) {  // Hugging Face's separate tensors, by rows
+      Shape s = shape;
+      s[0] = part.rows;
+      tensors.push_back({.name = hf_tensor_name(config, part.name), .param = name, .shape = s,
+                         .param_shape = shape, .first_row = first_row});
+      first_row += part.rows;
+    }
+    if (!parts.empty()) continue;
     ExportedTensor t{hf_tensor_name(config, name), name, shape, hf_stores_transposed(config, name)};
     const std::string module = absl::EndsWith(name, ".weight") ? name.substr(0, name.size() - 7) : "";
     if (!module.empty() && names.count(lora_a_name(module))) {

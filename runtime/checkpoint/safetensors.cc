@@ -154,7 +154,16 @@ absl::Status write_checkpoint_safetensors(const CheckpointSource& src, ShardFile
     ZE_RETURN_IF_ERROR(w.write(&hlen, 8));
     ZE_RETURN_IF_ERROR(w.write(h.data(), h.size()));
     for (const ExportedTensor& t : tensors) {
-      ZE_ASSIGN_OR_RETURN(std::vector<float> values, gather_master(src, files, t.param, t.shape));
+      const bool part = !t.param_shape.empty();
+      ZE_ASSIGN_OR_RETURN(std::vector<float> values,
+                          gather_master(src, files, t.param, part ? t.param_shape : t.shape));
+      if (part) {
+        const int64_t row = shape_numel(t.shape) / t.shape[0];
+        ZE_CHECK(t.first_row >= 0 && (t.first_row + t.shape[0]) * row <= static_cast<int64_t>(values.size()))
+            << t.name << ": rows [" << t.first_row << ", +" << t.shape[0] << ") of " << t.param;
+        values = std::vector<float>(values.begin() + t.first_row * row,
+                                    values.begin() + (t.first_row + t.shape[0]) * row);
+      }
       if (t.merge) ZE_RETURN_IF_ERROR(merge_lora(src, files, t, values));
       if (t.transposed && t.shape.size() == 2) values = transposed(values, t.shape[0], t.shape[1]);
       if (dtype == DType::kF32) {

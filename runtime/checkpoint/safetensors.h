@@ -71,13 +71,18 @@ struct LoraMerge {
 // One tensor of a file being written: the master weights of checkpoint
 // parameter `param` (shape [rows, cols] or any), stored under `name`,
 // transposed to [cols, rows] when `transposed`, with an adapter merged into
-// it first when `merge` is set (2-D parameters only).
+// it first when `merge` is set (2-D parameters only). A part of a fused
+// parameter (Hugging Face's k_proj of our qkv_proj: graph/gpt.h's
+// fused_parts) is rows [first_row, first_row + shape[0]) of the parameter of
+// param_shape.
 struct ExportedTensor {
   std::string name;
   std::string param;
-  Shape shape;  // the parameter's
+  Shape shape;  // the parameter's, or the part's
   bool transposed = false;
   std::optional<LoraMerge> merge = std::nullopt;
+  Shape param_shape = {};  // a part's parameter's; empty: shape
+  int64_t first_row = 0;
 };
 
 // fp32 or bf16; INVALID_ARGUMENT naming the flag otherwise.

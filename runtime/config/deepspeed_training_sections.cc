@@ -169,6 +169,16 @@ void parse_pipeline_section(ConfigReader r, RunConfig& c) {
   } else if (p > c.model.gpt.n_layer) {
     r.error("stages", cat(p, " pipeline stages for model.n_layer ", c.model.gpt.n_layer,
                           " blocks: each stage needs at least one block"));
+  } else if (const int64_t per = c.engine.pipeline.num_layers_per_virtual_stage; per > 0) {
+    if (p < 2) {
+      r.error("num_layers_per_virtual_stage", cat(per, " with pipeline.stages ", p,
+                                                  ": interleaving splits a stage's blocks into chunks between "
+                                                  "stages, so it needs at least 2 stages (or leave it unset)"));
+    } else if (c.model.gpt.n_layer % (per * p) != 0) {
+      r.error("num_layers_per_virtual_stage",
+              cat(per, " x pipeline.stages ", p, " does not divide model.n_layer ", c.model.gpt.n_layer,
+                  ": each stage holds n_layer / (stages x num_layers_per_virtual_stage) chunks of that many blocks"));
+    }
   }
   r.finish();
 }
@@ -184,7 +194,6 @@ void parse_unsupported_feature_sections(ConfigReader& root) {
       {"wandb", "no Weights & Biases client: it needs its network service; use csv_monitor, tensorboard or --metrics"},
       {"comet", "no Comet client: it needs its network service; use csv_monitor, tensorboard or --metrics"},
       {"autotuning", "no autotuner"},
-      {"elasticity", "no elastic training"},
       {"progressive_layer_drop", "no progressive layer drop"},
       {"eigenvalue", "no eigenvalue computation"},
       {"curriculum_learning", "no curriculum learning"},
@@ -450,7 +459,11 @@ std::vector<ConfigKey> training_keys() {
                       "ZeroEngine's (Megatron-LM's --sequence-parallel): layer norms, dropouts and residuals on "
                       "sequence shards, all-gather / reduce-scatter instead of all-reduce (model.seq_len must divide "
                       "by autotp_size)"));
-  k.push_back(refused(tp + "tp_overlap_comm", false, "the tensor-parallel all-reduces run in line with the compute"));
+  k.push_back(boolean(tp + "tp_overlap_comm", ZE_FIELD(tp_overlap_comm),
+                      "DeepSpeed's (default false): a column-parallel layer's backward starts the all-reduce of its "
+                      "input gradient on the tensor group's communication thread and computes its weight and bias "
+                      "gradients while it runs (Megatron's async input-gradient all-reduce); the same results bit "
+                      "for bit. No effect with sequence_parallel (its reduce-scatter runs in line)"));
   k.push_back(accepted(tp + "vocab_parallel_lm_head", KeyKind::kBool, false,
                        "the GPT's head is tied to the token table, which is vocabulary-parallel at T > 1 anyway"));
   k.push_back(accepted(tp + "vocab_parallel_ce_backend", KeyKind::kString, "torch",
@@ -479,6 +492,13 @@ std::vector<ConfigKey> training_keys() {
                           "s) or GPipe (all forwards, then all backwards)"));
   k.push_back(integer(pp + "activation_checkpoint_interval", ZE_FIELD(engine.pipeline.activation_checkpoint_interval),
                       0, 65536, "PipelineModule's: checkpoint every K blocks of a stage (0: off)"));
+  k.push_back(integer(pp + "num_layers_per_virtual_stage", ZE_FIELD(engine.pipeline.num_layers_per_virtual_stage),
+                      0, 65536,
+                      "Megatron's num_layers_per_virtual_pipeline_stage L: interleaved 1F1B, each stage holding v = "
+                      "n_layer / (stages L) chunks of L blocks (chunk c of stage s is virtual stage c stages + s), "
+                      "a bubble of (P - 1) / (v M) for v times the transfers; needs schedule 1f1b and "
+                      "gradient_accumulation_steps a multiple of stages; fixes the split (partition_method unused). "
+                      "0: one chunk per stage"));
   k.push_back(accepted(pp + "partition", KeyKind::kString, "best",
                        "DeepSpeed's config default, unused by its engine; the split is pipeline.partition_method"));
   k.push_back(accepted(pp + "seed_layers", KeyKind::kBool, false,

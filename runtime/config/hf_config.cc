@@ -537,17 +537,25 @@ std::vector<std::pair<std::string, Shape>> gpt_parameter_shapes(const GptConfig&
     for (int64_t i = 0; i < c.n_layer; ++i) {
       const std::string b = cat("layers.", i, ".");
       out.emplace_back(b + "input_layernorm.weight", Shape{C});
-      linear(b + "self_attn.q_proj", c.n_head * D, C, f.qkv_bias);
-      linear(b + "self_attn.k_proj", c.kv_heads() * D, C, f.qkv_bias);
-      linear(b + "self_attn.v_proj", c.kv_heads() * D, C, f.qkv_bias);
+      if (fuses_qkv(c, i)) {
+        linear(b + "self_attn.qkv_proj", (c.n_head + 2 * c.kv_heads()) * D, C, f.qkv_bias);
+      } else {
+        linear(b + "self_attn.q_proj", c.n_head * D, C, f.qkv_bias);
+        linear(b + "self_attn.k_proj", c.kv_heads() * D, C, f.qkv_bias);
+        linear(b + "self_attn.v_proj", c.kv_heads() * D, C, f.qkv_bias);
+      }
       linear(b + "self_attn.o_proj", C, c.n_head * D, f.o_bias);
       if (f.qk_norm) {
         out.emplace_back(b + "self_attn.q_norm.weight", Shape{D});
         out.emplace_back(b + "self_attn.k_norm.weight", Shape{D});
       }
       out.emplace_back(b + "post_attention_layernorm.weight", Shape{C});
-      linear(b + "mlp.gate_proj", F, C, f.mlp_bias);
-      linear(b + "mlp.up_proj", F, C, f.mlp_bias);
+      if (fuses_gate_up(c, i)) {
+        linear(b + "mlp.gate_up_proj", 2 * F, C, f.mlp_bias);
+      } else {
+        linear(b + "mlp.gate_proj", F, C, f.mlp_bias);
+        linear(b + "mlp.up_proj", F, C, f.mlp_bias);
+      }
       linear(b + "mlp.down_proj", C, F, f.mlp_bias);
     }
     out.emplace_back("norm.weight", Shape{C});

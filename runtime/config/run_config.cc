@@ -18,6 +18,7 @@
 #include "runtime/config/data_section.h"
 #include "runtime/config/deepspeed_sections.h"
 #include "runtime/config/hf_config.h"
+#include "runtime/config/elasticity_section.h"
 #include "runtime/config/lora_section.h"
 #include "runtime/config/model_limits.h"
 
@@ -359,6 +360,21 @@ void check_pipeline_composition(ConfigReader& root, RunConfig& out) {
                    p.activation_checkpoint_interval, " both say how blocks are checkpointed: keep one"));
   }
   const int64_t m = out.engine.gradient_accumulation_steps;
+  if (p.num_layers_per_virtual_stage > 0 && out.model.gpt.n_layer % (p.num_layers_per_virtual_stage * p.stages) == 0) {
+    const int chunks = static_cast<int>(out.model.gpt.n_layer / (p.num_layers_per_virtual_stage * p.stages));
+    const std::string key = cat(p.num_layers_per_virtual_stage, " (", chunks, " model chunks per stage): ");
+    // (Only once the batch resolved: its errors leave gradient_accumulation_steps at 1.)
+    const absl::Status ok = check_interleaving(p.schedule, p.stages, static_cast<int>(m), chunks);
+    if (!ok.ok() && root.diagnostics().errors.empty()) {
+      root.error("pipeline.num_layers_per_virtual_stage", cat(key, ok.message()));
+    }
+    if (chunks > 1 && out.engine.activation_checkpointing.number_checkpoints) {
+      root.error("pipeline.num_layers_per_virtual_stage",
+                 cat(key, "activation_checkpointing.number_checkpoints splits a stage's blocks as one run, and the "
+                          "chunks' blocks are not one; use pipeline.activation_checkpoint_interval"));
+    }
+    return;  // the bubble is (P - 1) / (v M): the warning below is 1F1B's without chunks
+  }
   if (p.schedule == PipelineScheduleKind::k1F1B && m < p.stages) {
     root.diagnostics().warnings.push_back(absl::StrFormat(
         "pipeline: gradient_accumulation_steps %d micro-batches for %d stages: 1F1B never reaches its steady state "
@@ -416,7 +432,8 @@ absl::StatusOr<RunConfig> parse_run_config(const Json& config, const ConfigOptio
       out.pipeline_size() > out.model.gpt.n_layer) {
     ZE_RETURN_IF_ERROR(diag.status());  // the sections' errors say why
   }
-  ZE_RETURN_IF_ERROR(resolve_batch(root, out.data_size(), out));
+  parse_elasticity_section(root.section("elasticity"), out);
+  if (!resolve_elastic_batch(root, out)) ZE_RETURN_IF_ERROR(resolve_batch(root, out.data_size(), out));
   read_declared_keys(root, out);
   const bool prescale = out.switches.prescale_gradients;
   const double predivide = out.switches.gradient_predivide_factor;
@@ -636,6 +653,7 @@ std::vector<ConfigKey> run_config_keys() {
                       "micro-steps per optimizer step")
                   .shown("derived")
                   .read_by_code());
+  for (ConfigKey& key : elasticity_keys()) k.push_back(std::move(key));  // elasticity_section.cc
   k.push_back(number("gradient_clipping", ZE_FIELD(engine.gradient_clipping), kNonNegative,
                      "global L2-norm clipping (DeepSpeed's formula); 0 disables"));
   k.push_back(integer("steps_per_print", ZE_FIELD(steps_per_print), 1, kMax, "progress line period (steps)"));

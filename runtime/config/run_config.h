@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "comm/mesh_layout.h"
 #include "graph/gpt.h"
+#include "runtime/config/elasticity.h"
 #include "runtime/config/json_file.h"
 #include "runtime/engine/engine_config.h"
 
@@ -141,9 +142,13 @@ struct RunConfig {
   int world_size = 1;            // processes (ranks)
   int64_t autotp_size = 0;       // tensor_parallel.autotp_size: 0 or 1, no tensor parallelism
   bool sequence_parallel = false;  // tensor_parallel.sequence_parallel (Megatron-SP; with T > 1)
+  bool tp_overlap_comm = false;    // tensor_parallel.tp_overlap_comm: dx's all-reduce overlaps dW (graph/build_model.h)
   // mesh.order: the mesh's axes, fastest-varying first (comm/mesh_layout.h).
   std::string mesh_order = std::string(kDefaultMeshOrder);
   int64_t train_batch_size = 0;  // global: micro x accumulation x data-parallel size
+  // DeepSpeed's "elasticity": the batch for the data-parallel size (runtime/config/elasticity_section.h).
+  ElasticityConfig elasticity;
+  std::vector<int64_t> elastic_valid_sizes;  // with elasticity on: the data-parallel sizes its batch allows
   // The mesh: tensor groups of tensor_size() adjacent ranks, data_size() of them.
   int tensor_size() const { return autotp_size > 1 ? static_cast<int>(autotp_size) : 1; }
   int pipeline_size() const { return engine.pipeline.stages; }

@@ -20,19 +20,19 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-int64_t count_valid_targets(const Tensor& targets) {
-  ZE_CHECK(targets.dtype() == DType::kI32 && targets.tier() == Tier::kHost) << targets.debug_string();
-  int64_t n = 0;
-  for (int64_t i = 0; i < targets.numel(); ++i) n += targets.i32()[i] >= 0;
-  return n;
-}
-
 absl::Status refuse_with_pipeline(std::string_view what, int stages) {
   return absl::FailedPreconditionError(cat(what, " with ", stages, " pipeline stages: a stage's forward and backward "
                                            "need its neighbours'; train with train_batch(), which runs the schedule"));
 }
 
 }  // namespace
+
+int64_t Engine::count_valid_targets(const Tensor& targets) {
+  ZE_CHECK(targets.dtype() == DType::kI32 && targets.tier() == Tier::kHost) << targets.debug_string();
+  int64_t n = 0;
+  for (int64_t i = 0; i < targets.numel(); ++i) n += targets.i32()[i] >= 0;
+  return n;
+}
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Module> model, const EngineConfig& config,
                                                        Backend& backend, Communicator* comm) {
@@ -90,6 +90,18 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Module> m
         cat("gradient_accumulation_steps ", config.gradient_accumulation_steps, " must be > 0"));
   if (config.gradient_clipping < 0)
     return absl::InvalidArgumentError(cat("gradient_clipping ", config.gradient_clipping, " must be >= 0"));
+  if (const int chunks = layout.pipeline_chunks(); chunks > 1) {
+    // Interleaved stages (pipeline.num_layers_per_virtual_stage).
+    const std::string key = cat("pipeline.num_layers_per_virtual_stage (", chunks, " model chunks per stage): ");
+    const absl::Status ok = check_interleaving(config.pipeline.schedule, stages,
+                                               static_cast<int>(config.gradient_accumulation_steps), chunks);
+    if (!ok.ok()) return absl::InvalidArgumentError(cat(key, ok.message()));
+    if (const std::optional<int64_t> k = config.activation_checkpointing.number_checkpoints) {
+      return absl::InvalidArgumentError(cat(
+          key, "activation_checkpointing.number_checkpoints ", *k, " splits a stage's blocks as one run, and the "
+          "chunks' blocks are not one; use pipeline.activation_checkpoint_interval (segments within each chunk)"));
+    }
+  }
   std::unique_ptr<Engine> engine(new Engine(std::move(model), config, backend, mesh));
   ZE_RETURN_IF_ERROR(engine->init());
   return engine;
@@ -199,11 +211,12 @@ absl::Status Engine::init() {
   o.force_offload_path = config_.force_offload_path;
   ZE_ASSIGN_OR_RETURN(state_, ModelState::create(*model_, o, backend_, comm()));
   // Pipeline: a context for each micro-batch that can be in flight on this
-  // stage (1F1B: min(P - s, M); GPipe: M).
+  // stage (1F1B: min(P - s, M); GPipe: M; interleaved: (chunk, micro-batch)
+  // pairs, at most its warm-up forwards + 1).
   if (pipelined()) {
     const std::vector<PipeInstruction> order =
         pipeline_compute_order(config_.pipeline.schedule, mesh_->shape().pipeline, mesh_->coordinates().pipeline,
-                               static_cast<int>(config_.gradient_accumulation_steps));
+                               static_cast<int>(config_.gradient_accumulation_steps), pipeline_chunks());
     for (int i = 1; i < max_micro_batches_in_flight(order); ++i)
       pipeline_contexts_.push_back(std::make_unique<Context>(backend_, config_.param_dtype));
   }
@@ -228,10 +241,13 @@ absl::Status Engine::configure(Context& ctx) {
     ZE_ASSIGN_OR_RETURN(auto segments, split_checkpoint_segments(model_->checkpointable_layers(), *k));
     ctx.set_checkpoint_segments(std::move(segments));
   } else if (interval > 0) {
-    const std::vector<Module*> layers = model_->checkpointable_layers();
+    // Interleaved: segments within each chunk (a chunk's forward is one pass).
     std::vector<std::vector<Module*>> segments;
-    for (size_t i = 0; i < layers.size(); i += static_cast<size_t>(interval)) {
-      segments.emplace_back(layers.begin() + i, layers.begin() + std::min(layers.size(), i + interval));
+    for (int c = 0; c < pipeline_chunks(); ++c) {
+      const std::vector<Module*> layers = chunk_module(c).checkpointable_layers();
+      for (size_t i = 0; i < layers.size(); i += static_cast<size_t>(interval)) {
+        segments.emplace_back(layers.begin() + i, layers.begin() + std::min(layers.size(), i + interval));
+      }
     }
     ctx.set_checkpoint_segments(std::move(segments));
   }
@@ -257,6 +273,11 @@ absl::Status Engine::configure(Context& ctx) {
     ctx.set_checkpoint_offload(checkpoint_host_);
   }
   return absl::OkStatus();
+}
+
+Module& Engine::chunk_module(int chunk) {
+  Module* m = model_of(*model_).pipeline_chunk(chunk);
+  return m != nullptr ? *m : *model_;
 }
 
 std::vector<Context*> Engine::contexts() {
@@ -322,10 +343,10 @@ absl::StatusOr<float> Engine::forward(const Batch& batch) {
   return *loss;
 }
 
-absl::StatusOr<float> Engine::loss_and_gradient(const Tensor& logits, const Tensor& targets) {
+absl::StatusOr<float> Engine::loss_and_gradient(const Tensor& logits, const Tensor& targets, int64_t valid_targets) {
   const int64_t vocab = logits.dim(-1), rows = logits.numel() / vocab;
   ZE_CHECK_EQ(targets.numel(), rows);
-  const int64_t valid = count_valid_targets(targets);
+  const int64_t valid = valid_targets >= 0 ? valid_targets : count_valid_targets(targets);
   // Mean over this micro-batch's tokens, divided by the accumulation steps
   // (DeepSpeed divides the loss by GAS in backward) and by the data-parallel
   // pre-divisor (DeepSpeed divides gradients by it before communicating),

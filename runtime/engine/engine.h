@@ -216,7 +216,11 @@ class Engine {
   // The micro-batch's mean loss over its valid targets; logits become their
   // gradient, scaled for the accumulation, the data-parallel pre-divisor and
   // the loss scale.
-  absl::StatusOr<float> loss_and_gradient(const Tensor& logits, const Tensor& targets);
+  // valid_targets >= 0: their count, taken when the targets were drawn (a
+  // copy made on the compute backend has no values in the planner's dry run).
+  absl::StatusOr<float> loss_and_gradient(const Tensor& logits, const Tensor& targets, int64_t valid_targets = -1);
+  // Targets >= 0 of host int32 targets.
+  static int64_t count_valid_targets(const Tensor& targets);
   // The optimizer step's bookkeeping after a micro-step (step()'s body).
   absl::StatusOr<StepResult> finish_micro_step();
   // train_batch with P > 1 (runtime/engine/pipeline_engine.cc).
@@ -230,6 +234,10 @@ class Engine {
   // ctx_ and the pipeline's others.
   std::vector<Context*> contexts();
   bool pipelined() const { return mesh_->shape().pipeline > 1; }
+  // Interleaved pipeline: the model chunks of this stage (Model::pipeline_chunks)
+  // and the module that runs chunk c (the root when there is one chunk).
+  int pipeline_chunks() const { return model_of(*model_).pipeline_chunks(); }
+  Module& chunk_module(int chunk);
   // Bytes this rank sent into collectives so far: data group, tensor group
   // when split, and with pipeline stages the transfers and the tied table's sum.
   int64_t comm_bytes() const;
@@ -244,8 +252,8 @@ class Engine {
   std::unique_ptr<Backend> owned_checkpoint_host_;
   Backend* checkpoint_host_ = nullptr;
   Context ctx_;
-  // Pipeline: one context per micro-batch in flight (ctx_ the first), each
-  // holding that micro-batch's saved activations.
+  // Pipeline: one context per (chunk,) micro-batch in flight (ctx_ the
+  // first), each holding that micro-batch's saved activations.
   std::vector<std::unique_ptr<Context>> pipeline_contexts_;
   std::vector<PipeInstruction> executed_;
   std::unique_ptr<ModelState> state_;

@@ -34,11 +34,17 @@ struct ActivationCheckpointingConfig {
 // gradient_accumulation_steps micro-batches through `schedule`.
 // activation_checkpoint_interval K > 0: each stage's layers in checkpoint
 // segments of K (DeepSpeed's PipelineModule), 0: none.
+// num_layers_per_virtual_stage L > 0: Megatron's interleaved stages
+// (num_layers_per_virtual_pipeline_stage): v = n_layer / (stages L) chunks of
+// L blocks per stage, run by the interleaved 1F1B (pipeline_schedule.h); it
+// fixes the split (partition_method unused). 0: one chunk per stage. What
+// the engine runs is the model's chunks (build_model reads this field).
 struct PipelineConfig {
   int stages = 1;
   PartitionMethod partition_method = PartitionMethod::kParameters;  // DeepSpeed's default
   PipelineScheduleKind schedule = PipelineScheduleKind::k1F1B;
   int64_t activation_checkpoint_interval = 0;
+  int64_t num_layers_per_virtual_stage = 0;
 };
 
 struct EngineConfig {

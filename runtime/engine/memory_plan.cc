@@ -58,7 +58,8 @@ absl::StatusOr<MemoryPlan> plan_memory(const PlanInput& in) {
   // and last stages hold the embeddings and the head, so their plans differ
   // from the middle ones').
   ZE_ASSIGN_OR_RETURN(std::unique_ptr<Gpt> model,
-                      build_model(g, *mesh, {in.sequence_parallel, e.pipeline.partition_method}));
+                      build_model(g, *mesh, {in.sequence_parallel, e.pipeline.partition_method,
+                                                   e.pipeline.num_layers_per_virtual_stage}));
   if (!in.freeze.empty()) {
     // The patterns are zero-train's model.freeze: errors name the key.
     const absl::Status frozen =

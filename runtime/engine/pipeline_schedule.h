@@ -13,6 +13,32 @@
 // stage is micro-batch M - 1 (where ZeRO-0/1 reduce the accumulated
 // gradients).
 //
+// Interleaved 1F1B (Megatron's forward_backward_pipelining_with_interleaving,
+// v > 1 model chunks per stage): chunk c of stage s is virtual stage
+// c P + s of v P, so an activation leaving chunk c of stage P - 1 enters
+// chunk c + 1 of stage 0 (a ring: every stage receives activations from
+// s - 1 mod P and gradients from s + 1 mod P). The v M (chunk, micro-batch)
+// forwards of a stage run in groups of P micro-batches per chunk (chunk 0's
+// micro-batches 0..P-1, chunk 1's 0..P-1, ..., then micro-batches P..2P-1),
+// the backwards likewise from chunk v - 1 down; after
+// min(2 (P - s - 1) + (v - 1) P, v M) warm-up forwards (all v M when M = P,
+// as Megatron) the stage alternates one forward and one backward. M must be
+// a multiple of P. The last backward of a stage is chunk 0's micro-batch
+// M - 1, after every other chunk's last one. Megatron's bubble shrinks to
+// (P - 1) / (v M) of the ideal compute time, for v times the transfers.
+//
+// Its transfers are placed by simulating all P stages together (a forward
+// taking one unit, a backward two, each as soon as its stage is free and its
+// input has arrived) and ordering every compute and every transfer by
+// simulated time (a transfer at the moment its tensor is produced, before
+// the computes starting then); each stage's list is its part of that one
+// order. Two stages therefore issue their transfers with each other in the
+// same order (so they match, whichever direction they carry), and with
+// blocking transfers run in issue order on each stage's communication
+// thread the earliest unfinished event can always finish: no deadlock. No
+// exchange is combined; a send comes right after the compute producing it,
+// a receive where the simulation says its tensor is produced.
+//
 // Communication follows from the compute order: a forward on a stage after
 // the first needs the previous stage's activation, a backward on a stage
 // before the last the next stage's gradient; a forward's output goes to the
@@ -27,6 +53,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 namespace zero {
@@ -52,22 +79,39 @@ struct PipeInstruction {
   PipeOp op;
   int micro = 0;
   int recv_micro = -1;  // the combined exchanges' receive
+  // The model chunk the compute runs, or whose input / output (gradient) the
+  // transfer carries: virtual stage chunk P + stage. 0 without interleaving.
+  int chunk = 0;
   bool operator==(const PipeInstruction&) const = default;
 };
 
 // The forwards and backwards of stage `stage` of `stages` (kForward /
-// kBackward only), in order.
+// kBackward only), in order; `chunks` model chunks per stage (> 1: the
+// interleaved 1F1B above, which needs k1F1B and micro_batches a multiple of
+// stages; a broken one is a failed check: the engine and the config refuse
+// them first).
 std::vector<PipeInstruction> pipeline_compute_order(PipelineScheduleKind kind, int stages, int stage,
-                                                    int micro_batches);
-// The same with the transfers around them (the rule above).
+                                                    int micro_batches, int chunks = 1);
+// The same with the transfers around them (the rules above).
 std::vector<PipeInstruction> pipeline_instructions(PipelineScheduleKind kind, int stages, int stage,
-                                                   int micro_batches);
-// Micro-batches whose activations are alive at once on the stage: forwards
-// done whose backward has not finished, at its worst.
+                                                   int micro_batches, int chunks = 1);
+// Whether `chunks` model chunks per stage can run this schedule: OK, or
+// INVALID_ARGUMENT naming the rule (interleaving needs 1F1B, at least 2
+// stages, and micro_batches a multiple of stages), for the engine and the
+// config to say with their key names.
+absl::Status check_interleaving(PipelineScheduleKind kind, int stages, int micro_batches, int chunks);
+// (Chunk, micro-batch) pairs whose activations are alive at once on the
+// stage: forwards done whose backward has not finished, at its worst.
 int max_micro_batches_in_flight(const std::vector<PipeInstruction>& order);
 // The ideal idle fraction of a stage, (P - 1) / (M + P - 1).
 double ideal_bubble_fraction(int stages, int micro_batches);
-// "F0 F1 B0 ...", for messages and tests.
+// Megatron's bubble time fraction: a stage's idle time over its ideal
+// compute time (its forwards and backwards), (P - 1) / (v M) with v chunks
+// per stage ((P - 1) / M without interleaving). Of the step's time it is
+// (P - 1) / (v M + P - 1).
+double interleaved_bubble_fraction(int stages, int micro_batches, int chunks);
+// "F0 F1 B0 ...", for messages and tests; with chunks, "F0c1" is chunk 1's
+// forward of micro-batch 0.
 std::string describe(const std::vector<PipeInstruction>& order);
 
 }  // namespace zero

@@ -202,7 +202,9 @@ absl::Status TrainingRun::build() {
     if (mesh_->embedding() != nullptr) mesh_->embedding()->set_log(comm_log_.get(), "embedding");
   }
   ZE_ASSIGN_OR_RETURN(std::unique_ptr<Gpt> model,
-                      build_model(g_, *mesh_, {c_.sequence_parallel, c_.engine.pipeline.partition_method}));
+                      build_model(g_, *mesh_, {c_.sequence_parallel, c_.engine.pipeline.partition_method,
+                                                    c_.engine.pipeline.num_layers_per_virtual_stage,
+                                                    c_.tp_overlap_comm}));
   ZE_RETURN_IF_ERROR(apply_freeze(*model));
   ZE_ASSIGN_OR_RETURN(engine_, Engine::create(std::move(model), c_.engine, backend_, *mesh_));
   return absl::OkStatus();
@@ -274,6 +276,10 @@ void TrainingRun::describe() {
                           c_.data_size(), c_.tensor_size() * c_.pipeline_size() > 1 ? "data-parallel " : "",
                           c_.data_size() == 1 ? "" : "s", stage_number(c_.engine.zero.stage),
                           c_.engine.zero.overlap_comm ? " (overlap_comm)" : "");
+  if (c_.elasticity.enabled) {
+    out_ << "elasticity: the batch of " << c_.train_batch_size << " holds at " << describe_sizes(c_.elastic_valid_sizes)
+         << " data-parallel ranks (micro-batch sizes " << describe_sizes(c_.elasticity.micro_batch_sizes) << ")\n";
+  }
   // The windows the config left unset and the stage sized to the model (zero/window_sizes.h).
   {
     const ZeroConfig& set = c_.engine.zero;
@@ -313,18 +319,33 @@ void TrainingRun::describe() {
     const int per_stage = c_.world_size / p.stages;
     std::string stages;
     for (int s = 0; s < p.stages; ++s) {
-      const PipelineStage st = *gpt_pipeline_stage(g_, s, p.stages, p.partition_method);
-      stages += absl::StrFormat("%s stage %d: ranks %d-%d, blocks %d-%d", s == 0 ? "" : ";", s, s * per_stage,
-                                (s + 1) * per_stage - 1, st.layers.offset, st.layers.offset + st.layers.size - 1);
+      const PipelineStage st =
+          *gpt_pipeline_stage(g_, s, p.stages, p.partition_method, p.num_layers_per_virtual_stage);
+      std::string blocks;  // interleaved: one range per chunk
+      for (const SplitRange& r : st.chunk_layers.empty() ? std::vector<SplitRange>{st.layers} : st.chunk_layers)
+        blocks += absl::StrFormat("%s%d-%d", blocks.empty() ? "" : ", ", r.offset, r.offset + r.size - 1);
+      stages += absl::StrFormat("%s stage %d: ranks %d-%d, blocks %s", s == 0 ? "" : ";", s, s * per_stage,
+                                (s + 1) * per_stage - 1, blocks);
     }
+    const int chunks = p.num_layers_per_virtual_stage > 0
+                           ? static_cast<int>(g_.n_layer / (p.num_layers_per_virtual_stage * p.stages))
+                           : 1;
+    const int m = static_cast<int>(c_.engine.gradient_accumulation_steps);
+    const std::string split =
+        chunks > 1 ? absl::StrFormat("interleaving (%d chunks of %d blocks per stage)", chunks,
+                                     p.num_layers_per_virtual_stage)
+                   : std::string(partition_method_name(p.partition_method));
+    const std::string bubble =
+        chunks > 1 ? absl::StrFormat("bubble (P-1)/(vM) of the compute time = %.1f%%",
+                                     100.0 * interleaved_bubble_fraction(p.stages, m, chunks))
+                   : absl::StrFormat("ideal bubble (P-1)/(M+P-1) = %.1f%%", 100.0 * ideal_bubble_fraction(p.stages, m));
     out_ << absl::StrFormat(
         "pipeline: %d stages split by %s (embeddings on the first, %s on the last);%s\n"
-        "pipeline: %s over %d micro-batches, ideal bubble (P-1)/(M+P-1) = %.1f%%\n",
-        p.stages, partition_method_name(p.partition_method),
+        "pipeline: %s over %d micro-batches, %s\n",
+        p.stages, split,
         g_.tied_head() ? "the head and a tied copy of the token table"
                        : "the head (untied: its own weights, no copy of the token table)",
-        stages, pipeline_schedule_name(p.schedule), c_.engine.gradient_accumulation_steps,
-        100.0 * ideal_bubble_fraction(p.stages, static_cast<int>(c_.engine.gradient_accumulation_steps)));
+        stages, pipeline_schedule_name(p.schedule), c_.engine.gradient_accumulation_steps, bubble);
   }
   if (backend_.compute_tier() == Tier::kHost) {
     out_ << absl::StrFormat("backend: %s, %d threads per rank, %s kernels; communicator: %s\n", backend_.name(),

@@ -4,7 +4,9 @@
 // of one more timeout each; once the stuck operation finishes, everything
 // behind it runs and completes normally. A timeout handler, where one is
 // installed, is called by each wait that gives up, while the operation runs.
-// Waits add the time they blocked to the process's communication wait.
+// Waits add the time they blocked to the process's communication wait. The
+// operation in flight (the termination message's) is named while it runs on
+// any thread and cleared when it ends.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -86,6 +88,36 @@ TEST(CommThreadTest, AfterOneTimeoutTheWorkBehindTheStuckOperationFailsAtOnce) {
   EXPECT_TRUE(further->wait().ok());
   // No longer stuck: new work waits normally.
   EXPECT_TRUE(thread.enqueue("barrier", [] { return absl::OkStatus(); })->wait().ok());
+}
+
+TEST(CommThreadTest, TheCurrentOperationIsNamedWhileItRunsAndClearedAfter) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false;
+  EXPECT_STREQ(CommThread::current_operation(), "");
+  CommThread a(/*rank=*/0, /*timeout_s=*/10), b(/*rank=*/0, /*timeout_s=*/10);
+  CommHandle running = a.enqueue("all_reduce of 4 B (held)", [&] {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return release; });
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(b.enqueue("broadcast of 8 B", [] { return absl::OkStatus(); })->wait().ok());
+  const auto t0 = std::chrono::steady_clock::now();
+  while (std::string(CommThread::current_operation()).empty() && seconds_since(t0) < 10) std::this_thread::yield();
+  // b's finished broadcast is not reported; a's running all-reduce is.
+  EXPECT_STREQ(CommThread::current_operation(), "all_reduce of 4 B (held) (collective #1)");
+  {
+    OperationSlot waiting;
+    waiting.set("receive of 4 B from rank 1");
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      release = true;
+    }
+    cv.notify_all();
+    ASSERT_TRUE(running->wait().ok());
+    EXPECT_STREQ(CommThread::current_operation(), "receive of 4 B from rank 1");
+  }
+  EXPECT_STREQ(CommThread::current_operation(), "") << "a finished operation stays named (stale after SIGTERM)";
 }
 
 // A program that ends on a timeout (zero-train) installs a handler: each

@@ -4,7 +4,11 @@
 //
 //   rank_death_main [OP [HOW]]
 //   OP:  all_reduce (the default), all_to_all or all_to_all_v, each over a
-//        1 MiB fp32 buffer (on 2 or 4 ranks);
+//        1 MiB fp32 buffer (on 2 or 4 ranks); or early_recv (2 ranks): each
+//        rank posts a 1 MiB receive from the other at once; rank 1 sends
+//        and then waits on its receive, rank 0 waits on its receive and
+//        then sends (so when rank 1 stops, rank 0 is waiting on the receive
+//        it posted early);
 //   HOW: die (the default: rank 1 SIGKILLs itself, and the launcher ends
 //        the survivors) or freeze (rank 1 stays alive but never issues the
 //        collective: the survivors' waits time out after ZE_COMM_TIMEOUT_S=3).
@@ -21,7 +25,7 @@
 int main(int argc, char** argv) {
   const std::string op = argc > 1 ? argv[1] : "all_reduce";
   const std::string how = argc > 2 ? argv[2] : "die";
-  if (op != "all_reduce" && op != "all_to_all" && op != "all_to_all_v") return 2;
+  if (op != "all_reduce" && op != "all_to_all" && op != "all_to_all_v" && op != "early_recv") return 2;
   if (how != "die" && how != "freeze") return 2;
   if (how == "freeze") setenv("ZE_COMM_TIMEOUT_S", "3", 1);
   auto comm = zero::create_communicator();
@@ -38,7 +42,13 @@ int main(int argc, char** argv) {
       sleep(100);  // frozen: the launcher ends it once the others have failed
     }
     absl::Status s;
-    if (op == "all_reduce") {
+    if (op == "early_recv") {
+      const int peer = 1 - c.rank();
+      zero::CommHandle early = c.recv_async(recv.data(), n, zero::DType::kF32, peer);
+      if (c.rank() == 1) s = c.send_async(buf.data(), n, zero::DType::kF32, peer)->wait();
+      if (s.ok()) s = early->wait();
+      if (s.ok() && c.rank() == 0) s = c.send_async(buf.data(), n, zero::DType::kF32, peer)->wait();
+    } else if (op == "all_reduce") {
       s = c.all_reduce(buf.data(), n, zero::DType::kF32, zero::ReduceOp::kSum);
     } else if (op == "all_to_all") {
       s = c.all_to_all(buf.data(), recv.data(), block, zero::DType::kF32);

@@ -3,7 +3,8 @@
 // collective was in flight) and the rank (the launcher's report of the dead
 // process); the same for an all-to-all and an all-to-all-v. A rank that
 // stays alive but never reaches the all-to-all makes the others' waits time
-// out (ZE_COMM_TIMEOUT_S=3), naming it.
+// out (ZE_COMM_TIMEOUT_S=3), naming it. The same for a receive posted early
+// (before this rank's send): the survivor names the receive.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -61,6 +62,25 @@ TEST(RankDeathTest, AFrozenPeerMakesTheAllToAllTimeOutNamingIt) {
   EXPECT_NE(run.r.output.find("rank 0: all_to_all of 1.0 MiB fp32 did not finish within 3 s: a peer rank is not "
                               "responding"),
             std::string::npos)
+      << run.r.output;
+  EXPECT_LT(run.seconds, 30.0) << "one timeout, not the launcher's: " << run.r.output;
+}
+
+TEST(RankDeathTest, APeerThatDiesBeforeAnEarlyReceiveCompletesIsNamed) {
+  const JobRun run = run_job(2, "early_recv die");
+  expect_stopped_in_time(run);
+  EXPECT_NE(run.r.output.find("rank 1"), std::string::npos) << run.r.output;
+  // The survivor waits on the receive it posted early.
+  EXPECT_NE(run.r.output.find("during receive of 1.0 MiB fp32 from rank 1 (point-to-point #"), std::string::npos)
+      << run.r.output;
+}
+
+TEST(RankDeathTest, AFrozenPeerMakesAnEarlyReceiveTimeOutNamingIt) {
+  const JobRun run = run_job(2, "early_recv freeze");
+  expect_stopped_in_time(run);
+  EXPECT_NE(run.r.output.find("rank 0: receive of 1.0 MiB fp32 from rank 1 (point-to-point #"), std::string::npos)
+      << run.r.output;
+  EXPECT_NE(run.r.output.find(") did not finish within 3 s: a peer rank is not responding"), std::string::npos)
       << run.r.output;
   EXPECT_LT(run.seconds, 30.0) << "one timeout, not the launcher's: " << run.r.output;
 }

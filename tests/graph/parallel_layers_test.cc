@@ -109,6 +109,29 @@ TEST(ParallelLayersTest, GlobalIndexPlacesASliceInTheUnsplitTensor) {
   EXPECT_EQ(runs, (std::vector<std::array<int64_t, 3>>{{0, 2, 2}, {2, 6, 2}, {4, 10, 2}}));
 }
 
+// Grouped-query attention's fused [q; k; v] as uneven blocks: q 4 rows, k
+// and v 2 each of a [8, 2]; this rank holds q rows 2-3, k row 5 and v row 7.
+TEST(ParallelLayersTest, UnevenBlocksPlaceEachRunInTheUnsplitTensor) {
+  Parameter qkv("w", {4, 2}, ParamInit::zeros());
+  qkv.set_slice({.global_shape = {8, 2}, .dim = 0, .runs = {{2, 2}, {5, 1}, {7, 1}}});
+  const std::vector<int64_t> want_global{4, 5, 6, 7, 10, 11, 14, 15};
+  for (int64_t i = 0; i < qkv.numel(); ++i) {
+    EXPECT_EQ(qkv.global_index(i), want_global[static_cast<size_t>(i)]) << i;
+    EXPECT_EQ(qkv.local_index(want_global[static_cast<size_t>(i)]), i) << i;
+  }
+  int64_t inside = 0;
+  for (int64_t g = 0; g < 16; ++g) inside += qkv.local_index(g) >= 0 ? 1 : 0;
+  EXPECT_EQ(inside, qkv.numel());
+  std::vector<std::array<int64_t, 3>> runs;
+  qkv.for_each_global_run(1, 7, [&](int64_t l, int64_t g, int64_t n) { runs.push_back({l, g, n}); });
+  EXPECT_EQ(runs, (std::vector<std::array<int64_t, 3>>{{1, 5, 3}, {4, 10, 2}, {6, 14, 1}}));
+  // A bias of the same blocks: one element per row.
+  Parameter bias("b", {4}, ParamInit::zeros());
+  bias.set_slice({.global_shape = {8}, .dim = 0, .runs = {{2, 2}, {5, 1}, {7, 1}}});
+  EXPECT_EQ(bias.global_index(2), 5);
+  EXPECT_EQ(bias.global_index(3), 7);
+}
+
 TEST(ParallelLayersTest, EvenSplitCoversTheVocabularyWithoutPadding) {
   // 37 over 4: 10, 9, 9, 9.
   EXPECT_EQ(even_split(37, 4, 0).offset, 0);

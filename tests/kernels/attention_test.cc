@@ -107,6 +107,32 @@ TEST_F(AttentionLayoutTest, SplitQkvThenMergeQkvRoundTrips) {
   EXPECT_TRUE(same_bits(merged, qkv_t));
 }
 
+// Grouped-query attention's fused projection: [B, T, (H + 2 G) D] -> q of H
+// heads, k and v of G.
+TEST_F(AttentionLayoutTest, SplitQkvOfFewerKeyValueHeadsRoundTrips) {
+  constexpr int64_t kKv = 1, kRow = (kHeads + 2 * kKv) * kHeadDim;
+  const Vec qkv = random_vec(kB * kSeq * kRow, -1.0, 1.0, 214);
+  Tensor qkv_t = from_vec(qkv, {kB, kSeq, kRow});
+  Tensor q = empty({kB, kHeads, kSeq, kHeadDim}, DType::kF32);
+  Tensor k = empty({kB, kKv, kSeq, kHeadDim}, DType::kF32);
+  Tensor v = empty({kB, kKv, kSeq, kHeadDim}, DType::kF32);
+  ops().split_qkv(qkv_t, q, k, v);
+  for (int64_t b = 0; b < kB; ++b)
+    for (int64_t t = 0; t < kSeq; ++t)
+      for (int64_t j = 0; j < kHeads + 2 * kKv; ++j)  // the token's j-th head of q, then k, then v
+        for (int64_t d = 0; d < kHeadDim; ++d) {
+          const Tensor& part = j < kHeads ? q : (j < kHeads + kKv ? k : v);
+          const int64_t n = j < kHeads ? kHeads : kKv, h = j < kHeads ? j : (j - kHeads) % kKv;
+          ASSERT_EQ(part.f32()[((b * n + h) * kSeq + t) * kHeadDim + d],
+                    qkv_t.f32()[(b * kSeq + t) * kRow + j * kHeadDim + d])
+              << "b=" << b << " t=" << t << " j=" << j << " d=" << d;
+        }
+  Tensor merged = empty({kB, kSeq, kRow}, DType::kF32);
+  ops().fill(merged, 0.0f);
+  ops().merge_qkv(q, k, v, merged);
+  EXPECT_TRUE(same_bits(merged, qkv_t));
+}
+
 TEST_F(AttentionLayoutTest, Transpose12SwapsMiddleDimensions) {
   const Vec x = random_vec(kB * kHeads * kSeq * kHeadDim, -1.0, 1.0, 212);
   Tensor src = from_vec(x, {kB, kHeads, kSeq, kHeadDim});

@@ -230,6 +230,58 @@ TEST_F(GeGluTest, BackwardMatchesFiniteDifferencesAlsoInPlace) {
   check_backward(&Ops::geglu_backward, geglu_ref, 233);
 }
 
+// ---------------------------------------------------------------- fused gate/up rows
+
+// glu_rows_* on a fused [N, 2F] (each row its gate, then its up) give the
+// bits the separate ops give on the gate and up halves, out of place and over
+// gate_up; the base class's row-by-row default and the CPU's one pass alike.
+TEST_F(GeGluTest, FusedRowsMatchTheSeparateOpsBitForBit) {
+  const Shape s{kRows, kCols}, fused{kRows, 2 * kCols};
+  const Vec g = rounded(random_vec(kRows * kCols, -6.0, 6.0, 251), DType::kF32);
+  const Vec u = rounded(random_vec(kRows * kCols, -2.0, 2.0, 252), DType::kF32);
+  const Vec dh = rounded(random_vec(kRows * kCols, -1.0, 1.0, 253), DType::kF32);
+  Vec gu(static_cast<size_t>(2 * kRows * kCols));
+  for (int64_t r = 0; r < kRows; ++r)
+    for (int64_t c = 0; c < kCols; ++c) {
+      gu[static_cast<size_t>(2 * r * kCols + c)] = g[static_cast<size_t>(r * kCols + c)];
+      gu[static_cast<size_t>((2 * r + 1) * kCols + c)] = u[static_cast<size_t>(r * kCols + c)];
+    }
+  for (Ops::Glu kind : {Ops::Glu::kSwiGlu, Ops::Glu::kGeGlu}) {
+    const bool swiglu = kind == Ops::Glu::kSwiGlu;
+    Tensor h = empty(s, DType::kF32), dg = empty(s, DType::kF32), du = empty(s, DType::kF32);
+    if (swiglu) {
+      ops().swiglu_forward(from_vec(g, s), from_vec(u, s), h);
+      ops().swiglu_backward(from_vec(g, s), from_vec(u, s), from_vec(dh, s), dg, du);
+    } else {
+      ops().geglu_forward(from_vec(g, s), from_vec(u, s), h);
+      ops().geglu_backward(from_vec(g, s), from_vec(u, s), from_vec(dh, s), dg, du);
+    }
+    Vec want_d(gu.size());
+    const Vec dgv = to_vec(dg), duv = to_vec(du);
+    for (int64_t r = 0; r < kRows; ++r)
+      for (int64_t c = 0; c < kCols; ++c) {
+        want_d[static_cast<size_t>(2 * r * kCols + c)] = dgv[static_cast<size_t>(r * kCols + c)];
+        want_d[static_cast<size_t>((2 * r + 1) * kCols + c)] = duv[static_cast<size_t>(r * kCols + c)];
+      }
+    for (bool base : {false, true}) {
+      SCOPED_TRACE(std::string(swiglu ? "swiglu" : "geglu") + (base ? " (row-by-row default)" : ""));
+      Tensor h2 = empty(s, DType::kF32), d2 = empty(fused, DType::kF32), in_place = from_vec(gu, fused);
+      if (base) {
+        ops().Ops::glu_rows_forward(kind, from_vec(gu, fused), h2);
+        ops().Ops::glu_rows_backward(kind, from_vec(gu, fused), from_vec(dh, s), d2);
+        ops().Ops::glu_rows_backward(kind, in_place, from_vec(dh, s), in_place);
+      } else {
+        ops().glu_rows_forward(kind, from_vec(gu, fused), h2);
+        ops().glu_rows_backward(kind, from_vec(gu, fused), from_vec(dh, s), d2);
+        ops().glu_rows_backward(kind, in_place, from_vec(dh, s), in_place);
+      }
+      EXPECT_TRUE(same_bits(h2, h));
+      EXPECT_TRUE(same_bits(d2, from_vec(want_d, fused)));
+      EXPECT_TRUE(same_bits(in_place, from_vec(want_d, fused)));
+    }
+  }
+}
+
 // ---------------------------------------------------------------- logit soft-capping
 
 TEST_F(GeGluTest, SoftcapMatchesReferenceAndFiniteDifferences) {

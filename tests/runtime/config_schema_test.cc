@@ -119,6 +119,11 @@ Json context_for(const ConfigKey& key) {
   if (p == "gradient_allreduce_op" || p == "prescale_gradients") put(j, "zero_optimization.stage", 1);
   if (p == "optimizer.params.nesterov") put(j, "optimizer.params.momentum", 0.9);
   if (p == "run.eval_every") put(j, "data.val_path", "val.txt");  // evaluation needs validation data
+  if (p == "elasticity.enabled") {  // the elastic batch replaces the triple, and needs its two keys
+    put(j, "elasticity.ignore_non_elastic_batch_info", true);
+    put(j, "elasticity.max_train_batch_size", 16);
+    put(j, "elasticity.micro_batch_sizes", Json::array({1, 2}));
+  }
   return j;
 }
 
@@ -177,6 +182,7 @@ Json adjust(const ConfigKey& k, Json v) {
   if (k.path == "gradient_allreduce_op") return "sum";
   if (k.name() == "job_name") return "some_value";  // one directory name: no separator
   if (k.path == "pipeline.stages") return Json();  // needs a world of 2 ranks: zero_train_mpi_test sets it
+  if (k.path == "pipeline.num_layers_per_virtual_stage") return Json();  // needs 2 stages: pipeline_interleaved_test
   if (k.path == "mesh.order") return "dp-tp-pp";  // names the axes of a mesh
   if (k.path == "model.lora.target_modules") return Json::array({"c_fc"});  // a layer of the model
   if (k.path == "model.lora.init_from") return Json();  // a PEFT directory to read: lora_test and the CLI test

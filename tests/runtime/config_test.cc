@@ -438,6 +438,19 @@ TEST(ConfigTest, TensorParallelSizeSplitsTheWorldIntoDataAndTensorGroups) {
   EXPECT_NE(typo.find("did you mean \"tensor_parallel.autotp_size\""), std::string::npos) << typo;
 }
 
+// tensor_parallel.tp_overlap_comm is a boolean, false by default (DeepSpeed's).
+TEST(ConfigTest, TensorParallelOverlapCommIsABooleanOffByDefault) {
+  absl::StatusOr<RunConfig> off = parse(R"({"train_batch_size": 4, "tensor_parallel": {"autotp_size": 2}})", 2);
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_FALSE(off->tp_overlap_comm);
+  absl::StatusOr<RunConfig> on =
+      parse(R"({"train_batch_size": 4, "tensor_parallel": {"autotp_size": 2, "tp_overlap_comm": true}})", 2);
+  ASSERT_TRUE(on.ok()) << on.status();
+  EXPECT_TRUE(on->tp_overlap_comm);
+  const std::string bad = error_of(R"({"train_batch_size": 4, "tensor_parallel": {"tp_overlap_comm": 3}})", 2);
+  EXPECT_NE(bad.find("tensor_parallel.tp_overlap_comm"), std::string::npos) << bad;
+}
+
 // Heads T does not divide split unevenly for the families with separate
 // q/k/v projections, as DeepSpeed's AutoTP does: SmolLM-135M's 9 query / 3
 // key/value heads (configs/smollm-135m.json's shape) at T = 2 are accepted.

@@ -575,16 +575,41 @@ TEST(HfNamesTest, OursToHuggingFacesAndBack) {
     EXPECT_EQ(params[i]->name(), shapes[i].first);
     EXPECT_EQ(params[i]->shape(), shapes[i].second) << shapes[i].first;
   }
-  // Llama's: GQA shapes, the untied head last.
+  // Llama's: GQA shapes (q/k/v and gate/up fused: 4 query heads of 4 and 2
+  // key/value heads' k and v, 32 rows; 2 x 40), the untied head last.
   GptConfig gqa = llama;
   gqa.n_head = 4;
   gqa.n_kv_head = 2;
   gqa.d_ff = 40;
   const auto l = gpt_parameter_shapes(gqa);
-  ASSERT_EQ(l.size(), 1 + 9 * 2 + 2u);
+  ASSERT_EQ(l.size(), 1 + 6 * 2 + 2u);
   EXPECT_EQ(l[0], (std::pair<std::string, Shape>{"embed_tokens.weight", {41, 16}}));
-  EXPECT_EQ(l[3], (std::pair<std::string, Shape>{"layers.0.self_attn.k_proj.weight", {8, 16}}));
-  EXPECT_EQ(l[9], (std::pair<std::string, Shape>{"layers.0.mlp.down_proj.weight", {16, 40}}));
+  EXPECT_EQ(l[2], (std::pair<std::string, Shape>{"layers.0.self_attn.qkv_proj.weight", {32, 16}}));
+  EXPECT_EQ(l[5], (std::pair<std::string, Shape>{"layers.0.mlp.gate_up_proj.weight", {80, 16}}));
+  EXPECT_EQ(l[6], (std::pair<std::string, Shape>{"layers.0.mlp.down_proj.weight", {16, 40}}));
+  // Hugging Face's tensors, by rows.
+  const std::vector<FusedPart> qkv_parts = fused_parts(gqa, "layers.1.self_attn.qkv_proj.weight");
+  ASSERT_EQ(qkv_parts.size(), 3u);
+  EXPECT_EQ(qkv_parts[0].name, "layers.1.self_attn.q_proj.weight");
+  EXPECT_EQ(qkv_parts[0].rows, 16);
+  EXPECT_EQ(qkv_parts[2].name, "layers.1.self_attn.v_proj.weight");
+  EXPECT_EQ(qkv_parts[2].rows, 8);
+  EXPECT_EQ(fused_parts(gqa, "layers.1.mlp.gate_up_proj.weight")[1].name, "layers.1.mlp.up_proj.weight");
+  EXPECT_TRUE(fused_parts(gqa, "layers.1.mlp.down_proj.weight").empty());
+  // LoRA on q_proj keeps q/k/v apart (PEFT's modules); gate/up stay fused.
+  GptConfig adapted = gqa;
+  adapted.lora.r = 2;
+  adapted.lora.target_modules = {"q_proj"};
+  const auto a = gpt_parameter_shapes(adapted);
+  EXPECT_EQ(a[4], (std::pair<std::string, Shape>{"layers.0.self_attn.q_proj.weight", {16, 16}}));
+  EXPECT_EQ(a[5], (std::pair<std::string, Shape>{"layers.0.self_attn.k_proj.weight", {8, 16}}));
+  EXPECT_EQ(a[9].first, "layers.0.mlp.gate_up_proj.weight");
+  {
+    Gpt m(adapted);  // the model's own list
+    std::vector<std::pair<std::string, Shape>> got;
+    for (Parameter* p : m.parameters()) got.emplace_back(p->name(), p->shape());
+    EXPECT_EQ(got, a);
+  }
   EXPECT_EQ(l.back().first, "lm_head.weight");
   gqa.tie_word_embeddings = true;
   EXPECT_EQ(gpt_parameter_shapes(gqa).back().first, "norm.weight");
@@ -610,15 +635,15 @@ TEST(HfNamesTest, OursToHuggingFacesAndBack) {
   qwen3.arch = ModelArch::kQwen3;
   qwen3.d_head = 8;
   const auto q3 = gpt_parameter_shapes(qwen3);
-  EXPECT_EQ(q3[2], (std::pair<std::string, Shape>{"layers.0.self_attn.q_proj.weight", {32, 16}}));
-  EXPECT_EQ(q3[5], (std::pair<std::string, Shape>{"layers.0.self_attn.o_proj.weight", {16, 32}}));
-  EXPECT_EQ(q3[6], (std::pair<std::string, Shape>{"layers.0.self_attn.q_norm.weight", {8}}));
+  EXPECT_EQ(q3[2], (std::pair<std::string, Shape>{"layers.0.self_attn.qkv_proj.weight", {64, 16}}));
+  EXPECT_EQ(q3[3], (std::pair<std::string, Shape>{"layers.0.self_attn.o_proj.weight", {16, 32}}));
+  EXPECT_EQ(q3[4], (std::pair<std::string, Shape>{"layers.0.self_attn.q_norm.weight", {8}}));
   GptConfig qwen2 = gqa;
   qwen2.arch = ModelArch::kQwen2;
   const auto q2 = gpt_parameter_shapes(qwen2);
-  EXPECT_EQ(q2[3], (std::pair<std::string, Shape>{"layers.0.self_attn.q_proj.bias", {16}}));
-  EXPECT_EQ(q2[8].first, "layers.0.self_attn.o_proj.weight");  // no o_proj bias
-  EXPECT_EQ(q2[9].first, "layers.0.post_attention_layernorm.weight");
+  EXPECT_EQ(q2[3], (std::pair<std::string, Shape>{"layers.0.self_attn.qkv_proj.bias", {32}}));
+  EXPECT_EQ(q2[4].first, "layers.0.self_attn.o_proj.weight");  // no o_proj bias
+  EXPECT_EQ(q2[5].first, "layers.0.post_attention_layernorm.weight");
 }
 
 }  // namespace

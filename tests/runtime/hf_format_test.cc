@@ -616,7 +616,7 @@ TEST(HfConsolidateTest, LlamaReloadsBitForBit) {
     EXPECT_EQ(config["architectures"], Json::array({"LlamaForCausalLM"}));
     testing::expect_same_model(gpt_config_from_hf(config, "config.json").value(), model);
     Trained b(model, 0, /*seed=*/7);
-    EXPECT_NE(b.weights("layers.0.self_attn.q_proj.weight"), a.weights("layers.0.self_attn.q_proj.weight"));
+    EXPECT_NE(b.weights("layers.0.self_attn.qkv_proj.weight"), a.weights("layers.0.self_attn.qkv_proj.weight"));
     s = load_hf_weights(*b.engine, model, out, 36);
     ASSERT_TRUE(s.ok()) << s;
     expect_weights_equal(a, b, DType::kF32);

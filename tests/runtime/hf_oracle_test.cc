@@ -179,38 +179,51 @@ TEST_P(HfOracleTest, LossLogitsAndGradientsMatchTransformers) {
   double worst_rel = 0.0;
   std::string worst_name;
   for (Parameter* p : engine->model().parameters()) {
-    const std::string hf = hf_tensor_name(config, p->name());
-    seen.insert(hf);
-    auto it = golden.grads.find(hf);
-    ASSERT_NE(it, golden.grads.end()) << "no golden gradient grad." << hf << " for " << p->name();
-    std::vector<float> want = it->second;
-    ASSERT_EQ(static_cast<int64_t>(want.size()), p->numel()) << hf;
-    if (hf_stores_transposed(config, p->name())) {  // [in, out] -> our [out, in]
-      const int64_t rows = p->shape()[0], cols = p->shape()[1];
-      ASSERT_EQ(golden.grad_shapes.at(hf), (Shape{cols, rows})) << hf;
-      std::vector<float> t(want.size());
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t c = 0; c < cols; ++c) t[static_cast<size_t>(r * cols + c)] = want[static_cast<size_t>(c * rows + r)];
-      want = std::move(t);
-    }
-    const double scale = max_abs(want);
-    ASSERT_GT(scale, 0.0) << hf;
-    if (stage == ZeroStage::k0) {
-      const std::vector<float> ours = engine->grad_values(*p);
-      double worst = 0.0;
-      size_t at = 0;
-      for (size_t i = 0; i < ours.size(); ++i) {
-        const double d = std::fabs(static_cast<double>(ours[i]) - want[i]);
-        if (d > worst) worst = d, at = i;
+    // Hugging Face's tensors of this parameter: itself, or a fused one's
+    // parts (q_proj, k_proj, v_proj of our qkv_proj), each compared alone.
+    std::vector<FusedPart> parts = fused_parts(config, p->name());
+    if (parts.empty()) parts.push_back({p->name(), p->shape()[0]});
+    const std::vector<float> ours_all = stage == ZeroStage::k0 ? engine->grad_values(*p) : std::vector<float>();
+    double want_sq = 0.0;  // stage 3: the whole parameter's norm
+    int64_t first = 0;     // the part's first element in ours
+    for (const FusedPart& part : parts) {
+      const std::string hf = hf_tensor_name(config, part.name);
+      seen.insert(hf);
+      auto it = golden.grads.find(hf);
+      ASSERT_NE(it, golden.grads.end()) << "no golden gradient grad." << hf << " for " << p->name();
+      std::vector<float> want = it->second;
+      const int64_t numel = parts.size() == 1 ? p->numel() : p->numel() / p->shape()[0] * part.rows;
+      ASSERT_EQ(static_cast<int64_t>(want.size()), numel) << hf;
+      if (hf_stores_transposed(config, p->name())) {  // [in, out] -> our [out, in]
+        const int64_t rows = p->shape()[0], cols = p->shape()[1];
+        ASSERT_EQ(golden.grad_shapes.at(hf), (Shape{cols, rows})) << hf;
+        std::vector<float> t(want.size());
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t c = 0; c < cols; ++c) t[static_cast<size_t>(r * cols + c)] = want[static_cast<size_t>(c * rows + r)];
+        want = std::move(t);
       }
-      if (worst / scale > worst_rel) worst_rel = worst / scale, worst_name = hf;
-      EXPECT_LE(worst, 1e-4 * scale) << name << ": gradient of " << hf << " (" << p->name() << ") element " << at
-                                     << " is " << ours[at] << ", transformers says " << want[at] << " (max |grad| "
-                                     << scale << ", relative error " << worst / scale << ")";
-    } else {
+      const double scale = max_abs(want);
+      ASSERT_GT(scale, 0.0) << hf;
+      if (stage == ZeroStage::k0) {
+        const std::vector<float> ours(ours_all.begin() + first, ours_all.begin() + first + numel);
+        double worst = 0.0;
+        size_t at = 0;
+        for (size_t i = 0; i < ours.size(); ++i) {
+          const double d = std::fabs(static_cast<double>(ours[i]) - want[i]);
+          if (d > worst) worst = d, at = i;
+        }
+        if (worst / scale > worst_rel) worst_rel = worst / scale, worst_name = hf;
+        EXPECT_LE(worst, 1e-4 * scale) << name << ": gradient of " << hf << " (" << p->name() << ") element " << at
+                                       << " is " << ours[at] << ", transformers says " << want[at] << " (max |grad| "
+                                       << scale << ", relative error " << worst / scale << ")";
+      } else {
+        for (float g : want) want_sq += static_cast<double>(g) * g;
+      }
+      first += numel;
+    }
+    if (stage != ZeroStage::k0) {
       // No rank holds whole gradients at stage 3: compare each parameter's norm.
-      double want_sq = 0.0;
-      for (float g : want) want_sq += static_cast<double>(g) * g;
+      const std::string hf = hf_tensor_name(config, p->name());
       const double ours = std::sqrt(engine->state().local_grad_square_sum([&](const Parameter& q) { return &q == p; }));
       const double rel = std::fabs(ours - std::sqrt(want_sq)) / std::sqrt(want_sq);
       if (rel > worst_rel) worst_rel = rel, worst_name = hf;

@@ -72,6 +72,7 @@ struct Case {
   PipelineScheduleKind schedule = PipelineScheduleKind::k1F1B;
   bool llama = false;               // the Llama family of kModel's size (grouped-query attention, untied head)
   int64_t interval = 0;             // pipeline.activation_checkpoint_interval
+  int64_t per_virtual = 0;          // pipeline.num_layers_per_virtual_stage (interleaved chunks)
   bool windows_unset = false;       // the config left the windows unset: sized to the model (zero/window_sizes.h)
 };
 
@@ -84,6 +85,7 @@ EngineConfig engine_config(const Case& c) {
   e.pipeline.stages = c.pipeline;
   e.pipeline.schedule = c.schedule;
   e.pipeline.activation_checkpoint_interval = c.interval;
+  e.pipeline.num_layers_per_virtual_stage = c.per_virtual;
   e.zero.stage = zero_stage(c.stage);
   e.zero.reduce_bucket_size = c.bucket;
   e.zero.overlap_comm = c.overlap;
@@ -134,7 +136,9 @@ Measured measure(const EngineConfig& e, int steps, const GptConfig& model = kMod
                  bool sequence_parallel = false) {
   std::unique_ptr<DeviceMesh> mesh = DeviceMesh::create(world(), tensor, e.pipeline.stages).value();
   const PipelineStage stage =
-      gpt_pipeline_stage(model, mesh->coordinates().pipeline, e.pipeline.stages, e.pipeline.partition_method).value();
+      gpt_pipeline_stage(model, mesh->coordinates().pipeline, e.pipeline.stages, e.pipeline.partition_method,
+                         e.pipeline.num_layers_per_virtual_stage)
+          .value();
   MemoryTracker::global().reset_peaks();
   const MemorySnapshot before = MemoryTracker::global().snapshot();
   {
@@ -288,6 +292,25 @@ TEST(MemoryPlanTest, PlanEqualsMeasuredWithPipelineStages) {
                      interval > 0 ? ", every block checkpointed" : "");
         expect_plan_matches(c);
       }
+    }
+  }
+}
+
+// Interleaved stages (2 chunks of one block each on 2 stages): the
+// (chunk, micro-batch) pairs alive, the receive buffers of both directions
+// and the last stage's copies of the targets; planned as measured.
+TEST(MemoryPlanTest, PlanEqualsMeasuredWithInterleavedStages) {
+  if (world().world_size() != 2) GTEST_SKIP() << "needs 2 ranks (2 stages of 2 chunks of kModel's 4 blocks)";
+  for (int stage : {0, 2}) {
+    for (int64_t interval : {0, 1}) {
+      Case c;
+      c.stage = stage;
+      c.pipeline = 2;
+      c.per_virtual = 1;
+      c.gas = 4;
+      c.interval = interval;
+      c.name = cat("P=2 v=2 stage ", stage, interval > 0 ? ", every block checkpointed" : "");
+      expect_plan_matches(c);
     }
   }
 }

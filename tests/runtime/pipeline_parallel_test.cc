@@ -56,6 +56,7 @@
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/engine/engine.h"
 #include "tests/testing/counting_rows.h"
+#include "tests/testing/gathered_hash.h"
 #include "tests/testing/mpi_test_main.h"
 #include "tests/testing/same_model_file.h"
 
@@ -63,6 +64,7 @@ namespace zero {
 namespace {
 
 using testing::fnv;
+using testing::gathered_hash;
 using testing::same_everywhere;
 using testing::world;
 
@@ -186,19 +188,10 @@ RunResult train(Communicator& comm, const Layout& l, int steps = kSteps, const C
     if (step == 0) out.comm_bytes_first_step = r->comm_bytes;
     out.loss_scales.push_back(r->loss_scale);
     out.order_as_scheduled = out.order_as_scheduled && engine.executed_order() == scheduled;
-    uint64_t all = 0xcbf29ce484222325ull;
-    for (Parameter* p : engine.model().parameters()) {
-      absl::StatusOr<std::vector<float>> v = engine.state().gather_parameter(*p);
-      EXPECT_TRUE(v.ok()) << v.status();
-      if (v.ok()) all = fnv(*v, all);
-    }
-    out.data_replicas_identical = out.data_replicas_identical && same_everywhere(mesh.data(), all);
+    out.data_replicas_identical = out.data_replicas_identical &&
+                                  same_everywhere(mesh.data(), gathered_hash(engine, engine.model().parameters()));
     if (Communicator* tied = mesh.embedding()) {
-      uint64_t h = 0xcbf29ce484222325ull;
-      for (Parameter* p : model_of(engine.model()).parameters_tied_across_stages()) {
-        absl::StatusOr<std::vector<float>> v = engine.state().gather_parameter(*p);
-        if (v.ok()) h = fnv(*v, h);
-      }
+      const uint64_t h = gathered_hash(engine, model_of(engine.model()).parameters_tied_across_stages());
       out.tied_copies_identical = out.tied_copies_identical && same_everywhere(*tied, h);
     }
     if (!ck.save_dir.empty() && step + 1 == ck.save_after) {
