@@ -257,10 +257,13 @@ int run(int argc, char** argv) {
       a.cause = why.text;
       a.signature = why.signature;
     }
-    if (!attempts.empty() && f.resumed_at_s >= 0)
+    if (!attempts.empty() && f.resumed_at_s >= 0) {
+      // The progress line comes every steps_per_print steps, so it is an upper bound on the first step.
+      const std::string progress =
+          f.first_step_at_s < 0 ? std::string("never") : absl::StrFormat("%.1f s", f.first_step_at_s);
       say(cat("restart ", attempts.size(), ": checkpoint loaded ", absl::StrFormat("%.1f", f.resumed_at_s),
-              " s after the launch, first step ", f.first_step_at_s < 0 ? std::string("never")
-                                                                         : cat(absl::StrFormat("%.1f", f.first_step_at_s), " s")));
+              " s after the launch, first progress line ", progress));
+    }
     attempts.push_back(a);
     if (g_signal != 0) {
       say(cat("stopped by signal ", static_cast<int>(g_signal), "; not restarting"));
