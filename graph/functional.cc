@@ -331,21 +331,23 @@ Tensor rope_(Context& ctx, Tensor&& x, const RopeFreqs& freqs) {
   return y;
 }
 
-std::array<Tensor, 3> split_qkv(Context& ctx, const Tensor& qkv, int64_t heads, int64_t head_dim) {
-  const Shape shape{qkv.dim(0), heads, qkv.dim(1), head_dim};
-  std::array<Tensor, 3> out{ctx.activation(shape), ctx.activation(shape), ctx.activation(shape)};
+std::array<Tensor, 3> split_qkv(Context& ctx, const Tensor& qkv, int64_t heads, int64_t head_dim, int64_t kv_heads) {
+  if (kv_heads == 0) kv_heads = heads;
+  const Shape q_shape{qkv.dim(0), heads, qkv.dim(1), head_dim}, kv_shape{qkv.dim(0), kv_heads, qkv.dim(1), head_dim};
+  std::array<Tensor, 3> out{ctx.activation(q_shape), ctx.activation(kv_shape), ctx.activation(kv_shape)};
   ctx.ops().split_qkv(qkv, out[0], out[1], out[2]);
   // v's and k's gradients wait here for q's, which backward reaches last.
   struct Pending {
     Tensor dk, dv;
   };
   auto pending = std::make_shared<Pending>();
-  ctx.record("split_qkv (q)", {qkv}, out[0], [pending, shape, qkv_shape = qkv.shape()](Context& c, const Tensor& dq) {
-    Tensor dk = pending->dk.defined() ? std::move(pending->dk) : c.backend().zeros(shape, DType::kF32,
-                                                                                   MemCategory::kActivations);
-    Tensor dv = pending->dv.defined() ? std::move(pending->dv) : c.backend().zeros(shape, DType::kF32,
-                                                                                   MemCategory::kActivations);
-    pending->dk = pending->dv = Tensor();
+  ctx.record("split_qkv (q)", {qkv}, out[0], [pending, kv_shape, qkv_shape = qkv.shape()](Context& c, const Tensor& dq) {
+    auto take = [&](Tensor& d) {
+      Tensor g = d.defined() ? std::move(d) : c.backend().zeros(kv_shape, DType::kF32, MemCategory::kActivations);
+      d = Tensor();
+      return g;
+    };
+    Tensor dk = take(pending->dk), dv = take(pending->dv);
     Tensor dqkv = c.activation(qkv_shape);
     c.ops().merge_qkv(dq, dk, dv, dqkv);
     return std::vector<Tensor>{dqkv};

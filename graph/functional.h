@@ -94,9 +94,11 @@ Tensor transpose12(Context& ctx, const Tensor& x);
 // nothing else holds it. Saves nothing (the rule rotates back, in place on dy
 // when it may).
 Tensor rope_(Context& ctx, Tensor&& x, const RopeFreqs& freqs);
-// GPT-2's fused qkv [B, T, 3 H D] -> q, k, v [B, H, T, D]. Saves nothing; the
-// gradients of q, k and v are merged into qkv's by one kernel when the last of
-// the three (q's, in backward order) arrives.
-std::array<Tensor, 3> split_qkv(Context& ctx, const Tensor& qkv, int64_t heads, int64_t head_dim);
+// A fused qkv [B, T, (H + 2 G) D] -> q [B, H, T, D], k and v [B, G, T, D]
+// (G = kv_heads, grouped-query attention; 0: G = H, GPT-2's). Saves nothing;
+// the gradients of q, k and v are merged into qkv's by one kernel when the
+// last of the three (q's, in backward order) arrives.
+std::array<Tensor, 3> split_qkv(Context& ctx, const Tensor& qkv, int64_t heads, int64_t head_dim,
+                                int64_t kv_heads = 0);
 
 }  // namespace zero::fn

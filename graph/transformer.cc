@@ -107,41 +107,6 @@ struct Projections {
   int64_t* next_site;  // this layer's adapters so far (the attention's from 0, the MLP's from 4)
 };
 
-// A fused projection's output [B, T, (H + 2 G) D] -> q [B, H, T, D], k, v
-// [B, G, T, D] (the backend's split_qkv). Saves nothing; the gradients of q,
-// k and v are merged into qkv's by one kernel when q's, the last in
-// backward order, arrives (fn::split_qkv's scheme, with G key/value heads).
-std::array<Tensor, 3> split_heads(Context& ctx, const Tensor& qkv, int64_t heads, int64_t kv_heads, int64_t head_dim) {
-  const int64_t b = qkv.dim(0), t = qkv.dim(1);
-  const Shape q_shape{b, heads, t, head_dim}, kv_shape{b, kv_heads, t, head_dim};
-  std::array<Tensor, 3> out{ctx.activation(q_shape), ctx.activation(kv_shape), ctx.activation(kv_shape)};
-  ctx.ops().split_qkv(qkv, out[0], out[1], out[2]);
-  struct Pending {
-    Tensor dk, dv;
-  };
-  auto pending = std::make_shared<Pending>();
-  ctx.record("split_heads (q)", {qkv}, out[0], [pending, kv_shape, qkv_shape = qkv.shape()](Context& c, const Tensor& dq) {
-    auto take = [&](Tensor& d) {
-      Tensor g = d.defined() ? std::move(d) : c.backend().zeros(kv_shape, DType::kF32, MemCategory::kActivations);
-      d = Tensor();
-      return g;
-    };
-    Tensor dk = take(pending->dk), dv = take(pending->dv);
-    Tensor dqkv = c.activation(qkv_shape);
-    c.ops().merge_qkv(dq, dk, dv, dqkv);
-    return std::vector<Tensor>{dqkv};
-  });
-  ctx.record("split_heads (k)", {}, out[1], [pending](Context&, const Tensor& dk) {
-    pending->dk = dk;
-    return std::vector<Tensor>{};
-  });
-  ctx.record("split_heads (v)", {}, out[2], [pending](Context&, const Tensor& dv) {
-    pending->dv = dv;
-    return std::vector<Tensor>{};
-  });
-  return out;
-}
-
 // act(gate) * up from a fused projection's output gu [..., 2 F] (each row
 // its gate's F features, then its up's), by the backend's row-wise GLU ops.
 // Saves gu (what fn::swiglu saves as gate and up); the rule writes the
@@ -250,7 +215,7 @@ void CausalSelfAttention::project(Context& ctx, const Tensor& x, Tensor& q, Tens
     return;
   }
   if (qkv_proj_ != nullptr) {
-    std::array<Tensor, 3> qkv = split_heads(ctx, ctx.forward(*qkv_proj_, x), n_head_, n_kv_head_, head_dim_);
+    std::array<Tensor, 3> qkv = fn::split_qkv(ctx, ctx.forward(*qkv_proj_, x), n_head_, head_dim_, n_kv_head_);
     q = std::move(qkv[0]), k = std::move(qkv[1]), v = std::move(qkv[2]);
     // Each head's D features normalised (any layout), then rotated in place.
     if (q_norm_ != nullptr) q = ctx.forward(*q_norm_, q), k = ctx.forward(*k_norm_, k);

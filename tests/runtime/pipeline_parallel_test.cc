@@ -63,7 +63,6 @@
 namespace zero {
 namespace {
 
-using testing::fnv;
 using testing::gathered_hash;
 using testing::same_everywhere;
 using testing::world;
