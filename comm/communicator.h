@@ -146,6 +146,14 @@ class Communicator {
   // implementation's header for NCCL).
   virtual CommHandle send_async(const void* buf, int64_t count, DType dtype, int peer) = 0;
   virtual CommHandle recv_async(void* buf, int64_t count, DType dtype, int peer) = 0;
+  // Whether a receive may be posted early: before sends issued after it to
+  // the same peer, and before the peer has sent, without holding those sends
+  // up (each transfer posted at once, none waiting behind another). The
+  // pipeline then posts its receives one compute ahead
+  // (runtime/engine/pipeline_schedule.h); where false (the default, NCCL's
+  // in-order stream) it keeps the receives where blocking transfers cannot
+  // deadlock.
+  virtual bool allows_early_receives() const { return false; }
   // Both at once with one peer (MPI_Sendrecv; NCCL's grouped send and
   // receive): what a pipeline stage does when it hands its output to a
   // neighbour and needs that neighbour's reply next (Megatron's

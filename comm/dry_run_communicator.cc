@@ -65,6 +65,8 @@ class DryRunCommunicator final : public Communicator {
     count_send(send_count, dtype);
     return done();
   }
+  // Every transfer completes at once; see the header for the plan it gives.
+  bool allows_early_receives() const override { return true; }
 
  private:
   static CommHandle done() { return completed_work(); }

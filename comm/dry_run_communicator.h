@@ -4,6 +4,11 @@
 // no memory); sizes, counts and the bytes a real run would send are what the
 // engine asks for, so a plan sees rank r's own padding, last shard and
 // receive buffers. Reductions of host doubles leave this rank's value.
+// It allows early receives, as MPI does, so a pipeline's plan is the
+// early-receive program's (runtime/engine/pipeline_schedule.h; the bytes
+// sent are the same either way): exact for CPU ranks; over NCCL a run keeps
+// the in-order program, whose receive buffers may differ from the plan's by
+// about one activation.
 // A CommLog attached to it records nothing: no collective runs, so there is
 // no latency to report (bytes_communicated() has the volumes).
 #pragma once

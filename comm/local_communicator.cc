@@ -85,6 +85,8 @@ class LocalCommunicator final : public Communicator {
   CommHandle send_recv_async(const void*, int64_t, void*, int64_t, DType, int peer) override {
     return completed_work(check_peer("exchange with", peer));
   }
+  // Every transfer completes (refused: there is no peer) at once.
+  bool allows_early_receives() const override { return true; }
 
  private:
   static CommHandle done() { return completed_work(); }

@@ -79,6 +79,8 @@ class NcclCommunicator final : public Communicator {
   CommHandle recv_async(void* buf, int64_t count, DType dtype, int peer) override;
   CommHandle send_recv_async(const void* send, int64_t send_count, void* recv, int64_t recv_count, DType dtype,
                              int peer) override;
+  // No: see send_async above.
+  bool allows_early_receives() const override { return false; }
 
  private:
   NcclCommunicator() = default;

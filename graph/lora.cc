@@ -83,7 +83,7 @@ LoraLinear::LoraLinear(std::unique_ptr<Module> base, const Parameter& base_weigh
       b_->set_slice(std::move(rows));
     } else {
       ZE_CHECK(s.dim == 1 && s.runs.size() == 1) << base_weight.name();
-      a_->set_slice({{r, global[1]}, 1, s.runs[0].offset, 1});  // A's columns as W's
+      a_->set_slice({{r, global[1]}, 1, s.runs[0].offset, 1, {}});  // A's columns as W's
       first_feature_ = s.runs[0].offset;
     }
   }

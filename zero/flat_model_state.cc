@@ -55,7 +55,7 @@ absl::Status FlatModelState::init() {
     const int64_t numel = seg.param->numel();
     const Tensor weights = layout_.param_view(params_, seg).view({numel});
     ZE_RETURN_IF_ERROR(for_each_initial_piece(
-        backend_, *seg.param, options_.seed, 0, numel, numel,
+        backend_, *seg.param, options_.init_seed(), 0, numel, numel,
         [&](int64_t o, absl::Span<const float> v) -> absl::Status {
           const int64_t n = static_cast<int64_t>(v.size()), first = seg.offset + o;
           upload_fp32(backend_, v, weights.slice(o, {n}));
@@ -74,7 +74,7 @@ absl::Status FlatModelState::init() {
     const int64_t numel = seg.param->numel();
     const Tensor weights = frozen_layout_.param_view(frozen_params_, seg).view({numel});
     ZE_RETURN_IF_ERROR(for_each_initial_piece(
-        backend_, *seg.param, options_.seed, 0, numel, numel, [&](int64_t o, absl::Span<const float> v) {
+        backend_, *seg.param, options_.init_seed(), 0, numel, numel, [&](int64_t o, absl::Span<const float> v) {
           upload_fp32(backend_, v, weights.slice(o, {static_cast<int64_t>(v.size())}));
           return absl::OkStatus();
         }));

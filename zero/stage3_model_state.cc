@@ -70,7 +70,7 @@ absl::Status Stage3ModelState::init() {
     const ParamPartition& part = parts_.at(p);
     const int64_t lo = std::min(p->numel(), rank * part.chunk), hi = std::min(p->numel(), lo + part.chunk);
     OptimizerStateStore& store = part.frozen ? *frozen_store_ : *store_;
-    ZE_RETURN_IF_ERROR(for_each_initial_piece(backend_, *p, options_.seed, lo, hi, part.chunk,
+    ZE_RETURN_IF_ERROR(for_each_initial_piece(backend_, *p, options_.init_seed(), lo, hi, part.chunk,
                                               [&](int64_t o, absl::Span<const float> v) {
                                                 return store.write(0, part.shard_offset + o, v);
                                               }));

@@ -9,8 +9,8 @@
 
 namespace zero {
 
-InitialValues::InitialValues(const Backend& backend, const Parameter& p, uint64_t seed, int64_t begin, int64_t end,
-                             int64_t length) {
+InitialValues::InitialValues(const Backend& backend, const Parameter& p, std::optional<uint64_t> seed,
+                             int64_t begin, int64_t end, int64_t length) {
   ZE_CHECK(begin <= end && end - begin <= length);
   if (backend.dry_run()) {
     values_ = absl::Span<const float>(reinterpret_cast<const float*>(kDryRunUnbackedAddress),
@@ -18,12 +18,12 @@ InitialValues::InitialValues(const Backend& backend, const Parameter& p, uint64_
     return;
   }
   held_.assign(static_cast<size_t>(length), 0.0f);
-  init_parameter_values(p, seed, begin, end, held_.data());
+  if (seed) init_parameter_values(p, *seed, begin, end, held_.data());
   values_ = held_;
 }
 
-absl::Status for_each_initial_piece(const Backend& backend, const Parameter& p, uint64_t seed, int64_t begin,
-                                    int64_t end, int64_t length,
+absl::Status for_each_initial_piece(const Backend& backend, const Parameter& p, std::optional<uint64_t> seed,
+                                    int64_t begin, int64_t end, int64_t length,
                                     absl::FunctionRef<absl::Status(int64_t offset, absl::Span<const float> values)> fn) {
   ZE_CHECK(begin <= end && end - begin <= length);
   for (int64_t o = 0; o < length; o += kInitialValuesPieceElems) {

@@ -5,6 +5,7 @@
 // partition.
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "absl/functional/function_ref.h"
@@ -16,13 +17,15 @@
 namespace zero {
 
 // Elements [begin, end) of p's initial values, then zeros up to `length`
-// elements (>= end - begin; a shard's padding). On a dry-run backend nothing
+// elements (>= end - begin; a shard's padding). No seed: zeros throughout,
+// for a state whose every element a checkpoint overwrites next
+// (ModelStateOptions::skip_init). On a dry-run backend nothing
 // is computed or held: values() has the length and no memory behind it, and
 // its consumers (uploads and store writes on the same dry run) never read it.
 class InitialValues {
  public:
-  InitialValues(const Backend& backend, const Parameter& p, uint64_t seed, int64_t begin, int64_t end,
-                int64_t length);
+  InitialValues(const Backend& backend, const Parameter& p, std::optional<uint64_t> seed, int64_t begin,
+                int64_t end, int64_t length);
   absl::Span<const float> values() const { return values_; }
 
  private:
@@ -38,8 +41,8 @@ inline constexpr int64_t kInitialValuesPieceElems = 1 << 20;
 // Calls fn(offset, values) for consecutive pieces, at most
 // kInitialValuesPieceElems long, of InitialValues(backend, p, seed, begin,
 // end, length): offset counts from `begin`; the pieces cover `length`.
-absl::Status for_each_initial_piece(const Backend& backend, const Parameter& p, uint64_t seed, int64_t begin,
-                                    int64_t end, int64_t length,
+absl::Status for_each_initial_piece(const Backend& backend, const Parameter& p, std::optional<uint64_t> seed,
+                                    int64_t begin, int64_t end, int64_t length,
                                     absl::FunctionRef<absl::Status(int64_t offset, absl::Span<const float> values)> fn);
 
 // dst += scale * src, for gradient buffers of any float dtype (src is staged

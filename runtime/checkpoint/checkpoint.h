@@ -7,12 +7,18 @@
 // writes the manifest, renames the directory to <dir>/<tag> and only then
 // points <dir>/latest at it. A crash or a full disk at any moment leaves the
 // previous checkpoint complete and `latest` pointing to it.
+//
+// With node-local storage (SaveOptions::node_local, LoadOptions::node_local:
+// checkpoint.use_node_local_storage; node_local.h) <dir> is a different disk
+// on each host: the first rank of each host does rank 0's part there, on the
+// same rules, and a load copies the shards a host lacks from the others.
 #pragma once
 
 #include <functional>
 #include <map>
 #include <memory>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -46,6 +52,10 @@ struct SaveOptions {
   // (size, CRC-32C), so the checkpoint carries them when their source is
   // gone; the Hugging Face export copies them out.
   std::vector<ModelFile> model_files = {};
+  // checkpoint.use_node_local_storage: <dir> is each host's own disk. Each
+  // host's first rank writes the manifest, rank 0's model and model files
+  // and `latest` into its host's <dir>; the manifest names each shard's host.
+  bool node_local = false;
 };
 
 // Returns the tag written.
@@ -55,7 +65,18 @@ absl::StatusOr<std::string> save_checkpoint(Engine& engine, const SaveOptions& o
 // initialised engine with the same model, at any world size and stage.
 // Errors name the file and the tensor; after an error the engine's state is
 // undefined and the run should stop.
-absl::Status load_checkpoint(Engine& engine, const std::string& dir, const std::string& tag = "");
+struct LoadOptions {
+  // checkpoint.use_node_local_storage: <dir> is each host's own disk. The
+  // ranks load rank 0's tag (tag empty: rank 0's resume_point); a host
+  // without it gets rank 0's manifest and model files; every shard a rank
+  // needs that its host lacks is copied from a host that has it (rank 0
+  // prints one line per source host to `log`). A shard no host of the run
+  // has is an error naming it and its host, before any state changes.
+  bool node_local = false;
+  std::ostream* log = nullptr;  // rank 0's copy report; nullptr: stdout
+};
+absl::Status load_checkpoint(Engine& engine, const std::string& dir, const std::string& tag = "",
+                             const LoadOptions& options = {});
 
 // The tag <dir>/latest names (checked to have a manifest).
 absl::StatusOr<std::string> latest_tag(const std::string& dir);
@@ -83,6 +104,11 @@ struct ResumeTarget {
   std::string name() const { return dir + "/" + point.tag; }
 };
 absl::StatusOr<std::optional<ResumeTarget>> find_resume_target(const std::string& resume, const std::string& save_dir);
+// find_resume_target as rank 0 of `comm` sees it, on every rank (a
+// collective): with node-local storage a host may lack the checkpoint, and
+// every rank must resume the same one (or none).
+absl::StatusOr<std::optional<ResumeTarget>> agree_resume_target(Communicator& comm, const std::string& resume,
+                                                                const std::string& save_dir);
 
 // ConfigOptions::resumed_model (runtime/config/run_config.h): the model the
 // checkpoint find_resume_target finds describes; nullopt where it finds

@@ -1,16 +1,21 @@
 // Loading a sharded checkpoint at any world size and stage; see checkpoint.h.
+// With node-local storage the copying of the shards a host lacks comes first
+// (node_local.cc).
 #include <algorithm>
 #include <filesystem>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <set>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "core/status.h"
 #include "core/strings.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/crc32c.h"
 #include "runtime/checkpoint/file_io.h"
+#include "runtime/checkpoint/node_local.h"
 #include "zero/state_buffers.h"
 
 namespace zero {
@@ -111,6 +116,23 @@ absl::StatusOr<std::optional<ResumeTarget>> find_resume_target(const std::string
   if (automatic && absl::IsNotFound(point.status())) return std::nullopt;
   if (!point.ok()) return point.status();
   return ResumeTarget{dir, *std::move(point)};
+}
+
+absl::StatusOr<std::optional<ResumeTarget>> agree_resume_target(Communicator& comm, const std::string& resume,
+                                                                const std::string& save_dir) {
+  absl::StatusOr<std::optional<ResumeTarget>> mine = std::nullopt;
+  if (comm.rank() == 0) mine = find_resume_target(resume, save_dir);
+  ZE_RETURN_IF_ERROR(broadcast_status(comm, mine.status(), 0));
+  // "has dir\ntag\nnote" (dir and tag hold no newline: they are paths).
+  std::string text;
+  if (comm.rank() == 0 && mine->has_value()) {
+    text = cat("1", (*mine)->dir, "\n", (*mine)->point.tag, "\n", (*mine)->point.note);
+  }
+  ZE_RETURN_IF_ERROR(broadcast_bytes(comm, text, 0));
+  if (text.empty()) return std::optional<ResumeTarget>();
+  const size_t a = text.find('\n'), b = text.find('\n', a + 1);
+  return std::optional<ResumeTarget>(
+      ResumeTarget{text.substr(1, a - 1), ResumePoint{text.substr(a + 1, b - a - 1), text.substr(b + 1)}});
 }
 
 absl::StatusOr<std::optional<CheckpointModel>> resumed_checkpoint_model(const RunSection& run) {
@@ -215,7 +237,11 @@ absl::StatusOr<const FileReader*> ShardFiles::get(int index) {
   const std::string path = dir_ + "/" + f.name;
   absl::StatusOr<FileReader> r = FileReader::open(path);
   if (!r.ok() && absl::IsNotFound(r.status())) {
-    return absl::NotFoundError(cat("checkpoint ", dir_, ": shard of rank ", f.rank, " is missing (", r.status().message(), ")"));
+    return absl::NotFoundError(cat("checkpoint ", dir_, ": shard of rank ", f.rank, " is missing (", r.status().message(), ")",
+                                   f.host.empty() ? std::string()
+                                                  : cat("; it was saved on host ", f.host,
+                                                        "'s own disk (checkpoint.use_node_local_storage): copy it here "
+                                                        "from there, or resume with that host in the run")));
   }
   if (!r.ok()) return annotate(r.status(), cat("checkpoint ", dir_, ": shard of rank ", f.rank));
   if (r->size() != kShardHeaderBytes + f.bytes) {
@@ -312,12 +338,28 @@ absl::Status load_local(Engine& engine, const Manifest& m, const std::string& ta
 
 }  // namespace
 
-absl::Status load_checkpoint(Engine& engine, const std::string& dir, const std::string& tag_in) {
+absl::Status load_checkpoint(Engine& engine, const std::string& dir, const std::string& tag_in,
+                             const LoadOptions& options) {
   Communicator& comm = engine.mesh().world();
   absl::StatusOr<std::string> tag = tag_in;
-  if (tag_in.empty()) {
+  if (tag_in.empty() && options.node_local) {
+    // Rank 0's resume point: another host may hold fewer checkpoints.
+    std::string name;
+    absl::Status found;
+    if (comm.rank() == 0) {
+      absl::StatusOr<ResumePoint> point = resume_point(dir);
+      found = point.status();
+      if (point.ok()) name = point->tag;
+    }
+    ZE_RETURN_IF_ERROR(broadcast_status(comm, found, 0));
+    ZE_RETURN_IF_ERROR(broadcast_bytes(comm, name, 0));
+    tag = name;
+  } else if (tag_in.empty()) {
     absl::StatusOr<ResumePoint> point = resume_point(dir);
     tag = point.ok() ? absl::StatusOr<std::string>(point->tag) : point.status();
+  }
+  if (options.node_local) {
+    ZE_RETURN_IF_ERROR(gather_node_local(engine, dir, *tag, options.log != nullptr ? *options.log : std::cout));
   }
   absl::Status local = tag.status();
   absl::StatusOr<Manifest> m = absl::UnknownError("not read");

@@ -1,15 +1,20 @@
-// Atomic sharded checkpoint saves; see checkpoint.h.
+// Atomic sharded checkpoint saves; see checkpoint.h (and node_local.h for
+// saves to a disk per host).
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <set>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "core/status.h"
 #include "core/strings.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/crc32c.h"
 #include "runtime/checkpoint/file_io.h"
+#include "runtime/checkpoint/node_local.h"
 #include "zero/state_buffers.h"
 
 namespace zero {
@@ -162,6 +167,38 @@ absl::StatusOr<std::vector<ParameterList>> every_ranks_parameters(Communicator& 
   return out;
 }
 
+// Rank 0's model description (SaveOptions' model, adapter and model files)
+// as bytes, for the other hosts' manifests: with node-local storage every
+// host's manifest must be the same, whatever files its ranks could read.
+std::string encode_model_description(const SaveOptions& o) {
+  Json j = {{"model", o.model}, {"adapter", o.adapter}, {"files", Json::array()}};
+  std::string blob;
+  for (const ModelFile& f : o.model_files) {
+    j["files"].push_back({{"name", f.name}, {"offset", blob.size()}, {"bytes", f.contents.size()}});
+    blob += f.contents;
+  }
+  const std::string text = j.dump();
+  return cat(text.size(), "\n", text, blob);
+}
+
+absl::Status decode_model_description(const std::string& bytes, SaveOptions& o) {
+  const size_t nl = bytes.find('\n');
+  size_t n = 0;
+  if (nl == std::string::npos || !absl::SimpleAtoi(bytes.substr(0, nl), &n) || nl + 1 + n > bytes.size()) {
+    return absl::InternalError("rank 0's model description arrived damaged");
+  }
+  ZE_ASSIGN_OR_RETURN(Json j, parse_json_text(bytes.substr(nl + 1, n), "rank 0's model description"));
+  const size_t base = nl + 1 + n;
+  o.model = j.at("model");
+  o.adapter = j.at("adapter");
+  o.model_files.clear();
+  for (const Json& f : j.at("files")) {
+    o.model_files.push_back({f.at("name").get<std::string>(),
+                             bytes.substr(base + f.at("offset").get<size_t>(), f.at("bytes").get<size_t>())});
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> save_checkpoint(Engine& engine, const SaveOptions& options) {
@@ -174,6 +211,13 @@ absl::StatusOr<std::string> save_checkpoint(Engine& engine, const SaveOptions& o
   const std::string tag = options.tag.empty() ? cat("global_step", progress.global_step) : options.tag;
   const std::string final_dir = options.dir + "/" + tag;
   const std::string partial = options.dir + "/." + tag + ".partial";
+  // Who does the directory work: rank 0, or with node-local storage the
+  // first rank of each host, on its host's disk.
+  std::vector<std::string> hosts;
+  if (options.node_local) {
+    ZE_ASSIGN_OR_RETURN(hosts, every_ranks_host(comm));
+  }
+  const bool leader = options.node_local ? host_leaders(hosts)[rank] == rank : rank == 0;
 
   // Every rank learns whether every rank got this far; a failure anywhere
   // aborts the save everywhere (nobody waits on a rank that gave up).
@@ -184,9 +228,44 @@ absl::StatusOr<std::string> save_checkpoint(Engine& engine, const SaveOptions& o
     return absl::OkStatus();
   };
 
-  // 1. rank 0 prepares the partial directory.
+  if (options.node_local) {
+    // Node-local storage on a directory the hosts share would have their
+    // first ranks undo each other's work. Each host's first rank leaves a
+    // mark carrying this save's nonce (rank 0's) in <dir>; one that sees
+    // another host's mark with that nonce is on shared storage. Marks of
+    // interrupted saves carry other nonces and are ignored.
+    std::string nonce = rank == 0 ? cat(absl::ToUnixNanos(absl::Now()), ".", getpid()) : std::string();
+    ZE_RETURN_IF_ERROR(broadcast_bytes(comm, nonce, 0));
+    const std::string prefix = "." + tag + ".host.";
+    absl::Status marked;
+    if (leader) {
+      marked = make_directories(options.dir);
+      if (marked.ok()) marked = write_file_atomic(options.dir + "/" + prefix + hosts[rank], nonce);
+    }
+    ZE_RETURN_IF_ERROR(agree(marked, "to mark its checkpoint directory"));
+    absl::Status alone;
+    if (leader) {
+      absl::StatusOr<std::vector<std::string>> names = list_directory(options.dir);
+      alone = names.status();
+      for (const std::string& n : names.ok() ? *names : std::vector<std::string>{}) {
+        if (!alone.ok() || n.rfind(prefix, 0) != 0 || n == prefix + hosts[rank]) continue;
+        absl::StatusOr<std::string> theirs = read_file(options.dir + "/" + n);
+        if (theirs.ok() && *theirs == nonce) {
+          alone = absl::FailedPreconditionError(cat(
+              "checkpoint.use_node_local_storage is set, but hosts ", hosts[rank], " and ", n.substr(prefix.size()),
+              " both see ", options.dir, ": it is one shared directory, not a disk per host. Unset the key (every "
+              "rank then saves into the shared directory), or point run.save_dir at a node-local disk"));
+        }
+      }
+    }
+    const absl::Status checked = agree(alone, "to check that its checkpoint directory is its host's own");
+    if (leader) (void)remove_tree(options.dir + "/" + prefix + hosts[rank]);
+    ZE_RETURN_IF_ERROR(checked);
+  }
+
+  // 1. rank 0 (each host's first rank) prepares the partial directory.
   absl::Status prepared;
-  if (rank == 0) {
+  if (leader) {
     // A .partial of an interrupted save is removed. An existing <tag> is
     // replaced only when it is a leftover of an interrupted save: complete,
     // and newer than the checkpoint `latest` names (published, `latest` not
@@ -225,7 +304,7 @@ absl::StatusOr<std::string> save_checkpoint(Engine& engine, const SaveOptions& o
                   tag);
   absl::Status written = agree(crcs.status(), "to write its shard");
   if (!written.ok()) {
-    if (rank == 0) (void)remove_tree(partial);  // the previous checkpoint stays as it was
+    if (leader) (void)remove_tree(partial);  // the previous checkpoint stays as it was
     return written;
   }
 
@@ -265,9 +344,19 @@ absl::StatusOr<std::string> save_checkpoint(Engine& engine, const SaveOptions& o
   }
   ZE_RETURN_IF_ERROR(comm.all_reduce_doubles(table.data(), static_cast<int64_t>(table.size()), ReduceOp::kSum));
 
-  // 4. rank 0 writes the manifest, publishes the directory, then `latest`.
+  // Every host's manifest says the same: rank 0's model description.
+  SaveOptions received;
+  const SaveOptions& described = options.node_local && rank != 0 ? received : options;
+  if (options.node_local) {
+    std::string description = rank == 0 ? encode_model_description(options) : std::string();
+    ZE_RETURN_IF_ERROR(broadcast_bytes(comm, description, 0));
+    if (rank != 0) ZE_RETURN_IF_ERROR(decode_model_description(description, received));
+  }
+
+  // 4. rank 0 (each host's first rank) writes the manifest, publishes the
+  // directory, then `latest`.
   absl::Status published;
-  if (rank == 0) {
+  if (leader) {
     Manifest m;
     m.tag = tag;
     m.world_size = world;
@@ -276,8 +365,8 @@ absl::StatusOr<std::string> save_checkpoint(Engine& engine, const SaveOptions& o
     m.optimizer = std::string(state.optimizer_name());
     m.optimizer_states.assign(kinds.begin() + 1, kinds.end());
     m.progress = progress;
-    m.model = options.model;
-    m.adapter = options.adapter;
+    m.model = described.model;
+    m.adapter = described.adapter;
     // The whole model's parameters: every rank's, each once, in rank order
     // (with pipeline stages: the first stage's, then the next's new ones).
     for (const ParameterList& list : lists)
@@ -300,7 +389,7 @@ absl::StatusOr<std::string> save_checkpoint(Engine& engine, const SaveOptions& o
         end = v(6) + v(3) * 4;
         if (v(8) != 0) frozen.insert(name);
       }
-      m.files.push_back({shard_name(r), r, end - kShardHeaderBytes});
+      m.files.push_back({shard_name(r), r, end - kShardHeaderBytes, options.node_local ? hosts[r] : std::string()});
     }
     for (const auto& [name, shape] : m.parameters)
       if (frozen.count(name) > 0) m.frozen.push_back(name);
@@ -309,7 +398,7 @@ absl::StatusOr<std::string> save_checkpoint(Engine& engine, const SaveOptions& o
                 [](const CheckpointSegment& a, const CheckpointSegment& b) { return a.begin < b.begin; });
     }
     // The model's files, before the manifest that lists them.
-    for (const ModelFile& f : options.model_files) {
+    for (const ModelFile& f : described.model_files) {
       if (!published.ok()) break;
       if (f.name.empty() || f.name.find('/') != std::string::npos || f.name[0] == '.' || f.name == "manifest.json" ||
           f.name.rfind("rank_", 0) == 0) {
@@ -323,7 +412,14 @@ absl::StatusOr<std::string> save_checkpoint(Engine& engine, const SaveOptions& o
     }
     if (published.ok()) published = write_file_atomic(partial + "/manifest.json", m.to_json().dump(1));
     if (published.ok()) published = fsync_directory(partial);
-    if (published.ok() && std::filesystem::exists(final_dir)) published = remove_tree(final_dir);
+    if (!published.ok()) (void)remove_tree(partial);
+  }
+  // With a disk per host, no host publishes before every host's manifest is
+  // down: one host's full disk must not leave the others' `latest` naming a
+  // checkpoint whose shards on that host never got their name.
+  if (options.node_local) ZE_RETURN_IF_ERROR(agree(published, "to write the manifest"));
+  if (leader && published.ok()) {
+    if (std::filesystem::exists(final_dir)) published = remove_tree(final_dir);
     if (published.ok()) published = rename_path(partial, final_dir);
     if (published.ok()) published = fsync_directory(options.dir);
     if (published.ok()) published = write_file_atomic(options.dir + "/latest", tag + "\n");

@@ -49,7 +49,11 @@ Json Manifest::to_json() const {
   for (const auto& [name, shape] : parameters) params.push_back({{"name", name}, {"shape", std::vector<int64_t>(shape.begin(), shape.end())}});
   j["parameters"] = params;
   Json files_j = Json::array();
-  for (const CheckpointFile& f : files) files_j.push_back({{"name", f.name}, {"rank", f.rank}, {"bytes", f.bytes}});
+  for (const CheckpointFile& f : files) {
+    Json e = {{"name", f.name}, {"rank", f.rank}, {"bytes", f.bytes}};
+    if (!f.host.empty()) e["host"] = f.host;
+    files_j.push_back(e);
+  }
   j["files"] = files_j;
   Json tensors_j = Json::object();
   for (const auto& [name, t] : tensors) {
@@ -125,7 +129,8 @@ absl::StatusOr<Manifest> Manifest::parse(const Json& j, const std::string& path)
       m.parameters.emplace_back(e.at("name").get<std::string>(), Shape(s.begin(), s.end()));
     }
     for (const Json& e : j.at("files")) {
-      m.files.push_back({e.at("name").get<std::string>(), e.at("rank").get<int>(), e.at("bytes").get<int64_t>()});
+      m.files.push_back({e.at("name").get<std::string>(), e.at("rank").get<int>(), e.at("bytes").get<int64_t>(),
+                         e.contains("host") ? e.at("host").get<std::string>() : std::string()});
     }
     for (auto it = j.at("tensors").begin(); it != j.at("tensors").end(); ++it) {
       CheckpointTensor t;

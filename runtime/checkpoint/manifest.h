@@ -86,6 +86,10 @@ struct CheckpointFile {
   std::string name;  // relative to the tag directory
   int rank = 0;
   int64_t bytes = 0;
+  // The host that wrote it, with checkpoint.use_node_local_storage (each
+  // host's shards on its own disk); empty otherwise and in older manifests.
+  // Optional in the JSON, so neither the version nor older loaders change.
+  std::string host;
 };
 
 // One of the model's files (hf_model_files.h) in the tag directory.

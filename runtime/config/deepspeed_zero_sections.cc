@@ -286,7 +286,9 @@ std::vector<ConfigKey> zero_keys() {
                           "checked; tags are validated by the manifest anyway"));
   k.push_back(accepted("checkpoint.load_universal", KeyKind::kBool, false,
                        "accepted; every checkpoint here loads at any world size"));
-  k.push_back(refused("checkpoint.use_node_local_storage", false, "ranks share one checkpoint directory"));
+  k.push_back(boolean("checkpoint.use_node_local_storage", ZE_FIELD(switches.use_node_local_storage),
+                      "each host saves its ranks' shards, the manifest and latest to its own disk; a resume copies "
+                      "the shards a host lacks from the hosts that have them"));
   k.push_back(accepted("checkpoint.parallel_write.pipeline_stage", KeyKind::kBool, false,
                        "every rank already writes its own parameters' segments in parallel, pipeline stages too"));
   return k;

@@ -128,6 +128,8 @@ struct ConfigSwitches {
   std::string grad_accum_dtype;         // "": the model dtype
   std::string communication_data_type;  // "": the gradient dtype
   std::string tag_validation = "WARN";
+  // checkpoint.use_node_local_storage: each host saves to its own disk (runtime/checkpoint/checkpoint.h).
+  bool use_node_local_storage = false;
 };
 
 struct RunConfig {

@@ -207,6 +207,7 @@ absl::Status Engine::init() {
   o.optimizer_precision = config_.optimizer_precision;
   o.optimizer = config_.optimizer;
   o.seed = config_.seed;
+  o.skip_init = config_.skip_init;
   o.post_reduce_scale = config_.post_reduce_scale;
   o.force_offload_path = config_.force_offload_path;
   ZE_ASSIGN_OR_RETURN(state_, ModelState::create(*model_, o, backend_, comm()));

@@ -87,6 +87,10 @@ struct EngineConfig {
   PipelineConfig pipeline;
 
   uint64_t seed = 42;  // parameter initialisation and dropout masks (kernels/dropout_mask.h)
+  // The parameters start at zero, not from `seed`: for a caller that loads a
+  // checkpoint into the engine before its first step (a resumed run), which
+  // overwrites every parameter (the loader refuses a tensor it cannot fill).
+  bool skip_init = false;
 
   // For tests: run the device-side offload paths with the CPU backend
   // standing in for the device: offload_optimizer / offload_param "cpu"

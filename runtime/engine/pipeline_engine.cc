@@ -11,15 +11,20 @@
 // (the last stage's chunk c feeds the first stage's chunk c + 1), and all of
 // them are separate transfers, in the order the schedule's simulation gave
 // every stage (pipeline_schedule.h), so neighbours issue theirs in the same
-// order. The last stage keeps a copy of each micro-batch's targets from its
-// draw to its last chunk's loss. Transfers go through the pipeline group's
-// communicator, whose operations run in issue order on its progress thread:
-// a send is issued as soon as its tensor exists and overlaps the next
-// forward or backward; it is waited for, and its tensor dropped, before the
-// one after (so the memory held never depends on timing, and the planner's
-// dry run holds what a run holds). The compute thread waits for a receive
-// only right before the forward or backward that needs it; that wait is
-// part of the stage's bubble (StepResult::pipeline_wait_s).
+// order. Where the pipeline group's communicator allows early receives
+// (Communicator::allows_early_receives: MPI) the stage runs the
+// early-receive program instead: each receive posted one compute ahead of
+// the compute that needs it, so it overlaps the compute before. A stage
+// draws a micro-batch at its first receive, so where that comes before the
+// previous micro-batch's loss (interleaved, or early receives), the last
+// stage keeps a copy of each micro-batch's targets from its draw to its
+// last chunk's loss. A send is issued as soon as its tensor exists and
+// overlaps the next forward or backward; it is waited for, and its tensor
+// dropped, before the one after (so the memory held never depends on
+// timing, and the planner's dry run holds what a run holds). The compute
+// thread waits for a receive only right before the forward or backward
+// that needs it; that wait is part of the stage's bubble
+// (StepResult::pipeline_wait_s).
 //
 // Engine::evaluate with P > 1 is one forward down the stages (interleaved:
 // v times round them, chunk by chunk), nothing saved, in ctx_: receive,
@@ -48,11 +53,11 @@ double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::ste
 }
 
 // A micro-batch as this stage drew it: at its first instruction here (a
-// forward, or the receive of its first chunk's input). The batch's views are
-// valid until the next draw, so later only its shape is read, and the copies:
-// the first stage's ids (the embedding's backward reads them after later
-// draws), and interleaved, the last stage's targets (its last chunk's
-// forward comes after later draws).
+// forward, or a receive: early receives post one before the forward). The
+// batch's views are valid until the next draw, so later only its shape is
+// read, and the copies: the first stage's ids (the embedding's backward
+// reads them after later draws), and interleaved or with early receives, the
+// last stage's targets (its last chunk's forward comes after later draws).
 struct Drawn {
   Batch batch;
   Tensor targets;
@@ -95,6 +100,9 @@ absl::StatusOr<StepResult> Engine::run_pipeline(const MicroBatchSource& next) {
   Communicator& pipe = mesh_->pipeline();
   const std::vector<Context*> pool = contexts();
   std::deque<Context*> free_contexts(pool.begin(), pool.end());
+  const bool early_receives = pipe.allows_early_receives();
+  // The last stage's draw of micro-batch m + 1 comes before micro-batch m's loss.
+  const bool copy_targets = stage == stages - 1 && (chunks > 1 || early_receives);
   const int64_t base_micro_step = micro_step_;
   comm_bytes_at_step_start_ = comm_bytes();
   comm_wait_at_step_start_ = comm_wait_seconds();
@@ -133,7 +141,7 @@ absl::StatusOr<StepResult> Engine::run_pipeline(const MicroBatchSource& next) {
     Drawn& d = drawn[m];
     if (d.batch.inputs.defined()) return absl::OkStatus();
     ZE_ASSIGN_OR_RETURN(d.batch, next(m));
-    if (chunks > 1 && stage == stages - 1) {
+    if (copy_targets) {
       d.targets = backend_.empty(d.batch.targets.shape(), d.batch.targets.dtype(), MemCategory::kActivations,
                                  Tier::kHost);
       backend_.copy(d.targets, d.batch.targets);
@@ -151,7 +159,8 @@ absl::StatusOr<StepResult> Engine::run_pipeline(const MicroBatchSource& next) {
     slot(c, m).input = activation_like(m);
     return &slot(c, m).input;
   };
-  auto output_grad_buffer = [&](int c, int m) {
+  auto output_grad_buffer = [&](int c, int m) -> absl::StatusOr<Tensor*> {
+    ZE_RETURN_IF_ERROR(draw(m));
     slot(c, m).output_grad = activation_like(m);
     return &slot(c, m).output_grad;
   };
@@ -159,7 +168,7 @@ absl::StatusOr<StepResult> Engine::run_pipeline(const MicroBatchSource& next) {
   // accumulated gradients (interleaved: chunk 0's last micro-batch, after
   // every other chunk's).
   const std::vector<PipeInstruction> program =
-      pipeline_instructions(config_.pipeline.schedule, stages, stage, m_count, chunks);
+      pipeline_instructions(config_.pipeline.schedule, stages, stage, m_count, chunks, early_receives);
   PipeInstruction final_backward{PipeOp::kBackward};
   for (const PipeInstruction& in : program)
     if (in.op == PipeOp::kBackward) final_backward = in;
@@ -193,7 +202,7 @@ absl::StatusOr<StepResult> Engine::run_pipeline(const MicroBatchSource& next) {
                                                        chunks > 1 ? cat(" (chunk ", c, ")") : "",
                                                        " on pipeline stage ", stage)));
     if (last_virtual(c)) {
-      const Tensor& targets = chunks > 1 ? drawn[m].targets : batch.targets;
+      const Tensor& targets = copy_targets ? drawn[m].targets : batch.targets;
       ZE_ASSIGN_OR_RETURN(const float loss, loss_and_gradient(out, targets, drawn[m].valid_targets));
       loss_sum_ += loss;
       sl.output_grad = out;  // the logits, now their gradient
@@ -246,8 +255,11 @@ absl::StatusOr<StepResult> Engine::run_pipeline(const MicroBatchSource& next) {
         break;
       }
       case PipeOp::kRecvGrad: {
-        Tensor* g = output_grad_buffer(c, in.micro);
-        slot(c, in.micro).output_grad_ready = pipe.recv_async(g->data(), g->numel(), DType::kF32, next_stage);
+        absl::StatusOr<Tensor*> g = output_grad_buffer(c, in.micro);
+        status = g.status();
+        if (g.ok()) {
+          slot(c, in.micro).output_grad_ready = pipe.recv_async((*g)->data(), (*g)->numel(), DType::kF32, next_stage);
+        }
         break;
       }
       case PipeOp::kSendActivation: send(slot(c, in.micro).output, next_stage); break;
@@ -255,9 +267,11 @@ absl::StatusOr<StepResult> Engine::run_pipeline(const MicroBatchSource& next) {
       // The combined exchanges (one chunk only).
       case PipeOp::kSendActivationRecvGrad: {
         Tensor& out = slot(c, in.micro).output;
-        Tensor* g = output_grad_buffer(c, in.recv_micro);
+        absl::StatusOr<Tensor*> g = output_grad_buffer(c, in.recv_micro);
+        status = g.status();
+        if (!g.ok()) break;
         CommHandle h =
-            pipe.send_recv_async(out.data(), out.numel(), g->data(), g->numel(), DType::kF32, next_stage);
+            pipe.send_recv_async(out.data(), out.numel(), (*g)->data(), (*g)->numel(), DType::kF32, next_stage);
         slot(c, in.recv_micro).output_grad_ready = h;
         sending.push_back({h, std::exchange(out, Tensor()), computes});
         break;

@@ -132,6 +132,49 @@ std::vector<PipeInstruction> interleaved_instructions(int stages, int stage, int
   return out;
 }
 
+// A compute's transfers on stage `stage`: the receive of its input and the
+// send of its output, each with its peer stage (-1: none, at the ends of the
+// virtual pipeline; the receive's chunk is the consumer's, the send's the
+// producer's, as the engine's slots are kept).
+struct Transfers {
+  PipeInstruction recv, send;
+  int recv_from = -1, send_to = -1;
+};
+
+Transfers transfers_of(const PipeInstruction& c, int stages, int stage, int chunks) {
+  const bool forward = c.op == PipeOp::kForward;
+  const int vs = c.chunk * stages + stage, last_vs = chunks * stages - 1;
+  const int from_vs = forward ? vs - 1 : vs + 1, to_vs = forward ? vs + 1 : vs - 1;
+  Transfers t;
+  if (from_vs >= 0 && from_vs <= last_vs) {
+    t.recv = {forward ? PipeOp::kRecvActivation : PipeOp::kRecvGrad, c.micro, -1, c.chunk};
+    t.recv_from = from_vs % stages;
+  }
+  if (to_vs >= 0 && to_vs <= last_vs) {
+    t.send = {forward ? PipeOp::kSendActivation : PipeOp::kSendGrad, c.micro, -1, c.chunk};
+    t.send_to = to_vs % stages;
+  }
+  return t;
+}
+
+// The early-receive program (see the header).
+std::vector<PipeInstruction> early_receive_instructions(PipelineScheduleKind kind, int stages, int stage,
+                                                        int micro_batches, int chunks) {
+  const std::vector<PipeInstruction> compute = pipeline_compute_order(kind, stages, stage, micro_batches, chunks);
+  auto post_receive = [&](std::vector<PipeInstruction>& out, size_t i) {
+    if (i >= compute.size()) return;
+    if (const Transfers t = transfers_of(compute[i], stages, stage, chunks); t.recv_from >= 0) out.push_back(t.recv);
+  };
+  std::vector<PipeInstruction> out;
+  post_receive(out, 0);
+  for (size_t i = 0; i < compute.size(); ++i) {
+    post_receive(out, i + 1);
+    out.push_back(compute[i]);
+    if (const Transfers t = transfers_of(compute[i], stages, stage, chunks); t.send_to >= 0) out.push_back(t.send);
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<PipeInstruction> pipeline_compute_order(PipelineScheduleKind kind, int stages, int stage,
@@ -162,7 +205,8 @@ std::vector<PipeInstruction> pipeline_compute_order(PipelineScheduleKind kind, i
 }
 
 std::vector<PipeInstruction> pipeline_instructions(PipelineScheduleKind kind, int stages, int stage,
-                                                   int micro_batches, int chunks) {
+                                                   int micro_batches, int chunks, bool early_receives) {
+  if (early_receives) return early_receive_instructions(kind, stages, stage, micro_batches, chunks);
   if (chunks != 1) {
     const absl::Status ok = check_interleaving(kind, stages, micro_batches, chunks);
     ZE_CHECK(ok.ok()) << ok.message();

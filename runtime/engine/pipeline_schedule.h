@@ -47,6 +47,26 @@
 // one exchange (send_recv: Megatron's send_forward_recv_backward and
 // send_backward_recv_forward), which is what keeps the neighbours' blocking
 // transfers from waiting on each other; otherwise the send is issued first.
+//
+// Early receives (for a communicator that posts point-to-point at once,
+// Communicator::allows_early_receives: MPI's MPI_Irecv), with or without
+// interleaving: the same computes, each send right after the compute that
+// produces its tensor, never combined, and compute k's receive posted as
+// soon as the stage may hold its buffer: right before compute k - 1
+// (compute 0's and 1's before compute 0). A stage so holds at most one
+// receive buffer beyond the one the compute in progress reads, and the
+// transfer overlaps compute k - 1 instead of starting after it. Messages
+// between two stages match in issue order, and a stage's receives from a
+// peer come in the order of the computes they feed, which is the order the
+// peer produces and sends them (each stage runs its forwards, and its
+// backwards, chunk group by chunk group in micro-batch order; with P = 2
+// and interleaving, where both directions join the same two stages, the
+// two kinds still meet in order). Deadlock freedom rests on nothing
+// blocking at issue: a compute waits only for its input, sent right after
+// its producer ran, and the engine waits for a send two computes after
+// issuing it, by when a rendezvous finds the receive posted. The tests run
+// all stages together under MPI's matching with rendezvous sends, for every
+// (P, M, v) they cover, to check both.
 #pragma once
 
 #include <string>
@@ -92,9 +112,12 @@ struct PipeInstruction {
 // them first).
 std::vector<PipeInstruction> pipeline_compute_order(PipelineScheduleKind kind, int stages, int stage,
                                                     int micro_batches, int chunks = 1);
-// The same with the transfers around them (the rules above).
+// The same with the transfers around them (the rules above); with
+// early_receives, the early-receive program (for a communicator whose
+// allows_early_receives() is true: a receive posted early must not hold up
+// sends issued after it).
 std::vector<PipeInstruction> pipeline_instructions(PipelineScheduleKind kind, int stages, int stage,
-                                                   int micro_batches, int chunks = 1);
+                                                   int micro_batches, int chunks = 1, bool early_receives = false);
 // Whether `chunks` model chunks per stage can run this schedule: OK, or
 // INVALID_ARGUMENT naming the rule (interleaving needs 1F1B, at least 2
 // stages, and micro_batches a multiple of stages), for the engine and the

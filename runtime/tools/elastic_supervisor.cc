@@ -185,9 +185,23 @@ std::vector<std::string> probe_command(const SupervisorOptions& o, const std::st
   return cmd;
 }
 
+bool reports_lost_daemon(std::string_view line) {
+  return contains(line, "has lost communication with a remote daemon") ||
+         contains(line, "was unable to reliably start one or more daemons");
+}
+
 FailureCause read_failure(int exit_code, const std::vector<std::string>& last_lines) {
   // mpirun's report sits between lines of dashes; the rest is the program's.
   std::string rank, program_error, program_last;
+  // A daemon lost (its host went down, or its processes were killed): ORTE
+  // says "has lost communication with a remote daemon" and names the node,
+  // or, when the daemon's ssh exits, "unable to reliably start one or more
+  // daemons" without a name; a rank's TCP report of the hang-up names the
+  // peer's host. The ranks' own last words are then consequences, while
+  // ssh's about the host ("ssh: connect to host n2 port 22: No route to
+  // host") say more than ORTE's report.
+  bool lost_daemon = false;
+  std::string lost_host, peer_host, ssh_said;
   bool in_report = false;
   for (const std::string& raw : last_lines) {
     const std::string line(strip(raw));
@@ -196,6 +210,11 @@ FailureCause read_failure(int exit_code, const std::vector<std::string>& last_li
       continue;
     }
     if (in_report) {
+      if (reports_lost_daemon(line)) lost_daemon = true;
+      // "Remote daemon: [[10228,0],2] on node n2"; "Peer host:  n2".
+      if (starts_with(line, "Remote daemon:") && contains(line, " on node ") && lost_host.empty())
+        lost_host = std::string(strip(line.substr(line.find(" on node ") + 9)));
+      if (starts_with(line, "Peer host:") && peer_host.empty()) peer_host = std::string(strip(line.substr(10)));
       // "mpirun noticed that process rank 1 with PID 4242 on node n1 exited on signal 9 (Killed)."
       if (const size_t at = line.find("noticed that process rank "); at != std::string::npos && rank.empty()) {
         const size_t from = at + std::string_view("noticed that process ").size();
@@ -216,7 +235,12 @@ FailureCause read_failure(int exit_code, const std::vector<std::string>& last_li
       continue;
     }
     if (line.empty() || starts_with(line, "step ")) continue;
+    // Open MPI's note on its aggregated help messages:
+    // "[n1:4242] 1 more process has sent help message ...", "[n1:4242] Set MCA parameter ...".
+    if (starts_with(line, "[") && (contains(line, " sent help message ") || contains(line, "orte_base_help_aggregate")))
+      continue;
     program_last = line;
+    if (starts_with(line, "ssh: ")) ssh_said = line;
     if (contains(line, "error") || contains(line, "Error") || starts_with(line, "zero-") || contains(line, "failed") ||
         contains(line, "did not finish"))
       program_error = line;
@@ -226,6 +250,13 @@ FailureCause read_failure(int exit_code, const std::vector<std::string>& last_li
       exit_code > 128 ? cat("killed by signal ", exit_code - 128) : cat("exit status ", exit_code);
   // A rank killed by a signal said nothing of its own; the survivors' words are consequences.
   if (!rank.empty() && (contains(rank, "signal") || said.empty())) return {rank, rank};
+  if (lost_daemon && !ssh_said.empty()) return {ssh_said, ssh_said};
+  if (lost_daemon) {
+    const std::string& host = lost_host.empty() ? peer_host : lost_host;
+    const std::string lost = cat("mpirun lost ", host.empty() ? std::string("a host's daemon") : cat("its daemon on ", host),
+                                 " (the host went down or its processes were killed)");
+    return {lost, lost};
+  }
   if (!rank.empty()) return {cat(rank, ": ", said), said};
   if (!said.empty()) return {said, said};
   return {status, status};

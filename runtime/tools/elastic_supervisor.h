@@ -77,6 +77,11 @@ struct FailureCause {
   std::string signature;  // the program's own words when it said any, else the rank's end (mpirun's
                           // report is not always printed, so the words are what repeats)
 };
+// Whether mpirun's line says it lost a host's daemon (the host went down, or
+// the daemon was killed): ORTE's words (Open MPI 4) and PRRTE's (Open MPI 5).
+// Open MPI 4.1's mpirun can hang for good after such a line, once the job's
+// processes are gone, so zero-run gives it --hang-timeout to exit.
+bool reports_lost_daemon(std::string_view line);
 FailureCause read_failure(int exit_code, const std::vector<std::string>& last_lines);
 
 enum class NextStep { kFinished, kRestart, kStop };

@@ -107,7 +107,10 @@ absl::Status check_run_paths(const RunConfig& config, int rank) {
     if (!m->enabled || rank != 0) continue;
     ZE_RETURN_IF_ERROR(check_writable_dir(key, m->output_path.empty() ? "." : m->output_path, /*may_create=*/true));
   }
-  if (!run.resume.empty() && run.resume != "auto" && !fs::is_directory(run.resume, ec)) {
+  // With node-local storage only rank 0's host must hold the checkpoint: a
+  // host without it receives it when the run loads (node_local.h).
+  const bool resume_here = rank == 0 || !config.switches.use_node_local_storage;
+  if (!run.resume.empty() && run.resume != "auto" && resume_here && !fs::is_directory(run.resume, ec)) {
     return absl::InvalidArgumentError(cat("run.resume (--resume): ", run.resume,
                                           fs::exists(run.resume, ec) ? " is not a directory" : " does not exist",
                                           "; give a checkpoint directory, or \"auto\" with --save-dir"));

@@ -123,6 +123,8 @@ class TrainingRun {
   std::unique_ptr<Engine> engine_;
   // This rank's trainable and frozen elements, when model.freeze froze any.
   std::optional<TrainableCount> frozen_count_;
+  // find_resume_target's answer, found by build().
+  absl::StatusOr<std::optional<ResumeTarget>> resume_target_ = std::nullopt;
   std::string resume_dir_;
   absl::StatusOr<ResumePoint> point_ = absl::NotFoundError("");
   // The tokenizer and generation files of the model (init_from's, or the
@@ -206,7 +208,16 @@ absl::Status TrainingRun::build() {
                                                     c_.engine.pipeline.num_layers_per_virtual_stage,
                                                     c_.tp_overlap_comm}));
   ZE_RETURN_IF_ERROR(apply_freeze(*model));
-  ZE_ASSIGN_OR_RETURN(engine_, Engine::create(std::move(model), c_.engine, backend_, *mesh_));
+  // The checkpoint to resume is found before the engine is built: the
+  // parameters then start at zero, not at run.seed's values, which loading
+  // would overwrite (the initialisation is 1.5 s per 100M parameters on a
+  // core: most of a restart's time to its first step).
+  // Rank 0's answer on every rank: with checkpoint.use_node_local_storage
+  // another host may hold fewer checkpoints, or none.
+  resume_target_ = agree_resume_target(mesh_->world(), c_.run.resume, c_.run.save_dir);
+  EngineConfig engine = c_.engine;
+  engine.skip_init = resume_target_.ok() && resume_target_->has_value();
+  ZE_ASSIGN_OR_RETURN(engine_, Engine::create(std::move(model), engine, backend_, *mesh_));
   return absl::OkStatus();
 }
 
@@ -427,9 +438,8 @@ absl::StatusOr<bool> TrainingRun::restore() {
   // save_dir's, starting fresh only where there is none, never silently past
   // one) wins over run.init_from: one launch command starts a job from
   // init_from and restarts it from its checkpoint.
-  absl::StatusOr<std::optional<ResumeTarget>> found = find_resume_target(c_.run.resume, c_.run.save_dir);
-  if (!found.ok()) return annotate(found.status(), "resuming");
-  const std::optional<ResumeTarget>& target = *found;
+  if (!resume_target_.ok()) return annotate(resume_target_.status(), "resuming");
+  const std::optional<ResumeTarget>& target = *resume_target_;
   const std::string& init_from = c_.run.init_from;
   if (!target && c_.run.resume == "auto") {
     out_ << "resume: auto, no checkpoint in " << c_.run.save_dir << " yet; starting from "
@@ -439,7 +449,10 @@ absl::StatusOr<bool> TrainingRun::restore() {
     resume_dir_ = target->dir;
     point_ = target->point;
     if (!point_->note.empty()) out_ << "resume: " << point_->note << "\n";
-    ZE_RETURN_IF_ERROR(annotate(load_checkpoint(*engine_, resume_dir_, point_->tag), "resuming"));
+    LoadOptions lo;
+    lo.node_local = c_.switches.use_node_local_storage;  // first copies the shards this host lacks
+    lo.log = &out_;
+    ZE_RETURN_IF_ERROR(annotate(load_checkpoint(*engine_, resume_dir_, point_->tag, lo), "resuming"));
     std::error_code ec;
     const bool gone = !init_from.empty() && !std::filesystem::exists(init_from, ec);
     out_ << "resumed from " << target->name() << " at step " << engine_->global_step()
@@ -536,6 +549,7 @@ absl::Status TrainingRun::save() {
   so.model = hf_config_json(g_, DType::kF32, c_.model.hf_source);
   if (g_.lora.enabled()) so.adapter = peft_adapter_config_json(g_, c_.run.init_from);
   so.model_files = model_files_;
+  so.node_local = c_.switches.use_node_local_storage;
   ZE_ASSIGN_OR_RETURN(std::string tag, save_checkpoint(*engine_, so));
   out_ << "saved checkpoint " << c_.run.save_dir << "/" << tag << "\n";
   last_checkpoint_ = cat(c_.run.save_dir, "/", tag);

@@ -2,7 +2,9 @@
 // mpirun, and when any rank dies it launches it again from the newest
 // checkpoint, on the hosts that still answer (runtime/tools/
 // elastic_supervisor.h has the rules). Its own lines start "zero-run:";
-// everything the job prints passes through unchanged.
+// everything the job prints passes through unchanged. An mpirun that reported
+// a lost daemon and has not exited --hang-timeout seconds later is killed
+// (Open MPI 4.1's can hang there for good), so the restart still comes.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -55,6 +57,7 @@ void say(const std::string& line) {
 struct Finished {
   int exit_code = 0;
   bool timed_out = false;
+  bool hung = false;  // killed: the launcher had not exited hang_timeout_s after reporting a lost daemon
   std::deque<std::string> last_lines;  // the last 80 lines, stdout and stderr
   bool saved_checkpoint = false;
   double resumed_at_s = -1, first_step_at_s = -1;  // since the launch
@@ -62,8 +65,9 @@ struct Finished {
 
 // Runs argv in a process group of its own, passing its output through (when
 // `echo`) and reading it line by line; kills the group after timeout_s (0:
-// none) and forwards the supervisor's SIGINT/SIGTERM/SIGHUP to it.
-Finished run_process(const std::vector<std::string>& argv, double timeout_s, bool echo) {
+// none), or hang_timeout_s (0: never) after the launcher reported a lost
+// daemon, and forwards the supervisor's SIGINT/SIGTERM/SIGHUP to it.
+Finished run_process(const std::vector<std::string>& argv, double timeout_s, bool echo, double hang_timeout_s = 0) {
   Finished f;
   int out_pipe[2], err_pipe[2];
   if (pipe(out_pipe) != 0 || pipe(err_pipe) != 0) {
@@ -93,10 +97,12 @@ Finished run_process(const std::vector<std::string>& argv, double timeout_s, boo
     FILE* to;
     std::string partial;
   } streams[2] = {{out_pipe[0], stdout, {}}, {err_pipe[0], stderr, {}}};
+  double lost_daemon_at_s = -1;  // since the launch
   auto take_line = [&](std::string line) {
     if (line.find("saved checkpoint ") != std::string::npos) f.saved_checkpoint = true;
     if (f.resumed_at_s < 0 && line.find("resumed from ") != std::string::npos) f.resumed_at_s = since(t0);
     if (f.first_step_at_s < 0 && line.rfind("step ", 0) == 0) f.first_step_at_s = since(t0);
+    if (lost_daemon_at_s < 0 && zero::reports_lost_daemon(line)) lost_daemon_at_s = since(t0);
     f.last_lines.push_back(std::move(line));
     if (f.last_lines.size() > 80) f.last_lines.pop_front();
   };
@@ -109,6 +115,10 @@ Finished run_process(const std::vector<std::string>& argv, double timeout_s, boo
     }
     if (timeout_s > 0 && !f.timed_out && since(t0) > timeout_s) {
       f.timed_out = true;
+      kill(-pid, SIGKILL);
+    }
+    if (hang_timeout_s > 0 && lost_daemon_at_s >= 0 && !f.hung && since(t0) - lost_daemon_at_s > hang_timeout_s) {
+      f.hung = true;
       kill(-pid, SIGKILL);
     }
     pollfd fds[2];
@@ -177,6 +187,7 @@ int run(int argc, char** argv) {
   zero::cli::init_app(app, "zero-run", kUsage);
   zero::SupervisorOptions o;
   std::string hosts_arg, hostfile, mpirun = "mpirun";
+  double hang_timeout_s = 30;
   app.add_option("--np", o.np)->type_name("N")->description("ranks on this host (when no hosts are given; default 1)");
   app.add_option("--hosts", hosts_arg)->type_name("H:S,...")->description("hosts and their slots (ranks), as mpirun --host");
   app.add_option("--hostfile", hostfile)->type_name("FILE")->description("an Open MPI hostfile (host slots=N per line)");
@@ -192,6 +203,10 @@ int run(int argc, char** argv) {
   app.add_option("--probe-timeout", o.probe_timeout_s)
       ->type_name("S")
       ->description("seconds a host has to answer a one-rank probe (default 30)");
+  app.add_option("--hang-timeout", hang_timeout_s)
+      ->type_name("S")
+      ->description("seconds mpirun has to exit after it reports a lost daemon before zero-run kills it "
+                    "(default 30; 0: wait for it)");
   // The program is everything after the first "--"; zero-run's own options come before it.
   int own = 1;
   while (own < argc && std::strcmp(argv[own], "--") != 0) ++own;
@@ -200,6 +215,7 @@ int run(int argc, char** argv) {
   if (o.program.empty()) return zero::cli::usage_error(app, "no program to run: give it after --");
   if (o.np < 1) return zero::cli::usage_error(app, cat("--np ", o.np, " is below 1"));
   if (o.max_restarts < 0) return zero::cli::usage_error(app, cat("--max-restarts ", o.max_restarts, " is negative"));
+  if (hang_timeout_s < 0) return zero::cli::usage_error(app, cat("--hang-timeout ", hang_timeout_s, " is negative"));
   o.mpirun.clear();
   std::istringstream words(mpirun);
   for (std::string w; words >> w;) o.mpirun.push_back(w);
@@ -247,7 +263,8 @@ int run(int argc, char** argv) {
     say(cat("attempt ", attempts.size() + 1, " of at most ", o.max_restarts + 1, ", ", ranks, " rank",
             ranks == 1 ? "" : "s", current.empty() ? "" : cat(" on ", zero::describe_hosts(current)), ": ",
             joined(cmd, " ")));
-    const Finished f = run_process(cmd, 0, true);
+    const Finished f = run_process(cmd, 0, true, hang_timeout_s);
+    if (f.hung) say(cat("mpirun had not exited ", hang_timeout_s, " s after it reported a lost daemon; killed it"));
     zero::Attempt a;
     a.exit_code = f.exit_code;
     a.saved_checkpoint = f.saved_checkpoint;

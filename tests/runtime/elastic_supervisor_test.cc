@@ -93,6 +93,40 @@ TEST(ElasticSupervisorTest, TheCauseIsTheRankThatDiedFirst) {
   EXPECT_EQ(failure_cause(137, {}), "killed by signal 9");
 }
 
+TEST(ElasticSupervisorTest, ALostHostIsTheCauseNotOpenMpisHelpNotes) {
+  // Open MPI 4.1 when a host's daemon and ranks were killed: ORTE's report
+  // naming the node, after the survivors' TCP complaints and the notes on
+  // aggregated help messages.
+  const std::string dashes(74, '-');
+  std::vector<std::string> out = {
+      "zero-train (rank 0): all_gather of 9.0 MiB fp32 failed: peer hung up",
+      "[vm:28359] 1 more process has sent help message help-mpi-btl-tcp.txt / peer hung up",
+      "[vm:28359] Set MCA parameter \"orte_base_help_aggregate\" to 0 to see all help / error messages",
+      dashes,
+      "ORTE has lost communication with a remote daemon.",
+      "",
+      "  HNP daemon   : [[10228,0],0] on node vm",
+      "  Remote daemon: [[10228,0],2] on node 10.77.3.2",
+      "",
+      "This is usually due to either a failure of the TCP network",
+      dashes};
+  EXPECT_TRUE(reports_lost_daemon(out[4]));
+  EXPECT_FALSE(reports_lost_daemon(out[0]));
+  const std::string lost = "mpirun lost its daemon on 10.77.3.2 (the host went down or its processes were killed)";
+  EXPECT_EQ(failure_cause(1, out), lost);
+  EXPECT_EQ(read_failure(1, out).signature, lost);
+  // Without the node's name ("unable to reliably start"), a rank's TCP report names the peer.
+  std::vector<std::string> unnamed = {dashes, "ORTE was unable to reliably start one or more daemons.", dashes,
+                                      dashes, "  Local host: vm", "  Peer host:  n2", dashes};
+  EXPECT_EQ(failure_cause(1, unnamed),
+            "mpirun lost its daemon on n2 (the host went down or its processes were killed)");
+  EXPECT_EQ(failure_cause(1, {dashes, "ORTE was unable to reliably start one or more daemons.", dashes}),
+            "mpirun lost a host's daemon (the host went down or its processes were killed)");
+  // ssh's own words about the host say more than ORTE's report.
+  unnamed.insert(unnamed.begin(), "ssh: connect to host n2 port 22: No route to host");
+  EXPECT_EQ(failure_cause(255, unnamed), "ssh: connect to host n2 port 22: No route to host");
+}
+
 TEST(ElasticSupervisorTest, RestartsUntilFinishedRepeatedOrSpent) {
   SupervisorOptions o;
   o.max_restarts = 3;

@@ -4,6 +4,8 @@
 //  * clipping: when it bites, the applied update has exactly the clip norm;
 //  * gradient accumulation 4 x micro-batch 2 equals 1 x micro-batch 8;
 //  * bf16 models keep bf16 parameters equal to the rounded fp32 master;
+//  * skip_init (a resumed run's engine) starts every parameter and master
+//    weight at zero at every ZeRO stage, and trains from what it is given;
 //  * a model of the user's own that implements no zero::Model is refused, by
 //    its type, on a mesh that asks for tensor or pipeline parallelism.
 #include <gtest/gtest.h>
@@ -144,6 +146,32 @@ TEST(EngineTest, Bf16ParametersAreRoundedMasterWeights) {
     const std::vector<float> master = (*engine)->master_values(*p);
     const uint16_t* bits = p->data.data_as<uint16_t>();
     for (int64_t i = 0; i < p->numel(); ++i) ASSERT_EQ(bits[i], float_to_bf16(master[i])) << p->name() << "[" << i << "]";
+  }
+}
+
+TEST(EngineTest, SkipInitStartsAtZeroAtEveryStage) {
+  CpuBackend backend;
+  GptConfig cfg{.n_layer = 1, .n_head = 2, .d_model = 16, .vocab_size = 32, .seq_len = 8};
+  for (ZeroStage stage : {ZeroStage::k0, ZeroStage::k1, ZeroStage::k2, ZeroStage::k3}) {
+    EngineConfig ec;
+    ec.zero.stage = stage;
+    ec.skip_init = true;
+    auto engine = initialize(std::make_unique<Gpt>(cfg), ec, backend);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    int64_t nonzero = 0, elements = 0;
+    for (Parameter* p : (*engine)->model().parameters()) {
+      for (float v : (*engine)->master_values(*p)) nonzero += v != 0.0f;
+      elements += p->numel();
+    }
+    EXPECT_EQ(nonzero, 0) << "stage " << static_cast<int>(stage) << ": " << elements << " elements";
+    // Without skip_init the same model starts from the seed's values.
+    ec.skip_init = false;
+    auto seeded = initialize(std::make_unique<Gpt>(cfg), ec, backend);
+    ASSERT_TRUE(seeded.ok());
+    for (Parameter* p : (*seeded)->model().parameters()) {
+      for (float v : (*seeded)->master_values(*p)) nonzero += v != 0.0f;
+    }
+    EXPECT_GT(nonzero, elements / 2) << "stage " << static_cast<int>(stage);
   }
 }
 

@@ -23,8 +23,12 @@
 // rank, and steps 5-8 lose what the uninterrupted run lost within 1e-5.
 // Refusals: GPipe, M not a multiple of P, number_checkpoints, each an
 // INVALID_ARGUMENT naming pipeline.num_layers_per_virtual_stage.
+// Early receives (EarlyReceiveTest): over MPI, which allows them, training
+// is bitwise the in-order program's (forced through a communicator that
+// refuses them), interleaved and not, for at most one activation more.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -32,6 +36,7 @@
 #include <string>
 
 #include "comm/device_mesh.h"
+#include "core/memory_tracker.h"
 #include "core/status.h"
 #include "core/strings.h"
 #include "graph/build_model.h"
@@ -111,6 +116,7 @@ struct RunResult {
   std::map<std::string, std::vector<float>> master;
   bool data_replicas_identical = true, tied_copies_identical = true, order_as_scheduled = true;
   int64_t comm_bytes_first_step = -1;
+  int64_t activation_peak = 0;  // bytes, the highest of any step
   int chunks = 0;
 };
 
@@ -147,6 +153,7 @@ RunResult train(Communicator& comm, const Layout& l, const Options& o = {}) {
   }
   const int64_t mb = engine.config().micro_batch_size;
   for (int step = static_cast<int>(engine.global_step()); step < o.steps; ++step) {
+    MemoryTracker::global().reset_peaks();
     absl::StatusOr<StepResult> r = engine.train_batch([&](int micro) -> absl::StatusOr<Batch> {
       return rows.make(((int64_t{step} * l.micro_batches + micro) * data_size + data_rank) * mb, mb);
     });
@@ -154,6 +161,8 @@ RunResult train(Communicator& comm, const Layout& l, const Options& o = {}) {
     if (!r.ok()) return out;
     out.losses.push_back(r->loss);
     out.norms.push_back(r->grad_norm);
+    out.activation_peak = std::max(
+        out.activation_peak, MemoryTracker::global().snapshot().at(Tier::kHost, MemCategory::kActivations).peak);
     if (out.comm_bytes_first_step < 0) out.comm_bytes_first_step = r->comm_bytes;
     if (l.pipeline > 1) out.order_as_scheduled = out.order_as_scheduled && engine.executed_order() == scheduled;
     out.data_replicas_identical = out.data_replicas_identical &&
@@ -238,6 +247,96 @@ TEST_P(InterleavedPipelineTest, MatchesOneRankOnTheSameGlobalBatch) {
 
 INSTANTIATE_TEST_SUITE_P(Stages, InterleavedPipelineTest, ::testing::Values(0, 1, 2),
                          [](const auto& info) { return cat("Zero", info.param); });
+
+// A communicator that runs everything through `inner` but does not allow
+// early receives, so the engine over it runs the in-order program (as over
+// NCCL). Groups split from it are wrapped alike.
+class InOrderReceives final : public Communicator {
+ public:
+  explicit InOrderReceives(Communicator& inner) : inner_(inner) {}
+  explicit InOrderReceives(std::unique_ptr<Communicator> owned) : owned_(std::move(owned)), inner_(*owned_) {}
+  bool allows_early_receives() const override { return false; }
+
+  int rank() const override { return inner_.rank(); }
+  int world_size() const override { return inner_.world_size(); }
+  int local_size() const override { return inner_.local_size(); }
+  std::string_view name() const override { return inner_.name(); }
+  CommHandle all_reduce_async(void* buf, int64_t count, DType dtype, ReduceOp op) override {
+    return inner_.all_reduce_async(buf, count, dtype, op);
+  }
+  CommHandle reduce_scatter_async(const void* send, void* recv, std::vector<int64_t> counts, DType dtype) override {
+    return inner_.reduce_scatter_async(send, recv, std::move(counts), dtype);
+  }
+  CommHandle all_gather_async(void* buf, int64_t block, int64_t stride, DType dtype) override {
+    return inner_.all_gather_async(buf, block, stride, dtype);
+  }
+  CommHandle broadcast_async(void* buf, int64_t count, DType dtype, int root) override {
+    return inner_.broadcast_async(buf, count, dtype, root);
+  }
+  CommHandle barrier_async() override { return inner_.barrier_async(); }
+  CommHandle all_to_all_async(const void* send, void* recv, int64_t count, DType dtype) override {
+    return inner_.all_to_all_async(send, recv, count, dtype);
+  }
+  CommHandle all_to_all_v_async(const void* send, std::vector<int64_t> send_counts, std::vector<int64_t> send_displs,
+                                void* recv, std::vector<int64_t> recv_counts, std::vector<int64_t> recv_displs,
+                                DType dtype) override {
+    return inner_.all_to_all_v_async(send, std::move(send_counts), std::move(send_displs), recv,
+                                     std::move(recv_counts), std::move(recv_displs), dtype);
+  }
+  absl::Status all_reduce_doubles(double* values, int64_t count, ReduceOp op) override {
+    return inner_.all_reduce_doubles(values, count, op);
+  }
+  absl::StatusOr<std::unique_ptr<Communicator>> split(int color, int key) override {
+    ZE_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> group, inner_.split(color, key));
+    return std::unique_ptr<Communicator>(std::make_unique<InOrderReceives>(std::move(group)));
+  }
+  CommHandle send_async(const void* buf, int64_t count, DType dtype, int peer) override {
+    return inner_.send_async(buf, count, dtype, peer);
+  }
+  CommHandle recv_async(void* buf, int64_t count, DType dtype, int peer) override {
+    return inner_.recv_async(buf, count, dtype, peer);
+  }
+  CommHandle send_recv_async(const void* send, int64_t send_count, void* recv, int64_t recv_count, DType dtype,
+                             int peer) override {
+    return inner_.send_recv_async(send, send_count, recv, recv_count, dtype, peer);
+  }
+
+ private:
+  std::unique_ptr<Communicator> owned_;  // a group's
+  Communicator& inner_;
+};
+
+// MPI allows early receives, so the engine posts each receive one compute
+// ahead (pipeline_schedule.h); over the same ranks with the in-order program
+// (InOrderReceives) every loss, gradient norm and master weight is bitwise
+// the same, interleaved (P = 2: both directions between the same two
+// stages) and not, and the activations' peak is at most one received
+// activation higher (and the last stage's copy of the targets).
+TEST(EarlyReceiveTest, TrainsBitwiseAsTheInOrderProgram) {
+  if (world().world_size() < 2) GTEST_SKIP() << "needs 2 or more ranks";
+  ASSERT_TRUE(world().allows_early_receives()) << world().name();
+  std::vector<Layout> runs = layouts(1);
+  runs.push_back({.pipeline = 2, .stage = 1});  // one chunk of 4 blocks per stage
+  for (const Layout& l : runs) {
+    const std::string what = l.name() + " rank " + std::to_string(world().rank());
+    const RunResult early = train(world(), l, {.steps = 4});
+    InOrderReceives in_order(world());
+    const RunResult plain = train(in_order, l, {.steps = 4});
+    ASSERT_EQ(early.losses.size(), 4u) << what;
+    EXPECT_EQ(early.losses, plain.losses) << what;
+    EXPECT_EQ(early.norms, plain.norms) << what;
+    EXPECT_EQ(early.master, plain.master) << what;
+    EXPECT_TRUE(early.order_as_scheduled && plain.order_as_scheduled) << what;
+    // One [B, S, C] received activation more; on the last stage of one
+    // chunk also the copy of the targets ([B, S] int32), as the next
+    // micro-batch is drawn (at its receive) before this one's loss.
+    const int64_t rows = kGlobalBatch / (world().world_size() / l.pipeline * l.micro_batches);
+    const int stage = world().rank() / (world().world_size() / l.pipeline);
+    const bool last_of_one_chunk = l.chunks() == 1 && stage == l.pipeline - 1;
+    const int64_t extra = rows * kModel.seq_len * (kModel.d_model + (last_of_one_chunk ? 1 : 0)) * 4;
+    EXPECT_LE(early.activation_peak, plain.activation_peak + extra) << what;
+  }
+}
 
 // Llama with a tied head (the table's copy in the last stage's last chunk),
 // and GPT-2 with every block checkpointed (segments within each chunk) and

@@ -13,6 +13,11 @@
 // that with a forward taking 1 and a backward 2, run as soon as their input
 // exists, the stages idle exactly (P - 1) / (v M) of their compute time,
 // Megatron's bubble (v = 1 too). Refusals name the rule that failed.
+// The early-receive program (EarlyReceiveScheduleTest): the plain program's
+// computes, each receive posted one compute ahead of its consumer, and the
+// P lists run together under MPI's rules (non-blocking posts matched in
+// order per direction, rendezvous sends) finish with every message where it
+// belongs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -223,6 +228,208 @@ TEST(InterleavedScheduleTest, TheExecutorCatchesMismatchesAndDeadlocks) {
                                  [](const PipeInstruction& in) { return in.op == PipeOp::kSendActivation; }),
                   silent[0].end());
   EXPECT_NE(execute(silent, 2, 2, 4).error.find("deadlock"), std::string::npos);
+}
+
+// ---- early receives (pipeline_instructions with early_receives)
+
+bool is_compute(PipeOp op) { return op == PipeOp::kForward || op == PipeOp::kBackward; }
+
+// The stage a transfer instruction of stage s is with: a receive's sender,
+// a send's receiver (the previous virtual stage for activations received and
+// gradients sent, the next one otherwise), and the chunk it feeds there.
+struct Peer {
+  int stage, chunk;
+};
+Peer peer_of(const PipeInstruction& in, int p, int s) {
+  const bool towards_prev = in.op == PipeOp::kRecvActivation || in.op == PipeOp::kSendGrad;
+  const int vs = in.chunk * p + s + (towards_prev ? -1 : 1);
+  return {(vs + p) % p, vs / p};
+}
+
+// Runs the P lists together as MPI runs the engine's early-receive program:
+// a send or a receive is posted without blocking and matches, between two
+// stages in one direction, the other side's in posting order; a send
+// completes only when its receive is posted (rendezvous, the strictest
+// protocol); the n-th compute of a stage waits for its own input to arrive
+// and for the sends issued after its computes 0..n-2 (the engine's
+// finish_sends). Checks that every stage finishes (no deadlock), that every
+// message lands in the receive meant for it (kind, micro-batch, chunk), and
+// that each ordered pair of stages posts as many receives as sends.
+std::string run_posted(const std::vector<std::vector<PipeInstruction>>& lists, int p, int v) {
+  struct Posted {
+    PipeInstruction in;
+    int stage;
+    bool matched = false;
+  };
+  // Per (sender, receiver): the sends and receives posted, in order.
+  std::map<std::pair<int, int>, std::vector<Posted>> sends, recvs;
+  std::vector<size_t> pc(p, 0);
+  std::vector<int> computes(p, 0);
+  // Per stage: its sends as (computes run before it, index into sends[pair]).
+  std::vector<std::vector<std::tuple<int, std::pair<int, int>, size_t>>> issued(p);
+  auto match = [&](const std::pair<int, int>& pair) -> std::string {
+    std::vector<Posted>& out = sends[pair];
+    std::vector<Posted>& in = recvs[pair];
+    for (size_t k = 0; k < std::min(out.size(), in.size()); ++k) {
+      if (in[k].matched) continue;
+      const Peer to = peer_of(out[k].in, p, pair.first);
+      const PipeOp want = out[k].in.op == PipeOp::kSendActivation ? PipeOp::kRecvActivation : PipeOp::kRecvGrad;
+      if (in[k].in.op != want || in[k].in.micro != out[k].in.micro || in[k].in.chunk != to.chunk) {
+        return cat("stage ", pair.first, "'s ", describe({out[k].in}), " lands in stage ", pair.second, "'s ",
+                   describe({in[k].in}));
+      }
+      in[k].matched = out[k].matched = true;
+    }
+    return "";
+  };
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (int s = 0; s < p; ++s) {
+      while (pc[s] < lists[s].size()) {
+        const PipeInstruction& in = lists[s][pc[s]];
+        if (is_compute(in.op)) {
+          // Its input: the receive of the same pass, micro-batch and chunk, matched.
+          const PipeOp recv_op = in.op == PipeOp::kForward ? PipeOp::kRecvActivation : PipeOp::kRecvGrad;
+          const int from = in.chunk * p + s + (in.op == PipeOp::kForward ? -1 : 1);
+          bool ready = from < 0 || from >= v * p;  // the ends of the virtual pipeline have no input
+          for (auto& [pair, posted] : recvs) {
+            for (const Posted& r : posted) {
+              if (pair.second == s && r.in.op == recv_op && r.in.micro == in.micro && r.in.chunk == in.chunk)
+                ready = r.matched;
+            }
+          }
+          for (const auto& [after, pair, k] : issued[s])
+            if (after <= computes[s] - 1 && !sends[pair][k].matched) ready = false;
+          if (!ready) break;
+          ++computes[s];
+        } else {
+          const Peer peer = peer_of(in, p, s);
+          const bool send = in.op == PipeOp::kSendActivation || in.op == PipeOp::kSendGrad;
+          if (!send && in.op != PipeOp::kRecvActivation && in.op != PipeOp::kRecvGrad)
+            return cat("stage ", s, ": a combined exchange (", describe({in}), ") in an early-receive list");
+          const std::pair<int, int> pair = send ? std::pair{s, peer.stage} : std::pair{peer.stage, s};
+          (send ? sends : recvs)[pair].push_back({in, s});
+          if (send) issued[s].emplace_back(computes[s], pair, sends[pair].size() - 1);
+          if (std::string e = match(pair); !e.empty()) return e;
+        }
+        ++pc[s];
+        moved = true;
+      }
+    }
+  }
+  for (int s = 0; s < p; ++s) {
+    if (pc[s] < lists[s].size()) {
+      std::string e = "deadlock; next instructions:";
+      for (int q = 0; q < p; ++q)
+        e += cat(" stage ", q, ": ", pc[q] < lists[q].size() ? describe({lists[q][pc[q]]}) : "done");
+      return e;
+    }
+  }
+  for (const auto& [pair, posted] : sends) {
+    if (posted.size() != recvs[pair].size()) {
+      return cat("stage ", pair.first, " sends ", posted.size(), " messages to stage ", pair.second, ", which posts ",
+                 recvs[pair].size(), " receives");
+    }
+  }
+  return "";
+}
+
+// Receive buffers a list holds at its worst: each from its receive's
+// posting to the end of the compute that consumes it.
+int max_receive_buffers(const std::vector<PipeInstruction>& list, int p, int v, int s) {
+  int held = 0, most = 0;
+  for (const PipeInstruction& in : list) {
+    if (is_compute(in.op)) {
+      const int from = in.chunk * p + s + (in.op == PipeOp::kForward ? -1 : 1);
+      if (from >= 0 && from < v * p) --held;
+    } else if (in.op != PipeOp::kSendActivation && in.op != PipeOp::kSendGrad) {
+      most = std::max(most, ++held);
+    }
+  }
+  return most;
+}
+
+// The early program against the plain one, for every (P, M, v) the schedule
+// runs: the same computes in the same order; every receive posted before the
+// compute that consumes it (compute k) and no earlier than its buffer is
+// free, which is once compute k - 2 has run (a stage holds one receive
+// buffer ahead of the compute it runs), and then at once (only transfers
+// between compute k - 2 and it); sends right after their compute, never
+// combined; receive buffers at most one more than the plain program's; and
+// the P lists run together under MPI's rules (run_posted) finish with every
+// message where it belongs.
+TEST(EarlyReceiveScheduleTest, SameComputesReceivesOneComputeAheadAndMatchUnderMpi) {
+  for (PipelineScheduleKind kind : {k1F1B, PipelineScheduleKind::kGPipe})
+    for (int p : {2, 3, 4})
+      for (int m : {1, 2, 4, 8})
+        for (int v : {1, 2}) {
+          if (!check_interleaving(kind, p, m, v).ok()) continue;
+          const std::string what = cat(pipeline_schedule_name(kind), " P=", p, " M=", m, " v=", v);
+          std::vector<std::vector<PipeInstruction>> lists;
+          for (int s = 0; s < p; ++s) {
+            const std::string where = cat(what, " stage ", s);
+            lists.push_back(pipeline_instructions(kind, p, s, m, v, /*early_receives=*/true));
+            const std::vector<PipeInstruction>& list = lists.back();
+            const std::vector<PipeInstruction> plain = pipeline_instructions(kind, p, s, m, v);
+            std::vector<PipeInstruction> compute, plain_compute;
+            std::vector<size_t> at;  // each compute's index in the list
+            for (size_t i = 0; i < list.size(); ++i) {
+              if (!is_compute(list[i].op)) continue;
+              compute.push_back(list[i]);
+              at.push_back(i);
+            }
+            for (const PipeInstruction& in : plain)
+              if (is_compute(in.op)) plain_compute.push_back(in);
+            ASSERT_EQ(compute, plain_compute) << where;
+            EXPECT_LE(max_receive_buffers(list, p, v, s), max_receive_buffers(plain, p, v, s) + 1) << where;
+            for (size_t i = 0; i < list.size(); ++i) {
+              const PipeInstruction& in = list[i];
+              if (is_compute(in.op)) continue;
+              if (in.op == PipeOp::kSendActivation || in.op == PipeOp::kSendGrad) {
+                const PipeOp producer = in.op == PipeOp::kSendActivation ? PipeOp::kForward : PipeOp::kBackward;
+                ASSERT_GT(i, 0u) << where;
+                EXPECT_EQ(list[i - 1], (PipeInstruction{producer, in.micro, -1, in.chunk}))
+                    << where << ": " << describe({in}) << " not right after its compute";
+                continue;
+              }
+              ASSERT_TRUE(in.op == PipeOp::kRecvActivation || in.op == PipeOp::kRecvGrad)
+                  << where << ": " << describe({in});
+              const PipeOp consumer_op = in.op == PipeOp::kRecvActivation ? PipeOp::kForward : PipeOp::kBackward;
+              const auto it = std::find(compute.begin(), compute.end(),
+                                        PipeInstruction{consumer_op, in.micro, -1, in.chunk});
+              ASSERT_NE(it, compute.end()) << where << ": " << describe({in}) << " feeds nothing";
+              const size_t k = static_cast<size_t>(it - compute.begin());
+              EXPECT_LT(i, at[k]) << where << ": " << describe({in}) << " after its compute";
+              // Posted in the gap before compute k - 1 (before compute 0 for the first two).
+              const size_t gap_start = k >= 2 ? at[k - 2] : 0, gap_end = k >= 1 ? at[k - 1] : at[0];
+              EXPECT_TRUE(i > gap_start || k < 2) << where << ": " << describe({in}) << " before its buffer is free";
+              EXPECT_LT(i, gap_end) << where << ": " << describe({in}) << " later than one compute ahead";
+            }
+          }
+          EXPECT_EQ(run_posted(lists, p, v), "") << what;
+        }
+}
+
+// run_posted catches what it exists for: receives from one peer posted in
+// another order than its sends, a send never posted, and (rendezvous) two
+// stages that each wait for a send before posting the receive the other
+// needs.
+TEST(EarlyReceiveScheduleTest, TheMpiRunnerCatchesMismatchesAndDeadlocks) {
+  std::vector<std::vector<PipeInstruction>> lists;
+  for (int s = 0; s < 3; ++s) lists.push_back(pipeline_instructions(k1F1B, 3, s, 4, 1, true));
+  ASSERT_EQ(run_posted(lists, 3, 1), "");
+  std::vector<std::vector<PipeInstruction>> swapped = lists;
+  auto nth = [&](int s, PipeOp op, int n) {
+    return std::find_if(swapped[s].begin(), swapped[s].end(),
+                        [&, seen = 0](const PipeInstruction& in) mutable { return in.op == op && seen++ == n; });
+  };
+  std::iter_swap(nth(1, PipeOp::kRecvActivation, 0), nth(1, PipeOp::kRecvActivation, 1));
+  EXPECT_NE(run_posted(swapped, 3, 1).find("lands in"), std::string::npos);
+  std::vector<std::vector<PipeInstruction>> silent = lists;
+  silent[0].erase(std::remove_if(silent[0].begin(), silent[0].end(),
+                                 [](const PipeInstruction& in) { return in.op == PipeOp::kSendActivation; }),
+                  silent[0].end());
+  EXPECT_NE(run_posted(silent, 3, 1).find("deadlock"), std::string::npos);
 }
 
 }  // namespace

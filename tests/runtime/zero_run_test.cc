@@ -21,13 +21,13 @@
 #include <fstream>
 #include <functional>
 #include <map>
-#include <sstream>
 #include <string>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "tests/testing/run_command.h"
+#include "tests/testing/test_files.h"
 
 namespace {
 
@@ -60,13 +60,6 @@ std::map<int, double> losses(const std::string& path) {
   return out;
 }
 
-std::string file_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 // The line of `text` that holds `part` ("" when none).
 std::string line_with(const std::string& text, const std::string& part) {
   const size_t at = text.find(part);
@@ -81,11 +74,11 @@ pid_t rank_pid(const std::string& marker, int rank) {
   for (const auto& e : fs::directory_iterator("/proc")) {
     const std::string name = e.path().filename();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::string cmdline = file_text(e.path() / "cmdline");
+    std::string cmdline = zero::testing::read_file(e.path() / "cmdline");
     for (char& c : cmdline)
       if (c == '\0') c = ' ';
     if (cmdline.find(ZE_TRAIN_BIN) != 0 || cmdline.find(marker) == std::string::npos) continue;
-    std::string env = file_text(e.path() / "environ");
+    std::string env = zero::testing::read_file(e.path() / "environ");
     for (char& c : env)
       if (c == '\0') c = '\n';
     if (env.find("\nOMPI_COMM_WORLD_RANK=" + std::to_string(rank) + "\n") != std::string::npos) return std::stoi(name);
@@ -101,7 +94,7 @@ zero::testing::CommandResult run_and_kill_rank_1(const std::string& cmd, const s
   std::thread supervisor([&] { r = run_command(cmd); });
   pid_t victim = -1;
   for (int i = 0; i < 3000 && victim < 0; ++i) {
-    const std::string latest = file_text(dir + "/latest");
+    const std::string latest = zero::testing::read_file(dir + "/latest");
     if (latest.rfind("global_step", 0) == 0 && std::stoi(latest.substr(11)) >= 6) victim = rank_pid(dir, 1);
     if (victim < 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
