@@ -25,6 +25,7 @@
 #include "graph/parallel_layers.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "runtime/engine/engine.h"
+#include "tests/testing/forwarding_communicator.h"
 #include "tests/testing/mpi_test_main.h"
 #include "tests/testing/parameters.h"
 
@@ -36,56 +37,22 @@ using testing::world;
 // Forwards to `inner`; for each all-reduce notes the first element of a
 // watched buffer (a weight gradient) when it is issued and when its wait
 // begins.
-class OrderProbe final : public Communicator {
+class OrderProbe final : public testing::ForwardingCommunicator {
  public:
   struct Seen {
     float at_issue = 0, at_wait = 0;
     bool waited = false;
   };
-  explicit OrderProbe(Communicator& inner) : inner_(inner) {}
+  explicit OrderProbe(Communicator& inner) : ForwardingCommunicator(inner) {}
   void watch(const float* p) { watched_ = p; }
   const std::vector<std::shared_ptr<Seen>>& seen() const { return seen_; }
 
-  int rank() const override { return inner_.rank(); }
-  int world_size() const override { return inner_.world_size(); }
   std::string_view name() const override { return "order probe"; }
   CommHandle all_reduce_async(void* buf, int64_t count, DType dtype, ReduceOp op) override {
     auto s = std::make_shared<Seen>();
     s->at_issue = *watched_;
     seen_.push_back(s);
-    return std::make_shared<Work>(inner_.all_reduce_async(buf, count, dtype, op), s, watched_);
-  }
-  CommHandle reduce_scatter_async(const void* send, void* recv, std::vector<int64_t> counts, DType dtype) override {
-    return inner_.reduce_scatter_async(send, recv, std::move(counts), dtype);
-  }
-  CommHandle all_gather_async(void* buf, int64_t block, int64_t stride, DType dtype) override {
-    return inner_.all_gather_async(buf, block, stride, dtype);
-  }
-  CommHandle broadcast_async(void* buf, int64_t count, DType dtype, int root) override {
-    return inner_.broadcast_async(buf, count, dtype, root);
-  }
-  CommHandle barrier_async() override { return inner_.barrier_async(); }
-  CommHandle all_to_all_async(const void* send, void* recv, int64_t count, DType dtype) override {
-    return inner_.all_to_all_async(send, recv, count, dtype);
-  }
-  CommHandle all_to_all_v_async(const void* send, std::vector<int64_t> sc, std::vector<int64_t> sd, void* recv,
-                                std::vector<int64_t> rc, std::vector<int64_t> rd, DType dtype) override {
-    return inner_.all_to_all_v_async(send, std::move(sc), std::move(sd), recv, std::move(rc), std::move(rd), dtype);
-  }
-  absl::Status all_reduce_doubles(double* values, int64_t count, ReduceOp op) override {
-    return inner_.all_reduce_doubles(values, count, op);
-  }
-  absl::StatusOr<std::unique_ptr<Communicator>> split(int color, int key) override {
-    return inner_.split(color, key);
-  }
-  CommHandle send_async(const void* buf, int64_t count, DType dtype, int peer) override {
-    return inner_.send_async(buf, count, dtype, peer);
-  }
-  CommHandle recv_async(void* buf, int64_t count, DType dtype, int peer) override {
-    return inner_.recv_async(buf, count, dtype, peer);
-  }
-  CommHandle send_recv_async(const void* send, int64_t sn, void* recv, int64_t rn, DType dtype, int peer) override {
-    return inner_.send_recv_async(send, sn, recv, rn, dtype, peer);
+    return std::make_shared<Work>(inner().all_reduce_async(buf, count, dtype, op), s, watched_);
   }
 
  private:
@@ -105,7 +72,6 @@ class OrderProbe final : public Communicator {
     std::shared_ptr<Seen> seen_;
     const float* watched_;
   };
-  Communicator& inner_;
   const float* watched_ = nullptr;
   std::vector<std::shared_ptr<Seen>> seen_;
 };
