@@ -14,7 +14,21 @@ if [ "$1" = "--inside" ]; then
   # the command line as ssh hands it to the remote shell (the words joined).
   tmp="$2" name="$3"
   shift 3
-  mount --bind "$tmp" /tmp || exit 255
+  # What this machine's /tmp holds that the job needs stays in view: the
+  # source tree this script is in, and the build tree the host's directory is
+  # in (a clone under /tmp, say). Each one's top directory under /tmp is
+  # bound into the host's directory first, which then goes over /tmp with it.
+  for path in "$(cd "$(dirname "$0")" && pwd)" "$tmp"; do
+    case "$path" in
+      /tmp/*)
+        top="${path#/tmp/}"
+        top="${top%%/*}"
+        mkdir -p "$tmp/$top" || exit 255
+        mountpoint -q "$tmp/$top" || mount --bind "/tmp/$top" "$tmp/$top" || exit 255
+        ;;
+    esac
+  done
+  mount --rbind "$tmp" /tmp || exit 255
   hostname "$name" || exit 255
   exec env -i PATH="$PATH" HOME="${HOME:-/root}" LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}" sh -c "$*"
 fi
