@@ -14,7 +14,9 @@
 //    (forward, backward, AdamW) on synthetic tokens. Counters: achieved
 //    GFLOP/s (6 x parameters x tokens + 12 x layers x d_model x seq x tokens),
 //    the fp32 GEMM rate of the same step's GEMM set measured between steps in
-//    this run, their ratio, and the peak tracked memory.
+//    this run, their ratio, the peak tracked memory, and the step's forward,
+//    backward and optimizer seconds (fwd_s, bwd_s, opt_s) beside gemm_s, its
+//    FLOPs at the GEMM rate.
 //  * BM_LlamaStep/bf16: the same for a Llama-shaped 1B (d_model 2048, 16
 //    blocks, 32 query heads over 8 key/value heads, SwiGLU 8192, vocabulary
 //    32000 tied, seq 256, micro-batch 1) in bf16 with DeepSpeed's bf16 master
@@ -23,6 +25,8 @@
 //    shapes in the same run: the fused q/k/v [(H + 2 G) D, C], o, the fused
 //    gate/up [2 d_ff, C], down and the head (graph/transformer.h).
 #include <benchmark/benchmark.h>
+
+#include <sys/resource.h>
 
 #include <chrono>
 #include <iterator>
@@ -148,10 +152,30 @@ void BM_Step(benchmark::State& state, const GptConfig& model, int64_t micro, Eng
   }
   const Batch batch{Tensor::wrap(ids.data(), {micro, seq}, DType::kI32),
                     Tensor::wrap(targets.data(), {micro, seq}, DType::kI32)};
+  double phase_seconds[3] = {0, 0, 0};  // forward, backward, optimizer step: summed over the timed steps
+  double phase_faults[3] = {0, 0, 0};   // minor page faults (memory the step touches for the first time)
+  auto faults = [] {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return static_cast<double>(u.ru_minflt);
+  };
   auto step = [&] {
+    using clock = std::chrono::steady_clock;
+    const double f0 = faults();
+    const auto t0 = clock::now();
     (*engine)->forward(batch).value();
+    const auto t1 = clock::now();
+    const double f1 = faults();
     ZE_CHECK_OK((*engine)->backward());
+    const auto t2 = clock::now();
+    const double f2 = faults();
     (void)(*engine)->step();
+    const auto t3 = clock::now();
+    const double f3 = faults();
+    phase_faults[0] += f1 - f0, phase_faults[1] += f2 - f1, phase_faults[2] += f3 - f2;
+    phase_seconds[0] += std::chrono::duration<double>(t1 - t0).count();
+    phase_seconds[1] += std::chrono::duration<double>(t2 - t1).count();
+    phase_seconds[2] += std::chrono::duration<double>(t3 - t2).count();
   };
   step();  // warm-up: primitive creation, first-touch of activations
   MemoryTracker::global().reset_peaks();
@@ -159,6 +183,8 @@ void BM_Step(benchmark::State& state, const GptConfig& model, int64_t micro, Eng
   const int64_t peak_bytes = MemoryTracker::global().snapshot().allocated[0].peak;  // the step alone
   StepGemmSet gemms(backend, model, gemm_dtype);
   gemms.time_once(backend.ops());
+  for (double& p : phase_seconds) p = 0;
+  for (double& p : phase_faults) p = 0;
   double step_seconds = 0, gemm_seconds = 0;
   for (auto _ : state) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -175,6 +201,13 @@ void BM_Step(benchmark::State& state, const GptConfig& model, int64_t micro, Eng
   const double achieved = step_flops * n / step_seconds;
   const double gemm_rate = gemms.flops() * n / gemm_seconds;
   state.counters["step_s"] = step_seconds / n;
+  state.counters["fwd_s"] = phase_seconds[0] / n;
+  state.counters["bwd_s"] = phase_seconds[1] / n;
+  state.counters["opt_s"] = phase_seconds[2] / n;
+  state.counters["fwd_faults"] = phase_faults[0] / n;
+  state.counters["bwd_faults"] = phase_faults[1] / n;
+  state.counters["opt_faults"] = phase_faults[2] / n;
+  state.counters["gemm_s"] = step_flops / gemm_rate;  // the step's FLOPs at the GEMM rate: the step's floor
   state.counters["GFLOP/s"] = achieved / 1e9;
   state.counters[std::string("gemm_") + std::string(dtype_name(gemm_dtype)) + "_GFLOP/s"] = gemm_rate / 1e9;
   state.counters["ratio_to_gemm"] = achieved / gemm_rate;

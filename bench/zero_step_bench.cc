@@ -4,7 +4,9 @@
 //   mpirun -np N build/bench/zero_step_bench
 // Counters:
 //  * step_s: wall time of one optimizer step (forward, backward, reduction,
-//    optimizer, all-gather);
+//    optimizer, all-gather); fwd_s, bwd_s, opt_s: the engine's own split of
+//    it (wall_clock_breakdown's), comm_wait_s: the part spent waiting on
+//    collectives;
 //  * comm_over_psi: bytes this rank sent into collectives per step divided
 //    by Psi x 4 bytes, next to paper_volume: the ZeRO paper's per-rank volume
 //    (2 Psi for stages 0-2, 3 Psi for stage 3) times (W - 1) / W, the share a
@@ -61,7 +63,7 @@ void BM_ZeroStep(benchmark::State& state, int stage, bool overlap, bool regather
     last = (*engine)->step().value_or(StepResult());
   };
   step();  // warm-up; the stage-3 trace is recorded here
-  double seconds = 0;
+  double seconds = 0, phases[4] = {0, 0, 0, 0};  // forward, backward, step, waiting on communication
   int64_t bytes = 0;
   for (auto _ : state) {
     (void)g_comm->barrier();
@@ -71,11 +73,17 @@ void BM_ZeroStep(benchmark::State& state, int stage, bool overlap, bool regather
     state.SetIterationTime(s);
     seconds += s;
     bytes += last.comm_bytes;
+    phases[0] += last.forward_s, phases[1] += last.backward_s, phases[2] += last.step_s;
+    phases[3] += last.comm_wait_s;
   }
   const double n = static_cast<double>(state.iterations());
   const double psi_bytes = static_cast<double>((*engine)->num_parameters()) * 4.0;
   state.counters["ranks"] = w;
   state.counters["step_s"] = seconds / n;
+  state.counters["fwd_s"] = phases[0] / n;
+  state.counters["bwd_s"] = phases[1] / n;
+  state.counters["opt_s"] = phases[2] / n;
+  state.counters["comm_wait_s"] = phases[3] / n;
   state.counters["comm_over_psi"] = static_cast<double>(bytes) / n / psi_bytes;
   state.counters["paper_volume"] = (stage == 3 ? 3.0 : 2.0) * (w - 1) / w;
   state.counters["tokens_per_s"] = static_cast<double>(w * kMicro * 64) / (seconds / n);

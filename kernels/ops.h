@@ -217,9 +217,13 @@ class Ops {
 
   // One AdamW/Adam step on fp32 master weights with fp32 moments m, v; grad in
   // any float dtype. When param_out is defined (bf16/fp16/fp32, same numel) the
-  // updated master is also written there, fused into the same pass.
+  // updated master is also written there, fused into the same pass. Where
+  // adamw_takes_narrow_master(), also on bf16/fp16 master weights with grad and
+  // param_out in their dtype and fp32 or (bf16 master) bf16 moments: the fp32
+  // step over the widened values, rounded to nearest even, in one pass.
   virtual void adamw(const Tensor& master, const Tensor& grad, const Tensor& m, const Tensor& v,
                      const Tensor& param_out, const AdamWHyper& hyper) = 0;
+  virtual bool adamw_takes_narrow_master() const { return false; }
 
   // One SGD step (SgdHyper) on fp32 master weights; momentum_buf (fp32) is
   // ignored when hyper.momentum == 0; param_out as for adamw.

@@ -94,7 +94,9 @@ class LionOptimizer final : public Optimizer {
   LionHyper hyper_;
 };
 
-// An fp32 optimizer over bf16 master weights and/or states: each piece of
+// An fp32 optimizer over bf16 master weights and/or states, where the
+// backend's kernel does not take them itself (SGD and Lion; Adam on backends
+// without Ops::adamw_takes_narrow_master): each piece of
 // kNarrowStepElems elements is widened into fp32 staging, stepped by the
 // inner optimizer, and narrowed back (the backend's cast rounds to nearest
 // even). fp32 arrays and the gradient pass through untouched.
@@ -208,6 +210,9 @@ absl::StatusOr<std::unique_ptr<Optimizer>> make_optimizer(const OptimizerConfig&
            (precision.states == DType::kF32 || (precision.states == DType::kBF16 && precision.master == DType::kBF16)))
       << dtype_name(precision.master) << " master, " << dtype_name(precision.states) << " states";
   if (!precision.narrow()) return fp32;
+  // Adam steps 16-bit arrays in one pass where the backend's kernel takes them.
+  const bool adam = config.type == OptimizerType::kAdam || config.type == OptimizerType::kAdamW;
+  if (adam && backend.ops().adamw_takes_narrow_master()) return fp32;
   return std::unique_ptr<Optimizer>(new NarrowOptimizer(std::move(fp32), backend, precision));
 }
 

@@ -10,10 +10,12 @@
 //
 // Master weights and states are fp32, or 16-bit (DeepSpeed's
 // bf16.bf16_master_weights_and_grads and bf16_optimizer_states,
-// fp16.fp16_master_weights_and_grads): then each step widens a piece of the
-// 16-bit arrays to fp32, runs the same fp32 kernel and narrows the result back
-// with round-to-nearest-even, as DeepSpeed's CPU Adam does (the arithmetic is
-// fp32 either way; no stochastic rounding).
+// fp16.fp16_master_weights_and_grads): then the step is the fp32 step over
+// the widened values, narrowed back with round-to-nearest-even, as DeepSpeed's
+// CPU Adam does (the arithmetic is fp32 either way; no stochastic rounding).
+// Adam on the CPU does it in registers in one pass (Ops::adamw); otherwise
+// each piece of the 16-bit arrays is widened into fp32 staging, stepped by the
+// fp32 kernel and narrowed back.
 #pragma once
 
 #include <memory>
@@ -56,7 +58,8 @@ struct OptimizerPrecision {
 // Elements a narrow (bf16) step widens at a time; its fp32 staging, one
 // array per bf16 array, is tracked workspace on the optimizer's backend.
 inline constexpr int64_t kNarrowStepElems = int64_t{1} << 18;
-// Bytes of that staging for `state_arrays` states (the planner's figure).
+// Bytes of that staging for `state_arrays` states (none is made where the
+// backend's kernel takes the 16-bit arrays itself: Adam on the CPU).
 inline int64_t narrow_step_staging_bytes(const OptimizerPrecision& p, int state_arrays) {
   const int64_t arrays = (p.master != DType::kF32 ? 1 : 0) + (p.states != DType::kF32 ? state_arrays : 0);
   return arrays * kNarrowStepElems * 4;

@@ -1,5 +1,6 @@
 // Adam/AdamW (and SGD) over flat fp32 master weights, fused with the write of the
-// 16-bit (or fp32) parameter copy, as a template over the ISA V. DeepSpeed's
+// 16-bit (or fp32) parameter copy, as a template over the ISA V; Adam also over
+// 16-bit master weights and moments (adamw_narrow_impl). DeepSpeed's
 // CPU-Adam arithmetic, element by element:
 //   g = grad * grad_scale;  if (!adamw && wd) g += wd * p
 //   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
@@ -69,22 +70,26 @@ inline void vstream(void* base, int64_t i, typename W::F x) {
   }
 }
 
-// The update of the W::kWidth elements at i (one lane for W = Scalar).
-template <class W, DType G, DType P, AdamDecay D, CopyStore C>
-inline void adamw_lanes(const AdamLanes<W>& c, float* master, const void* grad, float* m, float* v,
+// The update of the W::kWidth elements at i (one lane for W = Scalar). The
+// master weights are stored as M and the moments as S (fp32, or 16-bit
+// widened on load and rounded to nearest even on store: the arithmetic is
+// fp32 either way, so a 16-bit step is the fp32 step over the widened values,
+// rounded, bit for bit).
+template <class W, DType M, DType S, DType G, DType P, AdamDecay D, CopyStore C>
+inline void adamw_lanes(const AdamLanes<W>& c, void* master, const void* grad, void* m, void* v,
                         void* param_out, int64_t i) {
   using F = typename W::F;
-  F p = W::load(master + i);
+  F p = vload<W, M>(master, i);
   F g = W::mul(vload<W, G>(grad, i), c.grad_scale);
   if constexpr (D == AdamDecay::kL2) g = W::fmadd(p, c.weight_decay, g);
-  const F mi = W::fmadd(g, c.one_minus_beta1, W::mul(W::load(m + i), c.beta1));
-  const F vi = W::fmadd(W::mul(g, g), c.one_minus_beta2, W::mul(W::load(v + i), c.beta2));
+  const F mi = W::fmadd(g, c.one_minus_beta1, W::mul(vload<W, S>(m, i), c.beta1));
+  const F vi = W::fmadd(W::mul(g, g), c.one_minus_beta2, W::mul(vload<W, S>(v, i), c.beta2));
   const F denom = W::fmadd(W::sqrt(vi), c.bc2_rsqrt, c.eps);
   if constexpr (D == AdamDecay::kDecoupled) p = W::fmadd(p, c.decay, p);
   p = W::fmadd(W::div(mi, denom), c.step_size, p);
-  W::store(master + i, p);
-  W::store(m + i, mi);
-  W::store(v + i, vi);
+  vstore<W, M>(master, i, p);
+  vstore<W, S>(m, i, mi);
+  vstore<W, S>(v, i, vi);
   if constexpr (C == CopyStore::kStore) vstore<W, P>(param_out, i, p);
   if constexpr (C == CopyStore::kStream) vstream<W, P>(param_out, i, p);
 }
@@ -93,8 +98,8 @@ inline void adamw_lanes(const AdamLanes<W>& c, float* master, const void* grad, 
 // arithmetic, see simd.h). With stream_copy, the vectors write the copy with
 // streaming stores, after one-lane heads up to the first element whose copy
 // address is aligned for them.
-template <class V, DType G, DType P, AdamDecay D, bool kCopy>
-void adamw_range(const AdamScalars s, float* master, const void* grad, float* m, float* v,
+template <class V, DType M, DType S, DType G, DType P, AdamDecay D, bool kCopy>
+void adamw_range(const AdamScalars s, void* master, const void* grad, void* m, void* v,
                  void* param_out, bool stream_copy, int64_t begin, int64_t end) {
   constexpr CopyStore kStore = kCopy ? CopyStore::kStore : CopyStore::kNone;
   const AdamLanes<V> cv(s);
@@ -108,20 +113,19 @@ void adamw_range(const AdamScalars s, float* master, const void* grad, float* m,
       const int64_t head = std::min<int64_t>(
           end, begin + (kVectorBytes - at % kVectorBytes) % kVectorBytes / kElemBytes);
       for (; i < head; ++i)
-        adamw_lanes<Scalar, G, P, D, kStore>(c1, master, grad, m, v, param_out, i);
+        adamw_lanes<Scalar, M, S, G, P, D, kStore>(c1, master, grad, m, v, param_out, i);
       for (; i + V::kWidth <= end; i += V::kWidth)
-        adamw_lanes<V, G, P, D, CopyStore::kStream>(cv, master, grad, m, v, param_out, i);
+        adamw_lanes<V, M, S, G, P, D, CopyStore::kStream>(cv, master, grad, m, v, param_out, i);
       _mm_sfence();  // streaming stores are weakly ordered
     }
   }
   for (; i + V::kWidth <= end; i += V::kWidth)
-    adamw_lanes<V, G, P, D, kStore>(cv, master, grad, m, v, param_out, i);
-  for (; i < end; ++i) adamw_lanes<Scalar, G, P, D, kStore>(c1, master, grad, m, v, param_out, i);
+    adamw_lanes<V, M, S, G, P, D, kStore>(cv, master, grad, m, v, param_out, i);
+  for (; i < end; ++i) adamw_lanes<Scalar, M, S, G, P, D, kStore>(c1, master, grad, m, v, param_out, i);
 }
 
-template <class V>
-void adamw_impl(float* master, const void* grad, DType grad_dtype, float* m, float* v,
-                void* param_out, DType param_dtype, int64_t n, const AdamWHyper& h) {
+// The step's scalars and decay mode from the hyper-parameters (DeepSpeed's).
+inline AdamScalars adam_scalars(const AdamWHyper& h) {
   const double t = static_cast<double>(h.step);
   const float bc1 = h.bias_correction ? static_cast<float>(1.0 - std::pow(h.beta1, t)) : 1.0f;
   AdamScalars s;
@@ -136,34 +140,69 @@ void adamw_impl(float* master, const void* grad, DType grad_dtype, float* m, flo
   s.eps = h.eps;
   s.decay = -h.lr * h.weight_decay;
   s.step_size = -h.lr / bc1;
-  const AdamDecay decay = h.weight_decay > 0.0f
-                              ? (h.adamw_mode ? AdamDecay::kDecoupled : AdamDecay::kL2)
-                              : AdamDecay::kNone;
-  const bool stream_copy = param_out != nullptr && n >= kStreamCopyMinElems;
+  return s;
+}
 
-  // Instantiates adamw_range with the run-time options as template arguments.
+inline AdamDecay adam_decay(const AdamWHyper& h) {
+  if (h.weight_decay <= 0.0f) return AdamDecay::kNone;
+  return h.adamw_mode ? AdamDecay::kDecoupled : AdamDecay::kL2;
+}
+
+// Runs adamw_range<V, M, S, G, P, D, kCopy> over [0, n) on the OpenMP threads,
+// with the decay mode as a template argument.
+template <class V, DType M, DType S, DType G, DType P, bool kCopy>
+void adamw_parallel(const AdamWHyper& h, void* master, const void* grad, void* m, void* v, void* param_out,
+                    int64_t n) {
+  const AdamScalars s = adam_scalars(h);
+  const bool stream_copy = param_out != nullptr && n >= kStreamCopyMinElems;
+  auto run = [&](auto decay_tag) {
+    constexpr AdamDecay D = decltype(decay_tag)::value;
+    parallel_ranges<V>(n, [&](int64_t begin, int64_t end) {
+      adamw_range<V, M, S, G, P, D, kCopy>(s, master, grad, m, v, param_out, stream_copy, begin, end);
+    });
+  };
+  switch (adam_decay(h)) {
+    case AdamDecay::kNone: return run(DecayTag<AdamDecay::kNone>{});
+    case AdamDecay::kL2: return run(DecayTag<AdamDecay::kL2>{});
+    case AdamDecay::kDecoupled: return run(DecayTag<AdamDecay::kDecoupled>{});
+  }
+}
+
+template <class V>
+void adamw_impl(float* master, const void* grad, DType grad_dtype, float* m, float* v,
+                void* param_out, DType param_dtype, int64_t n, const AdamWHyper& h) {
   with_float_dtype(grad_dtype, [&](auto gtag) {
-    auto with_copy = [&](auto ptag, auto copy_tag) {
-      auto with_decay = [&](auto decay_tag) {
-        constexpr DType G = decltype(gtag)::value, P = decltype(ptag)::value;
-        constexpr AdamDecay D = decltype(decay_tag)::value;
-        constexpr bool kCopy = decltype(copy_tag)::value;
-        parallel_ranges<V>(n, [&](int64_t begin, int64_t end) {
-          adamw_range<V, G, P, D, kCopy>(s, master, grad, m, v, param_out, stream_copy, begin, end);
-        });
-      };
-      switch (decay) {
-        case AdamDecay::kNone: return with_decay(DecayTag<AdamDecay::kNone>{});
-        case AdamDecay::kL2: return with_decay(DecayTag<AdamDecay::kL2>{});
-        case AdamDecay::kDecoupled: return with_decay(DecayTag<AdamDecay::kDecoupled>{});
-      }
-    };
-    if (param_out == nullptr) {
-      with_copy(DTypeTag<DType::kF32>{}, std::false_type{});
-    } else {
-      with_float_dtype(param_dtype, [&](auto ptag) { with_copy(ptag, std::true_type{}); });
-    }
+    constexpr DType G = decltype(gtag)::value, F32 = DType::kF32;
+    if (param_out == nullptr) return adamw_parallel<V, F32, F32, G, F32, false>(h, master, grad, m, v, nullptr, n);
+    with_float_dtype(param_dtype, [&](auto ptag) {
+      adamw_parallel<V, F32, F32, G, decltype(ptag)::value, true>(h, master, grad, m, v, param_out, n);
+    });
   });
+}
+
+// Over 16-bit master weights (bf16 or fp16; the gradients and the optional
+// parameter copy in the same dtype) with moments in fp32 or, under a bf16
+// master, bf16: the widening and the rounding back happen in registers, so
+// the pass moves 16 bytes per parameter with bf16 states (read p, g, m, v;
+// write p, m, v) instead of staging fp32 copies.
+template <class V>
+void adamw_narrow_impl(void* master, DType master_dtype, void* m, void* v, DType state_dtype, const void* grad,
+                       void* param_out, int64_t n, const AdamWHyper& h) {
+  auto run = [&](auto mtag, auto stag) {
+    constexpr DType M = decltype(mtag)::value, S = decltype(stag)::value;
+    if (param_out == nullptr) return adamw_parallel<V, M, S, M, M, false>(h, master, grad, m, v, nullptr, n);
+    adamw_parallel<V, M, S, M, M, true>(h, master, grad, m, v, param_out, n);
+  };
+  if (master_dtype == DType::kBF16 && state_dtype == DType::kBF16) {
+    return run(DTypeTag<DType::kBF16>{}, DTypeTag<DType::kBF16>{});
+  }
+  if (master_dtype == DType::kBF16 && state_dtype == DType::kF32) {
+    return run(DTypeTag<DType::kBF16>{}, DTypeTag<DType::kF32>{});
+  }
+  if (master_dtype == DType::kF16 && state_dtype == DType::kF32) {
+    return run(DTypeTag<DType::kF16>{}, DTypeTag<DType::kF32>{});
+  }
+  __builtin_trap();  // CpuOps::adamw validates the dtypes
 }
 
 // torch.optim.SGD's arithmetic (see SgdHyper), fused with the parameter copy.

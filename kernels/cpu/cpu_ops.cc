@@ -352,9 +352,19 @@ void CpuOps::cross_entropy_slice_finish(const Tensor& probs, const Tensor& targe
 
 void CpuOps::adamw(const Tensor& master, const Tensor& grad, const Tensor& m, const Tensor& v,
                    const Tensor& param_out, const AdamWHyper& hyper) {
-  check_f32(master), check_f32(m), check_f32(v), check_float(grad);
   check_same_numel(master, grad), check_same_numel(master, m), check_same_numel(master, v);
-  if (param_out.defined()) check_float(param_out), check_same_numel(master, param_out);
+  if (param_out.defined()) check_same_numel(master, param_out);
+  if (master.dtype() != DType::kF32) {  // 16-bit master: see Ops::adamw_takes_narrow_master
+    ZE_CHECK(m.dtype() == v.dtype() && (m.dtype() == DType::kF32 || master.dtype() == DType::kBF16))
+        << master.debug_string() << " " << m.debug_string() << " " << v.debug_string();
+    ZE_CHECK(grad.dtype() == master.dtype()) << grad.debug_string();
+    if (param_out.defined()) ZE_CHECK(param_out.dtype() == master.dtype()) << param_out.debug_string();
+    simd_.adamw_narrow(master.data(), master.dtype(), m.data(), v.data(), m.dtype(), grad.data(),
+                       param_out.defined() ? param_out.data() : nullptr, master.numel(), hyper);
+    return;
+  }
+  check_f32(m), check_f32(v), check_float(grad);
+  if (param_out.defined()) check_float(param_out);
   simd_.adamw(master.f32(), grad.data(), grad.dtype(), m.f32(), v.f32(),
               param_out.defined() ? param_out.data() : nullptr, param_out.dtype(), master.numel(),
               hyper);

@@ -70,6 +70,7 @@ class CpuOps final : public Ops {
                                   const Tensor& sums, float grad_scale, const Tensor& losses) override;
   void adamw(const Tensor& master, const Tensor& grad, const Tensor& m, const Tensor& v,
              const Tensor& param_out, const AdamWHyper& hyper) override;
+  bool adamw_takes_narrow_master() const override { return true; }
   void sgd(const Tensor& master, const Tensor& grad, const Tensor& momentum_buf,
            const Tensor& param_out, const SgdHyper& hyper) override;
   void lion(const Tensor& master, const Tensor& grad, const Tensor& exp_avg, const Tensor& param_out,

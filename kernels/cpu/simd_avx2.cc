@@ -40,6 +40,7 @@ const SimdKernels kAvx2Kernels = {
     .softcap_forward = softcap_forward_impl<Avx2>,
     .softcap_backward = softcap_backward_impl<Avx2>,
     .adamw = adamw_impl<Avx2>,
+    .adamw_narrow = adamw_narrow_impl<Avx2>,
     .sgd = sgd_impl<Avx2>,
     .lion = lion_impl<Avx2>,
 };

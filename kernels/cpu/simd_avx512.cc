@@ -40,6 +40,7 @@ const SimdKernels kAvx512Kernels = {
     .softcap_forward = softcap_forward_impl<Avx512>,
     .softcap_backward = softcap_backward_impl<Avx512>,
     .adamw = adamw_impl<Avx512>,
+    .adamw_narrow = adamw_narrow_impl<Avx512>,
     .sgd = sgd_impl<Avx512>,
     .lion = lion_impl<Avx512>,
 };

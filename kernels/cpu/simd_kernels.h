@@ -78,6 +78,10 @@ struct SimdKernels {
   // ---- optimizers (adamw_impl.h, lion_impl.h)
   void (*adamw)(float* master, const void* grad, DType grad_dtype, float* m, float* v,
                 void* param_out, DType param_dtype, int64_t n, const AdamWHyper& hyper);
+  // The same over bf16/fp16 master weights (grad and param_out in their
+  // dtype, param_out nullable) with fp32 or (under bf16) bf16 moments.
+  void (*adamw_narrow)(void* master, DType master_dtype, void* m, void* v, DType state_dtype, const void* grad,
+                       void* param_out, int64_t n, const AdamWHyper& hyper);
   void (*sgd)(float* master, const void* grad, DType grad_dtype, float* momentum_buf,
               void* param_out, DType param_dtype, int64_t n, const SgdHyper& hyper);
   void (*lion)(float* master, const void* grad, DType grad_dtype, float* exp_avg, void* param_out,

@@ -67,6 +67,7 @@ class DryRunOps final : public Ops {
                                   const Tensor&) override {}
   void adamw(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
              const AdamWHyper&) override {}
+  bool adamw_takes_narrow_master() const override { return true; }  // as the CPU ops: no staging to carve
   void sgd(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const SgdHyper&) override {}
   void lion(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const LionHyper&) override {}
   double sum_squares(const Tensor&) override { return 0.0; }

@@ -343,17 +343,12 @@ absl::Status load_checkpoint(Engine& engine, const std::string& dir, const std::
   Communicator& comm = engine.mesh().world();
   absl::StatusOr<std::string> tag = tag_in;
   if (tag_in.empty() && options.node_local) {
-    // Rank 0's resume point: another host may hold fewer checkpoints.
-    std::string name;
-    absl::Status found;
-    if (comm.rank() == 0) {
-      absl::StatusOr<ResumePoint> point = resume_point(dir);
-      found = point.status();
-      if (point.ok()) name = point->tag;
-    }
-    ZE_RETURN_IF_ERROR(broadcast_status(comm, found, 0));
-    ZE_RETURN_IF_ERROR(broadcast_bytes(comm, name, 0));
-    tag = name;
+    // Rank 0's resume point: another host may hold fewer checkpoints. dir is
+    // `resume` (its resume_point; NOT_FOUND when it holds none), and
+    // save_dir too should it be literally "auto".
+    ZE_ASSIGN_OR_RETURN(const std::optional<ResumeTarget> target, agree_resume_target(comm, dir, dir));
+    if (!target) return absl::NotFoundError(cat("no checkpoint in ", dir));
+    tag = target->point.tag;
   } else if (tag_in.empty()) {
     absl::StatusOr<ResumePoint> point = resume_point(dir);
     tag = point.ok() ? absl::StatusOr<std::string>(point->tag) : point.status();

@@ -258,6 +258,50 @@ TEST_P(SimdIsaTest, ThreadedRunMatchesPieces) {
   EXPECT_TRUE(same_prefix(lion_whole, lion_pieces, kN)) << "lion";
 }
 
+// Adam over 16-bit arrays (bf16 master with bf16 or fp32 moments) is the fp32
+// step over their widened values, rounded to nearest even, bit for bit: in
+// the vector body, the one-lane tail (37) and a threaded run (100003).
+TEST_P(SimdIsaTest, NarrowAdamIsTheWidenedStepRounded) {
+  AdamWHyper h = kAdamHyper;
+  h.lr = 0.05f;  // steps of ~5%: every bf16 weight moves
+  for (int64_t n : {int64_t{64}, int64_t{37}, int64_t{100003}}) {
+    for (DType states : {DType::kBF16, DType::kF32}) {
+      SCOPED_TRACE(testing::Message() << n << " elements, " << dtype_name(states) << " states");
+      OptimState wide(n);
+      std::vector<uint16_t> master16(n), m16(n), v16(n), copy16(n);
+      std::vector<float> m32(n), v32(n);
+      for (int64_t i = 0; i < n; ++i) {
+        master16[i] = float_to_bf16(wide.master[i]), wide.master[i] = bf16_to_float(master16[i]);
+        if (states == DType::kBF16) {
+          m16[i] = float_to_bf16(wide.m[i]), wide.m[i] = bf16_to_float(m16[i]);
+          v16[i] = float_to_bf16(wide.v[i]), wide.v[i] = bf16_to_float(v16[i]);
+        }
+        m32[i] = wide.m[i], v32[i] = wide.v[i];
+      }
+      void* m = states == DType::kBF16 ? static_cast<void*>(m16.data()) : m32.data();
+      void* v = states == DType::kBF16 ? static_cast<void*>(v16.data()) : v32.data();
+      k_->adamw(wide.master.data(), wide.grad16.data(), DType::kBF16, wide.m.data(), wide.v.data(), nullptr,
+                DType::kF32, n, h);
+      k_->adamw_narrow(master16.data(), DType::kBF16, m, v, states, wide.grad16.data(), copy16.data(), n, h);
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(master16[i], float_to_bf16(wide.master[i])) << "master " << i;
+        ASSERT_EQ(copy16[i], master16[i]) << "parameter copy " << i;
+        if (states == DType::kBF16) {
+          ASSERT_EQ(m16[i], float_to_bf16(wide.m[i])) << "exp_avg " << i;
+          ASSERT_EQ(v16[i], float_to_bf16(wide.v[i])) << "exp_avg_sq " << i;
+        } else {
+          ASSERT_EQ(float_bits(m32[i]), float_bits(wide.m[i])) << "exp_avg " << i;
+          ASSERT_EQ(float_bits(v32[i]), float_bits(wide.v[i])) << "exp_avg_sq " << i;
+        }
+      }
+      const OptimState before(n);
+      int64_t moved = 0;
+      for (int64_t i = 0; i < n; ++i) moved += master16[i] != float_to_bf16(before.master[i]);
+      EXPECT_GT(moved, n / 2) << "the step moved " << moved << " of " << n << " bf16 weights";
+    }
+  }
+}
+
 // --------------------------------------------- reductions, per table, vs double
 
 TEST_P(SimdIsaTest, SoftmaxAndCrossEntropyMatchReference) {

@@ -37,6 +37,7 @@
 #include "runtime/engine/engine.h"
 #include "tests/testing/counting_rows.h"
 #include "tests/testing/run_command.h"
+#include "tests/testing/test_files.h"
 
 namespace zero {
 namespace {
@@ -181,10 +182,7 @@ class NodeLocalCheckpointTest : public ::testing::TestWithParam<int> {
     Result res;
     res.exit_code = r.exit_code;
     res.output = r.output;
-    std::ifstream in(out);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    res.written = ss.str();
+    res.written = testing::read_file(out);
     std::istringstream lines(res.written);
     for (std::string line; std::getline(lines, line);) {
       std::istringstream l(line);
@@ -239,14 +237,9 @@ TEST_P(NodeLocalCheckpointTest, EachHostHoldsItsShardsAndResumesBitwise) {
   EXPECT_EQ(files("hB"), (std::vector<std::string>{"manifest.json", "rank_00002.shard", "rank_00003.shard",
                                                     "tokenizer.json"}));
   for (const char* host : {"hA", "hB"}) {
-    std::ifstream latest(disk(host) + "/latest");
-    std::string tag;
-    latest >> tag;
-    EXPECT_EQ(tag, "global_step3") << host;
-    std::ifstream tok(disk(host) + "/global_step3/tokenizer.json");
-    EXPECT_EQ(std::string(std::istreambuf_iterator<char>(tok), {}), "{\"rank0\": true}") << host;
-    std::ifstream mf(disk(host) + "/global_step3/manifest.json");
-    const nlohmann::json m = nlohmann::json::parse(mf);
+    EXPECT_EQ(testing::read_file(disk(host) + "/latest"), "global_step3\n") << host;
+    EXPECT_EQ(testing::read_file(disk(host) + "/global_step3/tokenizer.json"), "{\"rank0\": true}") << host;
+    const nlohmann::json m = nlohmann::json::parse(testing::read_file(disk(host) + "/global_step3/manifest.json"));
     ASSERT_EQ(m["files"].size(), 4u);
     for (int r = 0; r < 4; ++r) EXPECT_EQ(m["files"][r]["host"], r < 2 ? "hA" : "hB") << host << " rank " << r;
     EXPECT_EQ(m["model"]["model_type"], "gpt2") << host;
@@ -334,7 +327,7 @@ TEST_P(NodeLocalCheckpointTest, ZeroTrainSavesPerHostAndResumesOnSwappedHosts) {
   };
   auto losses = [&] {
     std::map<int, std::string> out;
-    std::ifstream in(metrics);
+    std::istringstream in(testing::read_file(metrics));
     for (std::string line; std::getline(in, line);) {
       const nlohmann::json j = nlohmann::json::parse(line);
       out[j["step"].get<int>()] = j["loss"].dump();
