@@ -6,7 +6,8 @@
 //  * step_s: wall time of one optimizer step (forward, backward, reduction,
 //    optimizer, all-gather); fwd_s, bwd_s, opt_s: the engine's own split of
 //    it (wall_clock_breakdown's), comm_wait_s: the part spent waiting on
-//    collectives;
+//    collectives; page_faults: minor page faults per step (memory the step
+//    touches for the first time: what the caching allocator gave back);
 //  * comm_over_psi: bytes this rank sent into collectives per step divided
 //    by Psi x 4 bytes, next to paper_volume: the ZeRO paper's per-rank volume
 //    (2 Psi for stages 0-2, 3 Psi for stage 3) times (W - 1) / W, the share a
@@ -15,6 +16,8 @@
 //    "stage3" keeps DeepSpeed's defaults, under which a model this small is
 //    never released between forward and backward.
 #include <benchmark/benchmark.h>
+
+#include <sys/resource.h>
 
 #include <chrono>
 
@@ -65,11 +68,16 @@ void BM_ZeroStep(benchmark::State& state, int stage, bool overlap, bool regather
   step();  // warm-up; the stage-3 trace is recorded here
   double seconds = 0, phases[4] = {0, 0, 0, 0};  // forward, backward, step, waiting on communication
   int64_t bytes = 0;
+  double faults = 0;
   for (auto _ : state) {
     (void)g_comm->barrier();
+    rusage u0{}, u1{};
+    getrusage(RUSAGE_SELF, &u0);
     const auto t0 = std::chrono::steady_clock::now();
     step();
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    getrusage(RUSAGE_SELF, &u1);
+    faults += static_cast<double>(u1.ru_minflt - u0.ru_minflt);
     state.SetIterationTime(s);
     seconds += s;
     bytes += last.comm_bytes;
@@ -84,6 +92,7 @@ void BM_ZeroStep(benchmark::State& state, int stage, bool overlap, bool regather
   state.counters["bwd_s"] = phases[1] / n;
   state.counters["opt_s"] = phases[2] / n;
   state.counters["comm_wait_s"] = phases[3] / n;
+  state.counters["page_faults"] = faults / n;
   state.counters["comm_over_psi"] = static_cast<double>(bytes) / n / psi_bytes;
   state.counters["paper_volume"] = (stage == 3 ? 3.0 : 2.0) * (w - 1) / w;
   state.counters["tokens_per_s"] = static_cast<double>(w * kMicro * 64) / (seconds / n);

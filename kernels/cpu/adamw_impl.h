@@ -59,17 +59,6 @@ enum class CopyStore { kNone, kStore, kStream };  // how the parameter copy is w
 // copy may still be in cache when it is read next.
 inline constexpr int64_t kStreamCopyMinElems = int64_t{1} << 16;
 
-template <class W, DType T>
-inline void vstream(void* base, int64_t i, typename W::F x) {
-  if constexpr (T == DType::kF32) {
-    W::stream(static_cast<float*>(base) + i, x);
-  } else if constexpr (T == DType::kBF16) {
-    W::stream_bf16(static_cast<uint16_t*>(base) + i, x);
-  } else {
-    W::stream_f16(static_cast<uint16_t*>(base) + i, x);
-  }
-}
-
 // The update of the W::kWidth elements at i (one lane for W = Scalar). The
 // master weights are stored as M and the moments as S (fp32, or 16-bit
 // widened on load and rounded to nearest even on store: the arithmetic is

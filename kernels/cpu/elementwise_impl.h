@@ -4,6 +4,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "kernels/cpu/kernel_common_impl.h"
@@ -41,13 +42,37 @@ void scale_impl(void* x, DType dtype, float s, int64_t n) {
   });
 }
 
+// Fills of at least this many bytes (zeroing a model's gradients, a fresh
+// buffer) write with streaming stores: half the memory traffic of normal
+// stores, which first read every line they overwrite; the data is far larger
+// than the caches, so nothing is lost by not leaving it there.
+inline constexpr int64_t kStreamFillMinBytes = int64_t{4} << 20;
+
 template <class V>
 void fill_impl(void* x, DType dtype, float v, int64_t n) {
   with_float_dtype(dtype, [&](auto tag) {
     constexpr DType T = decltype(tag)::value;
-    parallel_lanes<V>(n, [&](auto w, int64_t i) {
-      using W = decltype(w);
-      vstore<W, T>(x, i, W::set1(v));
+    constexpr int64_t kElemBytes = T == DType::kF32 ? 4 : 2;
+    constexpr int64_t kVectorBytes = V::kWidth * kElemBytes;
+    const uintptr_t at = reinterpret_cast<uintptr_t>(x);
+    if (n * kElemBytes < kStreamFillMinBytes || at % kElemBytes != 0) {
+      parallel_lanes<V>(n, [&](auto w, int64_t i) {
+        using W = decltype(w);
+        vstore<W, T>(x, i, W::set1(v));
+      });
+      return;
+    }
+    parallel_ranges<V>(n, [&](int64_t begin, int64_t end) {
+      // One-lane head up to the first vector-aligned element, streamed
+      // vectors, then the one-lane tail.
+      const int64_t head = std::min<int64_t>(
+          end, begin + (kVectorBytes - (at + begin * kElemBytes) % kVectorBytes) % kVectorBytes / kElemBytes);
+      int64_t i = begin;
+      for (; i < head; ++i) vstore<Scalar, T>(x, i, Scalar::set1(v));
+      const typename V::F value = V::set1(v);
+      for (; i + V::kWidth <= end; i += V::kWidth) vstream<V, T>(x, i, value);
+      for (; i < end; ++i) vstore<Scalar, T>(x, i, Scalar::set1(v));
+      _mm_sfence();  // streaming stores are weakly ordered
     });
   });
 }

@@ -52,6 +52,20 @@ inline void vstore(void* base, int64_t i, typename W::F x) {
   }
 }
 
+// A non-temporal (streaming) store of what vstore stores: for output that is
+// not read back soon, as it skips reading the line it overwrites. The
+// address must be aligned to the vector's bytes.
+template <class W, DType T>
+inline void vstream(void* base, int64_t i, typename W::F x) {
+  if constexpr (T == DType::kF32) {
+    W::stream(static_cast<float*>(base) + i, x);
+  } else if constexpr (T == DType::kBF16) {
+    W::stream_bf16(static_cast<uint16_t*>(base) + i, x);
+  } else {
+    W::stream_f16(static_cast<uint16_t*>(base) + i, x);
+  }
+}
+
 // Runs body(W{}, i) over [begin, end): full vectors of V, then one-lane tails
 // with Scalar (same arithmetic, see simd.h).
 template <class V, class Body>

@@ -258,6 +258,23 @@ TEST_P(SimdIsaTest, ThreadedRunMatchesPieces) {
   EXPECT_TRUE(same_prefix(lion_whole, lion_pieces, kN)) << "lion";
 }
 
+// A fill of 4 MiB or more streams its stores: every element is written,
+// from an unaligned start through the one-lane head, the vectors and the
+// tail, in every float dtype, and nothing outside the range.
+TEST_P(SimdIsaTest, LargeFillWritesEveryElementAndNothingElse) {
+  constexpr int64_t kN = (int64_t{4} << 20) / 2 + 37;  // >= 4 MiB in every dtype
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+    SCOPED_TRACE(dtype_name(t));
+    const size_t elem = dtype_size(t);
+    std::vector<uint8_t> buf((kN + 2) * elem + 64, 0xAB);
+    void* x = buf.data() + 3 * elem;  // not vector-aligned
+    k_->fill(x, t, 1.5f, kN);
+    for (int64_t i = 0; i < kN; ++i) ASSERT_EQ(load_as_float(x, t, static_cast<size_t>(i)), 1.5f) << i;
+    for (size_t b = 0; b < 3 * elem; ++b) ASSERT_EQ(buf[b], 0xAB) << "before, byte " << b;
+    for (size_t b = (kN + 3) * elem; b < buf.size(); ++b) ASSERT_EQ(buf[b], 0xAB) << "after, byte " << b;
+  }
+}
+
 // Adam over 16-bit arrays (bf16 master with bf16 or fp32 moments) is the fp32
 // step over their widened values, rounded to nearest even, bit for bit: in
 // the vector body, the one-lane tail (37) and a threaded run (100003).
