@@ -14,7 +14,9 @@
 //    (forward, backward, AdamW) on synthetic tokens. Counters: achieved
 //    GFLOP/s (6 x parameters x tokens + 12 x layers x d_model x seq x tokens),
 //    the fp32 GEMM rate of the same step's GEMM set measured between steps in
-//    this run, their ratio, the peak tracked memory, and the step's forward,
+//    this run, their ratio (and median_ratio_to_gemm, the median of each
+//    step's ratio to the GEMM set timed after it: robust to one noisy
+//    measurement), the peak tracked memory, and the step's forward,
 //    backward and optimizer seconds (fwd_s, bwd_s, opt_s) beside gemm_s, its
 //    FLOPs at the GEMM rate.
 //  * BM_LlamaStep/bf16: the same for a Llama-shaped 1B (d_model 2048, 16
@@ -28,6 +30,7 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <iterator>
 #include <string>
@@ -186,6 +189,7 @@ void BM_Step(benchmark::State& state, const GptConfig& model, int64_t micro, Eng
   for (double& p : phase_seconds) p = 0;
   for (double& p : phase_faults) p = 0;
   double step_seconds = 0, gemm_seconds = 0;
+  std::vector<double> pair_ratios;  // each step's time over its neighbouring GEMM set's, scaled by FLOPs
   for (auto _ : state) {
     const auto t0 = std::chrono::steady_clock::now();
     step();
@@ -193,7 +197,9 @@ void BM_Step(benchmark::State& state, const GptConfig& model, int64_t micro, Eng
     state.SetIterationTime(s);
     step_seconds += s;
     state.PauseTiming();
-    gemm_seconds += gemms.time_once(backend.ops());  // interleaved: same machine conditions
+    const double g = gemms.time_once(backend.ops());  // interleaved: same machine conditions
+    gemm_seconds += g;
+    pair_ratios.push_back(g / s);
     state.ResumeTiming();
   }
   const double n = static_cast<double>(state.iterations());
@@ -211,6 +217,12 @@ void BM_Step(benchmark::State& state, const GptConfig& model, int64_t micro, Eng
   state.counters["GFLOP/s"] = achieved / 1e9;
   state.counters[std::string("gemm_") + std::string(dtype_name(gemm_dtype)) + "_GFLOP/s"] = gemm_rate / 1e9;
   state.counters["ratio_to_gemm"] = achieved / gemm_rate;
+  // The same per step, its median: one slow GEMM-set or step measurement on a
+  // noisy host moves ratio_to_gemm (a ratio of sums), not this.
+  std::sort(pair_ratios.begin(), pair_ratios.end());
+  const size_t k = pair_ratios.size();
+  const double median_pair = k % 2 == 1 ? pair_ratios[k / 2] : 0.5 * (pair_ratios[k / 2 - 1] + pair_ratios[k / 2]);
+  state.counters["median_ratio_to_gemm"] = median_pair * step_flops / gemms.flops();
   state.counters["peak_MiB"] = static_cast<double>(peak_bytes) / (1024.0 * 1024.0);
   state.counters["peak_GiB"] = static_cast<double>(peak_bytes) / (1024.0 * 1024.0 * 1024.0);  // the README's unit
   state.counters["params_M"] = static_cast<double>(model.num_parameters()) / 1e6;
