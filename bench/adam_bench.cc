@@ -42,6 +42,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/stats.h"
 #include "core/dtype.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/simd_kernels.h"
@@ -178,11 +179,7 @@ void fill(float* x, int64_t n, float scale, uint32_t seed) {
 
 enum Variant { kSimdF32, kSimdBf16Copy, kScalarLoop, kAdamStreams, kNarrowBf16 };
 
-double median(std::vector<double> x) {
-  std::sort(x.begin(), x.end());
-  const size_t n = x.size();
-  return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
-}
+using bench::median;
 
 void BM_AdamW(benchmark::State& state, Variant variant) {
   if (!__builtin_cpu_supports("avx512f")) {

@@ -28,15 +28,13 @@
 //    gate/up [2 d_ff, C], down and the head (graph/transformer.h).
 #include <benchmark/benchmark.h>
 
-#include <sys/resource.h>
-
-#include <algorithm>
 #include <chrono>
 #include <iterator>
 #include <string>
 #include <vector>
 
 #include "bench/fma_peak.h"
+#include "bench/stats.h"
 #include "graph/gpt.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "runtime/engine/engine.h"
@@ -157,24 +155,20 @@ void BM_Step(benchmark::State& state, const GptConfig& model, int64_t micro, Eng
                     Tensor::wrap(targets.data(), {micro, seq}, DType::kI32)};
   double phase_seconds[3] = {0, 0, 0};  // forward, backward, optimizer step: summed over the timed steps
   double phase_faults[3] = {0, 0, 0};   // minor page faults (memory the step touches for the first time)
-  auto faults = [] {
-    rusage u{};
-    getrusage(RUSAGE_SELF, &u);
-    return static_cast<double>(u.ru_minflt);
-  };
+  using bench::minor_page_faults;
   auto step = [&] {
     using clock = std::chrono::steady_clock;
-    const double f0 = faults();
+    const double f0 = minor_page_faults();
     const auto t0 = clock::now();
     (*engine)->forward(batch).value();
     const auto t1 = clock::now();
-    const double f1 = faults();
+    const double f1 = minor_page_faults();
     ZE_CHECK_OK((*engine)->backward());
     const auto t2 = clock::now();
-    const double f2 = faults();
+    const double f2 = minor_page_faults();
     (void)(*engine)->step();
     const auto t3 = clock::now();
-    const double f3 = faults();
+    const double f3 = minor_page_faults();
     phase_faults[0] += f1 - f0, phase_faults[1] += f2 - f1, phase_faults[2] += f3 - f2;
     phase_seconds[0] += std::chrono::duration<double>(t1 - t0).count();
     phase_seconds[1] += std::chrono::duration<double>(t2 - t1).count();
@@ -219,10 +213,7 @@ void BM_Step(benchmark::State& state, const GptConfig& model, int64_t micro, Eng
   state.counters["ratio_to_gemm"] = achieved / gemm_rate;
   // The same per step, its median: one slow GEMM-set or step measurement on a
   // noisy host moves ratio_to_gemm (a ratio of sums), not this.
-  std::sort(pair_ratios.begin(), pair_ratios.end());
-  const size_t k = pair_ratios.size();
-  const double median_pair = k % 2 == 1 ? pair_ratios[k / 2] : 0.5 * (pair_ratios[k / 2 - 1] + pair_ratios[k / 2]);
-  state.counters["median_ratio_to_gemm"] = median_pair * step_flops / gemms.flops();
+  state.counters["median_ratio_to_gemm"] = bench::median(pair_ratios) * step_flops / gemms.flops();
   state.counters["peak_MiB"] = static_cast<double>(peak_bytes) / (1024.0 * 1024.0);
   state.counters["peak_GiB"] = static_cast<double>(peak_bytes) / (1024.0 * 1024.0 * 1024.0);  // the README's unit
   state.counters["params_M"] = static_cast<double>(model.num_parameters()) / 1e6;

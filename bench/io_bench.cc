@@ -61,6 +61,7 @@
 #include <vector>
 
 #include "bench/bench_flags.h"
+#include "bench/stats.h"
 #include "bench/temp_file.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "nlohmann/json.hpp"
@@ -106,12 +107,7 @@ std::map<std::string, std::vector<double>> g_gbps;  // "write/qd32/zeroengine" -
 
 std::string key(bool write, int qd) { return std::string(write ? "write" : "read") + "/qd" + std::to_string(qd); }
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using bench::median;
 
 // Moves the whole file with IoEngine; returns seconds, or a negative value after reporting an error.
 double run_ours(bool write, int qd, benchmark::State* state, std::string* mode_out) {

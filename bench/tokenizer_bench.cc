@@ -54,6 +54,7 @@
 #include <vector>
 
 #include "bench/bench_flags.h"
+#include "bench/stats.h"
 #include "bench/temp_file.h"
 #include "nlohmann/json.hpp"
 #include "runtime/data/tokenizer.h"
@@ -110,12 +111,7 @@ struct Row {
 };
 std::vector<Row> g_rows;  // one per benchmark run, in run order
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using bench::median;
 
 // The lines of `text` as Python's str.splitlines() gives them: \n, \r, \r\n,
 // \v, \f, \x1c-\x1e, U+0085, U+2028 and U+2029 end a line; no empty line

@@ -22,13 +22,11 @@
 //    runs alone (compare BM_ZeroStep/stage3's page_faults).
 #include <benchmark/benchmark.h>
 
-#include <sys/resource.h>
-
-#include <algorithm>
 #include <chrono>
 #include <string>
 #include <vector>
 
+#include "bench/stats.h"
 #include "graph/gpt.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "runtime/engine/engine.h"
@@ -104,11 +102,9 @@ void BM_ZeroStep(benchmark::State& state, int stage, bool overlap, bool regather
   int64_t bytes = 0;
   double faults = 0;
   for (auto _ : state) {
-    rusage u0{}, u1{};
-    getrusage(RUSAGE_SELF, &u0);
+    const double f0 = bench::minor_page_faults();
     const double s = run.step();
-    getrusage(RUSAGE_SELF, &u1);
-    faults += static_cast<double>(u1.ru_minflt - u0.ru_minflt);
+    faults += bench::minor_page_faults() - f0;
     state.SetIterationTime(s);
     seconds += s;
     const StepResult& last = run.last();
@@ -130,11 +126,7 @@ void BM_ZeroStep(benchmark::State& state, int stage, bool overlap, bool regather
   state.counters["tokens_per_s"] = static_cast<double>(w * kMicro * 64) / (seconds / n);
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using bench::median;
 
 // Stage 3 against stage 0, side by side: two engines in one process, their
 // steps alternated, so that a noisy host slows both alike. Counters: the
@@ -149,11 +141,9 @@ void BM_Stage3OverStage0(benchmark::State& state, bool overlap) {
   double faults3 = 0;
   for (auto _ : state) {
     const double a = zero0.step();
-    rusage u0{}, u1{};
-    getrusage(RUSAGE_SELF, &u0);
+    const double f0 = bench::minor_page_faults();
     const double b = zero3.step();
-    getrusage(RUSAGE_SELF, &u1);
-    faults3 += static_cast<double>(u1.ru_minflt - u0.ru_minflt);
+    faults3 += bench::minor_page_faults() - f0;
     state.SetIterationTime(a + b);
     s0.push_back(a), s3.push_back(b), ratio.push_back(b / a);
   }

@@ -95,12 +95,9 @@ void adamw_range(const AdamScalars s, void* master, const void* grad, void* m, v
   const AdamLanes<Scalar> c1(s);
   int64_t i = begin;
   if constexpr (kCopy) {
-    constexpr int64_t kElemBytes = P == DType::kF32 ? 4 : 2;
-    constexpr int64_t kVectorBytes = V::kWidth * kElemBytes;  // a streaming store's alignment
-    const uintptr_t at = reinterpret_cast<uintptr_t>(param_out) + begin * kElemBytes;
-    if (stream_copy && at % kElemBytes == 0) {
-      const int64_t head = std::min<int64_t>(
-          end, begin + (kVectorBytes - at % kVectorBytes) % kVectorBytes / kElemBytes);
+    constexpr uintptr_t kElemBytes = P == DType::kF32 ? 4 : 2;
+    if (stream_copy && reinterpret_cast<uintptr_t>(param_out) % kElemBytes == 0) {
+      const int64_t head = first_stream_aligned<V, P>(param_out, begin, end);
       for (; i < head; ++i)
         adamw_lanes<Scalar, M, S, G, P, D, kStore>(c1, master, grad, m, v, param_out, i);
       for (; i + V::kWidth <= end; i += V::kWidth)

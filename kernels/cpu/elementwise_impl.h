@@ -4,7 +4,6 @@
 
 #include <omp.h>
 
-#include <algorithm>
 #include <cstring>
 
 #include "kernels/cpu/kernel_common_impl.h"
@@ -53,9 +52,7 @@ void fill_impl(void* x, DType dtype, float v, int64_t n) {
   with_float_dtype(dtype, [&](auto tag) {
     constexpr DType T = decltype(tag)::value;
     constexpr int64_t kElemBytes = T == DType::kF32 ? 4 : 2;
-    constexpr int64_t kVectorBytes = V::kWidth * kElemBytes;
-    const uintptr_t at = reinterpret_cast<uintptr_t>(x);
-    if (n * kElemBytes < kStreamFillMinBytes || at % kElemBytes != 0) {
+    if (n * kElemBytes < kStreamFillMinBytes || reinterpret_cast<uintptr_t>(x) % kElemBytes != 0) {
       parallel_lanes<V>(n, [&](auto w, int64_t i) {
         using W = decltype(w);
         vstore<W, T>(x, i, W::set1(v));
@@ -65,8 +62,7 @@ void fill_impl(void* x, DType dtype, float v, int64_t n) {
     parallel_ranges<V>(n, [&](int64_t begin, int64_t end) {
       // One-lane head up to the first vector-aligned element, streamed
       // vectors, then the one-lane tail.
-      const int64_t head = std::min<int64_t>(
-          end, begin + (kVectorBytes - (at + begin * kElemBytes) % kVectorBytes) % kVectorBytes / kElemBytes);
+      const int64_t head = first_stream_aligned<V, T>(x, begin, end);
       int64_t i = begin;
       for (; i < head; ++i) vstore<Scalar, T>(x, i, Scalar::set1(v));
       const typename V::F value = V::set1(v);

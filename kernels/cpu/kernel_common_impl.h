@@ -6,6 +6,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -64,6 +65,18 @@ inline void vstream(void* base, int64_t i, typename W::F x) {
   } else {
     W::stream_f16(static_cast<uint16_t*>(base) + i, x);
   }
+}
+
+// The first element of [begin, end) of a T array at base whose address is
+// aligned for V's streaming stores (end when none is); elements before it
+// are written one lane at a time. base must be aligned to T's size.
+template <class V, DType T>
+inline int64_t first_stream_aligned(const void* base, int64_t begin, int64_t end) {
+  constexpr int64_t kElemBytes = T == DType::kF32 ? 4 : 2;
+  constexpr int64_t kVectorBytes = V::kWidth * kElemBytes;
+  const uintptr_t at = reinterpret_cast<uintptr_t>(base) + static_cast<uintptr_t>(begin * kElemBytes);
+  return std::min<int64_t>(end, begin + static_cast<int64_t>((kVectorBytes - at % kVectorBytes) % kVectorBytes) /
+                                            kElemBytes);
 }
 
 // Runs body(W{}, i) over [begin, end): full vectors of V, then one-lane tails

@@ -94,13 +94,12 @@ int run_worker(const WorkerArgs& a) {
     return 3;
   };
   if (a.resume) {
-    // As zero-train: rank 0's resume target (a fresh host has none of its own).
-    absl::StatusOr<std::optional<ResumeTarget>> target = agree_resume_target(world, a.dir, "");
-    if (!target.ok()) return fail(target.status(), "resume target");
-    if (!target->has_value()) return fail(absl::NotFoundError("none"), "resume target");
+    // No tag: the C++ API's form, which takes rank 0's resume point (a fresh
+    // host has none of its own). zero-train's form (agree_resume_target, then
+    // its tag) is ZeroTrainSavesPerHostAndResumesOnSwappedHosts below.
     LoadOptions lo;
     lo.node_local = true;
-    const absl::Status s = load_checkpoint(*engine, (*target)->dir, (*target)->point.tag, lo);
+    const absl::Status s = load_checkpoint(*engine, a.dir, "", lo);
     if (!s.ok()) return fail(s, "load error");
   }
   for (int64_t step = engine->global_step(); step < a.steps; ++step) {
