@@ -16,11 +16,15 @@
 #   f  everything under $OUT (else ./gpu-results): summary.txt, one log per
 #      phase, the GEMM bench's JSON, zero-train's metrics
 #
-# Usage: bench/gpu/check.sh [--cpu-only | --dry-run] [--build-dir DIR]
+# Usage: bench/gpu/check.sh [--cpu-only | --dry-run] [--prebuilt] [--build-dir DIR]
 #   --cpu-only  what needs no GPU: a and b/c (which must then pass with every
 #               test skipped), the synthetic data, and zero-train --backend
 #               cuda failing with a clear message
 #   --dry-run   print each phase's command and write summary.txt; runs nothing
+#   --prebuilt  skip a (configure, build): the build directory already holds
+#               the programs and tests, built on another machine (a GPU
+#               machine without this project's Debian packages: bench/gpu/
+#               pack.sh packs them with the shared libraries they need)
 # Environment: OUT (results folder), ZE_GPU_BUILD_DIR (default build-gpu),
 #   ZE_GPU_JOBS (build jobs; nproc), ZE_GPU_MAX_MICRO_BATCH (32),
 #   ZE_GPU_STEPS (8 optimizer steps per timing run, the first 2 not timed),
@@ -32,15 +36,17 @@ set -uo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 mode=full
+prebuilt=0
 build=${ZE_GPU_BUILD_DIR:-$repo/build-gpu}
 usage() {
   cat <<'EOF_USAGE'
-usage: bench/gpu/check.sh [--cpu-only | --dry-run] [--build-dir DIR]
+usage: bench/gpu/check.sh [--cpu-only | --dry-run] [--prebuilt] [--build-dir DIR]
   (none)      every phase: build, ctest -L cuda, GPT training GPU vs CPU,
               GEMM bench, GPT-2 124M timing at ZeRO stages 0 and 3
   --cpu-only  the phases that need no GPU (tests must skip, zero-train
               --backend cuda must fail clearly)
   --dry-run   print what each phase would run; runs nothing
+  --prebuilt  use the build directory as it is (no configure, no build)
   --build-dir DIR  build directory (default: build-gpu in the repository)
 Results go to $OUT, else ./gpu-results (summary.txt and one log per phase).
 EOF_USAGE
@@ -49,6 +55,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --cpu-only) mode=cpu-only ;;
     --dry-run) mode=dry-run ;;
+    --prebuilt) prebuilt=1 ;;
     --build-dir) [ $# -ge 2 ] || { usage >&2; exit 2; }; build=$2; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "check.sh: unknown argument $1" >&2; usage >&2; exit 2 ;;
@@ -132,36 +139,51 @@ fi
 
 # ---- a: configure and build -------------------------------------------------
 generator=()
-command -v ninja > /dev/null 2>&1 && generator=(-G Ninja)
-run_phase configure 120 cmake -S "$repo" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
-  -DZE_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90
-expect_ok configure "configure with CUDA into $build"
-if [ "$mode" != dry-run ] && [ "$phase_rc" -eq 0 ] && ! grep -q '\[x\] CUDA' "$out/configure.log"; then
-  say "[FAIL] CMake did not find CUDA (see configure.log); nothing GPU-side can be built"
-  failures=$((failures + 1))
-  phase_rc=1
-fi
-if [ "$phase_rc" -ne 0 ]; then
-  say "stopping: no build"
-  exit 1
-fi
-# tests/kernels/cuda/all: every CUDA test (a per-directory target of the Ninja generator).
-targets=(zero-train zero-data gpu_gemm_bench)
-if [ ${#generator[@]} -gt 0 ]; then targets+=(tests/kernels/cuda/all); else targets=(all); fi
-run_phase build 300 cmake --build "$build" -j "$jobs" --target "${targets[@]}"
-expect_ok build "build ${targets[*]} (-j $jobs)"
-if [ "$phase_rc" -ne 0 ]; then
-  [ "$mode" = dry-run ] || tail -30 "$out/build.log" | sed 's/^/    /' >> "$summary"
-  say "stopping: the build failed"
-  exit 1
+if [ "$prebuilt" -eq 1 ]; then
+  missing=()
+  for f in runtime/zero-train runtime/zero-data bench/gpu/gpu_gemm_bench tests/kernels/cuda/CTestTestfile.cmake; do
+    [ -e "$build/$f" ] || missing+=("$f")
+  done
+  if [ ${#missing[@]} -gt 0 ] && [ "$mode" != dry-run ]; then
+    say "[FAIL] --prebuilt: $build lacks ${missing[*]}"
+    exit 1
+  fi
+  say "[PASS] prebuilt: $build (not configured or built here)"
+else
+  command -v ninja > /dev/null 2>&1 && generator=(-G Ninja)
+  run_phase configure 120 cmake -S "$repo" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+    -DZE_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90
+  expect_ok configure "configure with CUDA into $build"
+  if [ "$mode" != dry-run ] && [ "$phase_rc" -eq 0 ] && ! grep -q '\[x\] CUDA' "$out/configure.log"; then
+    say "[FAIL] CMake did not find CUDA (see configure.log); nothing GPU-side can be built"
+    failures=$((failures + 1))
+    phase_rc=1
+  fi
+  if [ "$phase_rc" -ne 0 ]; then
+    say "stopping: no build"
+    exit 1
+  fi
+  # tests/kernels/cuda/all: every CUDA test (a per-directory target of the Ninja generator).
+  targets=(zero-train zero-data gpu_gemm_bench)
+  if [ ${#generator[@]} -gt 0 ]; then targets+=(tests/kernels/cuda/all); else targets=(all); fi
+  run_phase build 300 cmake --build "$build" -j "$jobs" --target "${targets[@]}"
+  expect_ok build "build ${targets[*]} (-j $jobs)"
+  if [ "$phase_rc" -ne 0 ]; then
+    [ "$mode" = dry-run ] || tail -30 "$out/build.log" | sed 's/^/    /' >> "$summary"
+    say "stopping: the build failed"
+    exit 1
+  fi
 fi
 
 # ---- b, c: ctest -L cuda, in two parts ---------------------------------------
 # ctest_counts LOG: "N tests: F failed, S skipped"
 ctest_counts() {
   local log=$1 total failed skipped
-  total=$(sed -n 's/.*tests passed, [0-9]* tests failed out of \([0-9]*\).*/\1/p' "$log" | tail -1)
+  # "100% tests passed, 0 tests failed out of 29" (CMake 3.25); newer ctest
+  # drops the failed count when it is 0: "100% tests passed out of 11".
+  total=$(sed -n 's/.*tests passed,* .*out of \([0-9]*\).*/\1/p' "$log" | tail -1)
   failed=$(sed -n 's/.*tests passed, \([0-9]*\) tests failed out of.*/\1/p' "$log" | tail -1)
+  [ -z "$failed" ] && grep -q '100% tests passed out of' "$log" && failed=0
   skipped=$(grep -c '(Skipped)' "$log")
   echo "${total:-0} tests: ${failed:-?} failed, ${skipped} skipped"
 }
@@ -172,6 +194,9 @@ check_ctest() {  # NAME WHAT
   skipped=$(grep -c '(Skipped)' "$out/$name.log")
   if [ "$phase_rc" -ne 0 ]; then
     say "[FAIL] $what: $counts (see $name.log)"
+    failures=$((failures + 1))
+  elif [[ "$counts" == "0 tests:"* ]]; then
+    say "[FAIL] $what: $counts — no test ran, or ctest's summary line was not understood (see $name.log)"
     failures=$((failures + 1))
   elif [ "$mode" = full ] && [ "$skipped" -gt 0 ]; then
     say "[FAIL] $what: $counts — on a GPU machine nothing may skip (is the GPU visible to the tests?)"

@@ -160,13 +160,16 @@ typename W::F simd_tanh(typename W::F u) {
   return W::sub(W::set1(1.0f), W::div(W::set1(2.0f), W::add(e, W::set1(1.0f))));
 }
 
-// GELU's tanh form as torch's gelu(approximate="tanh"): 0.5 x (1 + t) with
-// t = tanh(u), u = sqrt(2/pi) (x + 0.044715 x^3). Returns gelu(x) and t.
+// GELU's tanh form as torch's gelu(approximate="tanh"), 0.5 x (1 + tanh u)
+// with u = sqrt(2/pi) (x + 0.044715 x^3), written as x s with s = sigmoid(2 u)
+// (1 + tanh u = 2 s): the same function without 1 + tanh u's cancellation
+// where tanh u is near -1 (x below about -3), so its derivative keeps its
+// relative accuracy there. Returns gelu(x) and s.
 template <class W>
-typename W::F gelu_tanh(typename W::F x, typename W::F& t) {
+typename W::F gelu_tanh(typename W::F x, typename W::F& s) {
   const typename W::F x3 = W::mul(W::mul(x, x), x);
-  t = simd_tanh<W>(W::mul(W::set1(0.7978845608028654f), W::fmadd(W::set1(0.044715f), x3, x)));
-  return W::mul(W::mul(W::set1(0.5f), x), W::add(W::set1(1.0f), t));
+  s = sigmoid<W>(W::mul(W::set1(2.0f * 0.7978845608028654f), W::fmadd(W::set1(0.044715f), x3, x)));
+  return W::mul(x, s);
 }
 
 // Logit soft-capping as Hugging Face's Gemma 2: ((x / cap).tanh()) * cap.
@@ -197,18 +200,19 @@ void geglu_forward_impl(const float* gate, const float* up, float* h, int64_t n)
   });
 }
 
-// gelu'(x) = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 0.044715 x^2).
+// gelu'(x) = 0.5 (1 + t) + 0.5 x (1 - t^2) u' with t = tanh u, u' =
+// sqrt(2/pi) (1 + 3 0.044715 x^2); in s = sigmoid(2 u) (1 + t = 2 s,
+// 1 - t^2 = 4 s (1 - s)): s + 2 x s (1 - s) u'.
 template <class V>
 void geglu_backward_impl(const float* gate, const float* up, const float* dh, float* dgate, float* dup, int64_t n) {
   parallel_lanes<V>(n, [&](auto w, int64_t i) {
     using W = decltype(w);
     const typename W::F g = W::load(gate + i), u = W::load(up + i), d = W::load(dh + i);
-    typename W::F t;
-    const typename W::F gelu = gelu_tanh<W>(g, t);
-    const typename W::F du = W::mul(W::set1(0.7978845608028654f),
+    typename W::F s;
+    const typename W::F gelu = gelu_tanh<W>(g, s);
+    const typename W::F du = W::mul(W::set1(2.0f * 0.7978845608028654f),
                                     W::fmadd(W::set1(3.0f * 0.044715f), W::mul(g, g), W::set1(1.0f)));
-    const typename W::F dgelu = W::fmadd(W::mul(W::mul(W::set1(0.5f), g), W::sub(W::set1(1.0f), W::mul(t, t))), du,
-                                         W::mul(W::set1(0.5f), W::add(W::set1(1.0f), t)));
+    const typename W::F dgelu = W::fmadd(W::mul(W::mul(g, s), W::sub(W::set1(1.0f), s)), du, s);
     W::store(dgate + i, W::mul(W::mul(d, u), dgelu));
     W::store(dup + i, W::mul(d, gelu));
   });

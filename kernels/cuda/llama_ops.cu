@@ -147,10 +147,12 @@ __global__ void swiglu_backward_kernel(const float* gate, const float* up, const
 }
 
 // ---- GeGLU (Gemma's gate): h = gelu_tanh(gate) * up, as torch's
-// gelu(approximate="tanh"): 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))).
+// gelu(approximate="tanh"): 0.5 g (1 + tanh u), u = sqrt(2/pi) (g + 0.044715
+// g^3), computed as the CPU's (kernels/cpu/llama_impl.h): g s with s =
+// sigmoid(2 u), free of 1 + tanh u's cancellation where tanh u is near -1.
 
-__device__ __forceinline__ float gelu_tanh_t(float g) {
-  return tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g));
+__device__ __forceinline__ float gelu_tanh_s(float g) {
+  return 1.0f / (1.0f + expf(-2.0f * 0.7978845608028654f * (g + 0.044715f * g * g * g)));
 }
 
 // No __restrict__: h may alias gate or up.
@@ -158,22 +160,21 @@ __global__ void geglu_forward_kernel(const float* gate, const float* up, float* 
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     const float g = gate[i];
-    h[i] = 0.5f * g * (1.0f + gelu_tanh_t(g)) * up[i];
+    h[i] = g * gelu_tanh_s(g) * up[i];
   }
 }
 
-// No __restrict__: as swiglu_backward_kernel.
+// No __restrict__: as swiglu_backward_kernel. gelu'(g) = s + 2 g s (1 - s) u'.
 __global__ void geglu_backward_kernel(const float* gate, const float* up, const float* dh, float* dgate,
                                       float* dup, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
     const float g = gate[i], u = up[i], d = dh[i];
-    const float t = gelu_tanh_t(g);
-    const float gelu = 0.5f * g * (1.0f + t);
-    const float du = 0.7978845608028654f * (1.0f + 3.0f * 0.044715f * g * g);
-    const float dgelu = 0.5f * (1.0f + t) + 0.5f * g * (1.0f - t * t) * du;
+    const float s = gelu_tanh_s(g);
+    const float du = 2.0f * 0.7978845608028654f * (1.0f + 3.0f * 0.044715f * g * g);
+    const float dgelu = s + g * s * (1.0f - s) * du;
     dgate[i] = d * u * dgelu;
-    dup[i] = d * gelu;
+    dup[i] = d * g * s;
   }
 }
 
