@@ -98,6 +98,9 @@ class Context {
   // With grad disabled (evaluation), modules save nothing and no frames exist.
   void set_grad_enabled(bool enabled) { grad_enabled_ = enabled; }
   bool grad_enabled() const { return grad_enabled_; }
+  // Whether a checkpoint segment's forward is running again inside backward
+  // (what a forward reports once per micro-batch skips it then).
+  bool recomputing() const { return recomputing_; }
 
   // Dropout's key for the micro-batch about to run: the run's seed and the
   // global sample index of its row 0 (runtime/data/data_loader.h's g). Kept

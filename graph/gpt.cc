@@ -1,6 +1,7 @@
 // GPT-2 model and the MLP classifier; see gpt.h.
 #include "graph/gpt.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/status.h"
@@ -55,11 +56,43 @@ int64_t GptConfig::block_parameters() const {
          + (f.mlp_bias ? (f.mlp == MlpKind::kGelu ? 1 : 2) * ff + c : 0);
 }
 
+namespace {
+
+// A sparse block's MLP: the router, the experts (all, or the `experts` a
+// token uses) and the shared expert with its gate.
+int64_t moe_mlp_parameters(const GptConfig& g, int64_t experts) {
+  const int64_t c = g.d_model;
+  const MoeConfig& m = g.moe;
+  return m.num_experts * c + experts * 3 * c * m.expert_d_ff +
+         (m.shared_expert_d_ff > 0 ? 3 * c * m.shared_expert_d_ff + c : 0);
+}
+
+}  // namespace
+
+int64_t GptConfig::block_parameters(int64_t layer) const {
+  if (!moe.sparse_layer(layer)) return block_parameters();
+  const ModelFeatures f = features();
+  const int64_t c = d_model, ff = ffn_width();
+  const int64_t dense_mlp = (f.mlp == MlpKind::kGelu ? 2 : 3) * c * ff +
+                            (f.mlp_bias ? (f.mlp == MlpKind::kGelu ? 1 : 2) * ff + c : 0);
+  return block_parameters() - dense_mlp + moe_mlp_parameters(*this, moe.num_experts);
+}
+
 int64_t GptConfig::num_parameters() const {
   const ModelFeatures f = features();
   const int64_t c = d_model;
-  return vocab_size * c * (tied_head() ? 1 : 2) + (f.learned_positions ? positions() * c : 0) +
-         n_layer * block_parameters() + norm_parameters(f, c) + lora_parameters();
+  int64_t blocks = 0;
+  for (int64_t i = 0; i < n_layer; ++i) blocks += block_parameters(i);
+  return vocab_size * c * (tied_head() ? 1 : 2) + (f.learned_positions ? positions() * c : 0) + blocks +
+         norm_parameters(f, c) + lora_parameters();
+}
+
+int64_t GptConfig::active_parameters() const {
+  int64_t n = num_parameters();
+  for (int64_t i = 0; i < n_layer; ++i) {
+    if (moe.sparse_layer(i)) n -= moe_mlp_parameters(*this, moe.num_experts) - moe_mlp_parameters(*this, moe.top_k);
+  }
+  return n;
 }
 
 std::vector<BlockLinear> block_linears(const GptConfig& config, int64_t layer) {
@@ -119,6 +152,23 @@ std::vector<FusedPart> fused_parts(const GptConfig& config, const std::string& n
       return {{cat(b, "mlp.gate_proj.", kind), config.ffn_width()}, {cat(b, "mlp.up_proj.", kind), config.ffn_width()}};
     }
   }
+  // A sparse block's experts and shared expert: gate_up_proj is their
+  // gate_proj and up_proj (Mixtral's w1 and w3) by rows.
+  if (config.moe.sparse_layer(layer)) {
+    const std::string_view rest = std::string_view(name).substr(b.size());
+    auto gate_up = [&](const std::string& module, int64_t rows) -> std::vector<FusedPart> {
+      return {{cat(b, module, ".gate_proj.weight"), rows}, {cat(b, module, ".up_proj.weight"), rows}};
+    };
+    if (rest == "mlp.shared_expert.gate_up_proj.weight") return gate_up("mlp.shared_expert", config.moe.shared_expert_d_ff);
+    const std::string_view experts = "mlp.experts.", tail = ".gate_up_proj.weight";
+    if (rest.size() > experts.size() + tail.size() && rest.substr(0, experts.size()) == experts &&
+        rest.substr(rest.size() - tail.size()) == tail) {
+      const std::string_view index = rest.substr(experts.size(), rest.size() - experts.size() - tail.size());
+      if (!index.empty() && std::all_of(index.begin(), index.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
+        return gate_up(cat("mlp.experts.", index), config.moe.expert_d_ff);
+      }
+    }
+  }
   return {};
 }
 
@@ -164,7 +214,7 @@ double GptConfig::flops_per_token(int64_t seq) const {
   // layer forward (A = n_head head_dim, d_model unless head_dim is its own),
   // x3 with backward, counted unmasked as PaLM and llm.c do: 12 L A T.
   const int64_t lookup_only = tied_head() ? 0 : vocab_size * d_model;
-  return 6.0 * static_cast<double>(num_parameters() - lookup_only) +
+  return 6.0 * static_cast<double>(active_parameters() - lookup_only) +
          12.0 * static_cast<double>(n_layer) * static_cast<double>(attention_width()) * static_cast<double>(seq);
 }
 
@@ -195,9 +245,40 @@ absl::Status check_gpt_split(const GptConfig& c, int tensor, bool sequence_paral
     absl::StatusOr<RopeFreqs> rope = rope_frequencies(c.head_dim(), c.rope_theta, c.rope_scaling);
     if (!rope.ok()) return bad("model: ", rope.status().message());
   }
+  if (c.moe.enabled()) {
+    const MoeConfig& m = c.moe;
+    if (m.top_k < 1 || m.top_k > m.num_experts) {
+      return bad("model.num_experts_per_tok: ", m.top_k, " must be between 1 and model.num_experts (", m.num_experts,
+                 ")");
+    }
+    if (m.expert_d_ff < 1) return bad("model.moe_intermediate_size: ", m.expert_d_ff, " must be at least 1");
+    if (m.shared_expert_d_ff < 0) {
+      return bad("model.shared_expert_intermediate_size: ", m.shared_expert_d_ff, " must be >= 0 (0: none)");
+    }
+    if (m.decoder_sparse_step < 1) {
+      return bad("model.decoder_sparse_step: ", m.decoder_sparse_step, " must be at least 1");
+    }
+    if (!(m.capacity_factor >= 0.0)) {
+      return bad("model.capacity_factor: ", m.capacity_factor, " must be >= 0 (0: dropless routing)");
+    }
+    if (m.min_capacity < 0) return bad("model.min_capacity: ", m.min_capacity, " must be >= 0");
+    if (!(m.aux_loss_coef >= 0.0f) || !(m.z_loss_coef >= 0.0f)) {
+      return bad("model.router_aux_loss_coef and router_z_loss_coef: ", m.aux_loss_coef, " and ", m.z_loss_coef,
+                 " must be >= 0");
+    }
+    if (c.features().mlp != MlpKind::kSwiGlu) {
+      return bad("model.num_experts: ", m.num_experts, " experts need a family with a SwiGLU MLP (", c.family_name(),
+                 " has none)");
+    }
+    if (c.lora.enabled()) return bad("model.num_experts: LoRA adapters on a mixture of experts are not implemented");
+  }
   const std::string t = cat("tensor_parallel.autotp_size: ", tensor);
   if (tensor < 1) return bad(t, " must be at least 1");
   if (tensor == 1) return absl::OkStatus();
+  if (c.moe.enabled()) {
+    return bad(t, ": a mixture of experts under tensor parallelism is not implemented yet (model.num_experts ",
+               c.moe.num_experts, ")");
+  }
   if (c.features().fused_qkv && c.n_head % tensor != 0) {
     return bad(t, " does not divide model.n_head ", c.n_head, " (", c.family_name(),
                "'s fused q/k/v projection c_attn splits into n_head / autotp_size whole heads per tensor rank)");
@@ -249,6 +330,11 @@ Gpt::Gpt(const GptConfig& config, Communicator* tensor_group, bool sequence_para
   block.sequence_parallel = sp;
   block.lora = config.lora;
   block.hf_prefix = std::string(hf_name_prefix(config));
+  if (config.moe.enabled()) {
+    moe_losses_ = std::make_unique<MoeLosses>(config.moe);
+    block.moe = config.moe;
+    block.moe_losses = moe_losses_.get();
+  }
   if (config.rope()) {
     absl::StatusOr<RopeFreqs> rope = rope_frequencies(config.head_dim(), config.rope_theta, config.rope_scaling);
     ZE_CHECK(rope.ok()) << rope.status().message();  // the config's rules refuse these first
@@ -293,6 +379,7 @@ Gpt::Gpt(const GptConfig& config, Communicator* tensor_group, bool sequence_para
     chunk_begin.push_back(blocks_.size());
     for (int64_t i = layers.offset; i < layers.offset + layers.size; ++i) {
       block.dropout_id = 1 + 2 * i;
+      block.layer = i;
       blocks_.push_back(add_child<TransformerBlock>(cat(f.gpt2_names ? "h." : "layers.", i), block));
     }
   }

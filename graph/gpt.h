@@ -95,6 +95,9 @@ struct GptConfig {
   // LoRA adapters on the blocks' projections (graph/lora.h); with r > 0
   // every other parameter is frozen.
   LoraConfig lora;
+  // Mixture of experts (graph/moe.h; the mixtral, qwen2_moe and qwen3_moe
+  // families): the sparse blocks' MLP; num_experts 0: every block dense.
+  MoeConfig moe;
 
   ModelFeatures features() const { return feature_flags ? *feature_flags : model_family(arch).features; }
   std::string_view family_name() const { return model_family(arch).name; }
@@ -111,11 +114,16 @@ struct GptConfig {
 
   // Parameters, counted exactly (tied head counted once; LoRA adapters included).
   int64_t num_parameters() const;
-  // Of one transformer block (without adapters).
+  // Of one transformer block (without adapters): a dense one, or block
+  // `layer` (sparse when moe says so: every expert counted).
   int64_t block_parameters() const;
+  int64_t block_parameters(int64_t layer) const;
+  // The parameters one token's forward uses: the experts it is routed to
+  // (top_k of them) and not the others; num_parameters() without MoE.
+  int64_t active_parameters() const;
   // The LoRA adapters' (A and B of every adapted layer; 0 without LoRA).
   int64_t lora_parameters() const;
-  // Training FLOPs per token at sequence length seq: 6 per parameter plus
+  // Training FLOPs per token at sequence length seq: 6 per (active) parameter plus
   // 12 n_layer attention_width seq for attention (PaLM's and llm.c's
   // accounting, with d_model the attention's width).
   double flops_per_token(int64_t seq) const;
@@ -214,6 +222,7 @@ class Gpt : public Module, public Model {
   std::vector<Parameter*> parameters_tied_across_stages() override;
   int pipeline_chunks() const override { return stage_.chunks(); }
   Module* pipeline_chunk(int chunk) override;
+  MoeLosses* moe_losses() override { return moe_losses_.get(); }
   // Chunk c of an interleaved stage (the whole stage when there is one): its
   // part of forward. `from` / `to`: its blocks, positions in blocks_.
   Tensor forward_chunk(Context& ctx, const Tensor& input, int chunk, size_t from, size_t to);
@@ -231,6 +240,7 @@ class Gpt : public Module, public Model {
   Communicator* sequence_group_ = nullptr;  // sequence parallelism: the tensor group
   Module* lm_head_ = nullptr;  // last stage
   Module* softcap_ = nullptr;  // last stage, logit_softcap > 0
+  std::unique_ptr<MoeLosses> moe_losses_;  // with MoE layers
   std::vector<std::unique_ptr<Module>> chunks_;  // interleaved: chunk c's forward (not children: no parameters)
 };
 

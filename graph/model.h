@@ -22,6 +22,7 @@
 namespace zero {
 
 class Communicator;
+class MoeLosses;
 
 // Logits split by vocabulary over a tensor group (Megatron's
 // vocabulary-parallel output layer): this rank's logits are the columns
@@ -64,6 +65,10 @@ class Model {
   // nullptr when v is 1: the root module is the one chunk.
   virtual int pipeline_chunks() const { return 1; }
   virtual Module* pipeline_chunk(int chunk) { return nullptr; }
+  // ---- mixture of experts (graph/moe.h): the routers' auxiliary losses of
+  // the micro-batch in flight, which the engine finishes after the forward
+  // (adding them to the loss) and backward reads; nullptr without MoE layers.
+  virtual MoeLosses* moe_losses() { return nullptr; }
 };
 
 // `root` as a Model: itself when it implements one, else a whole model on one

@@ -13,7 +13,7 @@
 
 namespace zero {
 
-enum class ModelArch { kGpt2, kLlama, kMistral, kQwen2, kQwen3, kGemma };
+enum class ModelArch { kGpt2, kLlama, kMistral, kQwen2, kQwen3, kGemma, kMixtral, kQwen2Moe, kQwen3Moe };
 
 enum class NormKind { kLayerNorm, kRmsNorm };
 
@@ -81,6 +81,11 @@ inline constexpr ModelFamily kModelFamilies[] = {
     {ModelArch::kQwen2, "qwen2", "Qwen2", family_detail::qwen2()},
     {ModelArch::kQwen3, "qwen3", "Qwen3", family_detail::qwen3()},
     {ModelArch::kGemma, "gemma", "Gemma", family_detail::gemma()},
+    // Mixtures of experts (GptConfig::moe, graph/moe.h): the attention of
+    // Mistral, Qwen2 and Qwen3, sparse MLPs.
+    {ModelArch::kMixtral, "mixtral", "Mixtral", family_detail::llama()},
+    {ModelArch::kQwen2Moe, "qwen2_moe", "Qwen2-MoE", family_detail::qwen2()},
+    {ModelArch::kQwen3Moe, "qwen3_moe", "Qwen3-MoE", family_detail::qwen3()},
 };
 
 inline const ModelFamily& model_family(ModelArch arch) {

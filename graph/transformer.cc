@@ -302,7 +302,11 @@ TransformerBlock::TransformerBlock(std::string name, const BlockConfig& c) : Mod
   ln_1_ = adopt_child(make_norm(child_name(gpt2 ? "ln_1" : "input_layernorm"), c));
   attn_ = add_child<CausalSelfAttention>(gpt2 ? "attn" : "self_attn", c);
   ln_2_ = adopt_child(make_norm(child_name(gpt2 ? "ln_2" : "post_attention_layernorm"), c));
-  mlp_ = add_child<Mlp>("mlp", c);
+  if (c.moe.sparse_layer(c.layer)) {
+    mlp_ = add_child<MoeMlp>("mlp", c, c.layer);
+  } else {
+    mlp_ = add_child<Mlp>("mlp", c);
+  }
 }
 
 Tensor TransformerBlock::forward(Context& ctx, const Tensor& x) {

@@ -50,6 +50,7 @@
 #include "graph/layers.h"
 #include "graph/lora.h"
 #include "graph/model_features.h"
+#include "graph/moe.h"
 #include "kernels/rope.h"
 
 namespace zero {
@@ -75,6 +76,11 @@ struct BlockConfig {
   // matched by Hugging Face's module names: hf_prefix + our module name.
   LoraConfig lora;
   std::string hf_prefix;
+  // Mixture of experts (graph/moe.h): the block's MLP is sparse when
+  // moe.sparse_layer(layer); its auxiliary losses go to moe_losses.
+  MoeConfig moe;
+  MoeLosses* moe_losses = nullptr;
+  int64_t layer = 0;
   int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   int64_t head_width() const { return head_dim > 0 ? head_dim : d_model / n_head; }
   bool gated_mlp() const { return features.mlp != MlpKind::kGelu; }
@@ -175,7 +181,8 @@ class Mlp : public Module {
   Dropout* dropout_ = nullptr;
 };
 
-// x + attn(norm_1(x)), then + mlp(norm_2(.)). Saves nothing itself. The
+// x + attn(norm_1(x)), then + mlp(norm_2(.)) (the MLP sparse, graph/moe.h,
+// when the config's moe says so for this block). Saves nothing itself. The
 // attention, the MLP and the block write forward only (graph/functional.h):
 // the attention's GEMMs, softmax, transposes and RoPE are recorded ops whose
 // rules issue the kernels the hand-written backward did, in its order. With
@@ -190,7 +197,7 @@ class TransformerBlock : public Module {
   Module* ln_1_;
   CausalSelfAttention* attn_;
   Module* ln_2_;
-  Mlp* mlp_;
+  Module* mlp_;  // Mlp, or MoeMlp in a sparse block
 };
 
 // The norm the features ask for, named `name`: LayerNorm or RMSNorm (its

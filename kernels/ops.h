@@ -235,6 +235,43 @@ class Ops {
   virtual void lion(const Tensor& master, const Tensor& grad, const Tensor& exp_avg, const Tensor& param_out,
                     const LionHyper& hyper) = 0;
 
+  // ---- mixture of experts (graph/moe.h). N tokens, E experts, k of them per
+  // token; fp32 activations, int32 indices.
+  // The router: probs [N, E] = softmax of each row of logits [N, E]; its k
+  // largest into indices [N, k] (largest first; ties to the lower expert)
+  // and weights [N, k], those probabilities divided by their sum when
+  // `renormalize` (Mixtral's; Qwen-MoE's norm_topk_prob); lse [N] each row's
+  // logsumexp (the router z-loss's).
+  virtual void moe_router_forward(const Tensor& logits, int64_t k, bool renormalize, const Tensor& probs,
+                                  const Tensor& indices, const Tensor& weights, const Tensor& lse) = 0;
+  // dlogits [N, E] (overwritten) from dweights [N, k], back through the
+  // renormalisation and the softmax, plus dprobs_extra [E] (when defined)
+  // added to every row's gradient of the probabilities (the load-balancing
+  // loss's), plus z_scale * 2 lse p (the z-loss's; z_scale 0: none).
+  virtual void moe_router_backward(const Tensor& probs, const Tensor& indices, const Tensor& dweights,
+                                   bool renormalize, const Tensor& dprobs_extra, float z_scale, const Tensor& lse,
+                                   const Tensor& dlogits) = 0;
+  // out [M, C] row i = x [N, C] row rows[i] (int32 [M]), zeros where rows[i] < 0.
+  virtual void gather_rows(const Tensor& x, const Tensor& rows, const Tensor& out) = 0;
+  // dx [N, C] row rows[i] += dy [M, C] row i, for rows[i] >= 0; the rows >= 0
+  // are distinct (no two threads add into one row).
+  virtual void scatter_add_rows(const Tensor& dy, const Tensor& rows, const Tensor& dx) = 0;
+  // The combine: y [N, C] row rows[i] += weights[slots[i]] * h [M, C] row i
+  // (weights [N, k] read flat), for rows[i] >= 0; rows >= 0 distinct.
+  virtual void moe_combine(const Tensor& h, const Tensor& rows, const Tensor& slots, const Tensor& weights,
+                           const Tensor& y) = 0;
+  // Its backward: dh row i = weights[slots[i]] dy row rows[i] (zeros where
+  // rows[i] < 0), dweights[slots[i]] = <dy row rows[i], h row i> (set; the
+  // other entries of dweights are left as they are).
+  virtual void moe_combine_backward(const Tensor& dy, const Tensor& h, const Tensor& rows, const Tensor& slots,
+                                    const Tensor& weights, const Tensor& dh, const Tensor& dweights) = 0;
+  // A gate per row: y [N, C] = sigmoid(g [N]) * x [N, C] (Qwen2-MoE's shared
+  // expert gate); backward dx = sigmoid(g) dy, dg = <dy, x> sigmoid'(g), both
+  // overwritten.
+  virtual void sigmoid_gate_forward(const Tensor& g, const Tensor& x, const Tensor& y) = 0;
+  virtual void sigmoid_gate_backward(const Tensor& g, const Tensor& x, const Tensor& dy, const Tensor& dg,
+                                     const Tensor& dx) = 0;
+
   // Sum of squares of x (any float dtype), accumulated in double. Waits.
   virtual double sum_squares(const Tensor& x) = 0;
   // Number of inf/NaN elements of x (any float dtype). Waits.

@@ -38,6 +38,20 @@ class CpuOps final : public Ops {
   void glu_rows_backward(Glu kind, const Tensor& gate_up, const Tensor& dh, const Tensor& dgate_up) override;
   void geglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dh, const Tensor& dgate,
                       const Tensor& dup) override;
+  void moe_router_forward(const Tensor& logits, int64_t k, bool renormalize, const Tensor& probs,
+                          const Tensor& indices, const Tensor& weights, const Tensor& lse) override;
+  void moe_router_backward(const Tensor& probs, const Tensor& indices, const Tensor& dweights, bool renormalize,
+                           const Tensor& dprobs_extra, float z_scale, const Tensor& lse,
+                           const Tensor& dlogits) override;
+  void gather_rows(const Tensor& x, const Tensor& rows, const Tensor& out) override;
+  void scatter_add_rows(const Tensor& dy, const Tensor& rows, const Tensor& dx) override;
+  void moe_combine(const Tensor& h, const Tensor& rows, const Tensor& slots, const Tensor& weights,
+                   const Tensor& y) override;
+  void moe_combine_backward(const Tensor& dy, const Tensor& h, const Tensor& rows, const Tensor& slots,
+                            const Tensor& weights, const Tensor& dh, const Tensor& dweights) override;
+  void sigmoid_gate_forward(const Tensor& g, const Tensor& x, const Tensor& y) override;
+  void sigmoid_gate_backward(const Tensor& g, const Tensor& x, const Tensor& dy, const Tensor& dg,
+                             const Tensor& dx) override;
   void softcap_forward(const Tensor& x, float cap, const Tensor& y) override;
   void softcap_backward(const Tensor& y, const Tensor& dy, float cap, const Tensor& dx) override;
   void gelu_forward(const Tensor& x, const Tensor& y) override;

@@ -153,4 +153,23 @@ void launch_sgd(float* master, const void* grad, DType grad_dtype, float* moment
 void launch_lion(float* master, const void* grad, DType grad_dtype, float* exp_avg, void* param_out,
                  DType param_dtype, int64_t n, const LionHyper& hyper, cudaStream_t stream);
 
+// ---- moe.cu: the mixture-of-experts ops (kernels/ops.h), fp32 and int32.
+void launch_moe_router_forward(const float* logits, int64_t n, int64_t e, int64_t k, bool renormalize, float* probs,
+                               int32_t* indices, float* weights, float* lse, cudaStream_t stream);
+// extra: nullptr or [e].
+void launch_moe_router_backward(const float* probs, const int32_t* indices, const float* dweights, int64_t n,
+                                int64_t e, int64_t k, bool renormalize, const float* extra, float z_scale,
+                                const float* lse, float* dlogits, cudaStream_t stream);
+void launch_gather_rows(const float* x, const int32_t* rows, int64_t m, int64_t c, float* out, cudaStream_t stream);
+void launch_scatter_add_rows(const float* dy, const int32_t* rows, int64_t m, int64_t c, float* dx,
+                             cudaStream_t stream);
+void launch_moe_combine(const float* h, const int32_t* rows, const int32_t* slots, const float* weights, int64_t m,
+                        int64_t c, float* y, cudaStream_t stream);
+void launch_moe_combine_backward(const float* dy, const float* h, const int32_t* rows, const int32_t* slots,
+                                 const float* weights, int64_t m, int64_t c, float* dh, float* dweights,
+                                 cudaStream_t stream);
+void launch_sigmoid_gate_forward(const float* g, const float* x, int64_t n, int64_t c, float* y, cudaStream_t stream);
+void launch_sigmoid_gate_backward(const float* g, const float* x, const float* dy, int64_t n, int64_t c, float* dg,
+                                  float* dx, cudaStream_t stream);
+
 }  // namespace zero::cuda

@@ -192,6 +192,83 @@ void CudaOps::geglu_backward(const Tensor& gate, const Tensor& up, const Tensor&
                         stream_);
 }
 
+void CudaOps::moe_router_forward(const Tensor& logits, int64_t k, bool renormalize, const Tensor& probs,
+                                 const Tensor& indices, const Tensor& weights, const Tensor& lse) {
+  enter();
+  check_f32(logits), check_f32(probs), check_f32(weights), check_f32(lse);
+  const int64_t n = logits.dim(0), e = logits.dim(1);
+  ZE_CHECK(logits.ndim() == 2 && k >= 1 && k <= e && probs.numel() == n * e && indices.numel() == n * k &&
+           weights.numel() == n * k && lse.numel() == n && indices.dtype() == DType::kI32)
+      << "moe_router_forward k " << k << " of " << logits.debug_string();
+  launch_moe_router_forward(f32_ptr(logits), n, e, k, renormalize, f32_ptr(probs), i32_ptr(indices), f32_ptr(weights),
+                            f32_ptr(lse), stream_);
+}
+
+void CudaOps::moe_router_backward(const Tensor& probs, const Tensor& indices, const Tensor& dweights,
+                                  bool renormalize, const Tensor& dprobs_extra, float z_scale, const Tensor& lse,
+                                  const Tensor& dlogits) {
+  enter();
+  const int64_t n = probs.dim(0), e = probs.dim(1), k = n > 0 ? indices.numel() / n : 0;
+  ZE_CHECK(dweights.numel() == n * k && dlogits.numel() == n * e && lse.numel() == n &&
+           (!dprobs_extra.defined() || dprobs_extra.numel() == e))
+      << "moe_router_backward " << probs.debug_string() << " " << dweights.debug_string();
+  launch_moe_router_backward(f32_ptr(probs), i32_ptr(indices), f32_ptr(dweights), n, e, k, renormalize,
+                             dprobs_extra.defined() ? f32_ptr(dprobs_extra) : nullptr, z_scale, f32_ptr(lse),
+                             f32_ptr(dlogits), stream_);
+}
+
+void CudaOps::gather_rows(const Tensor& x, const Tensor& rows, const Tensor& out) {
+  enter();
+  check_f32(x), check_f32(out);
+  const int64_t c = x.dim(-1), m = c > 0 ? out.numel() / c : 0;
+  ZE_CHECK(rows.dtype() == DType::kI32 && rows.numel() == m) << rows.debug_string() << " for " << out.debug_string();
+  launch_gather_rows(f32_ptr(x), i32_ptr(rows), m, c, f32_ptr(out), stream_);
+}
+
+void CudaOps::scatter_add_rows(const Tensor& dy, const Tensor& rows, const Tensor& dx) {
+  enter();
+  check_f32(dy), check_f32(dx);
+  const int64_t c = dx.dim(-1), m = c > 0 ? dy.numel() / c : 0;
+  ZE_CHECK(rows.dtype() == DType::kI32 && rows.numel() == m) << rows.debug_string() << " for " << dy.debug_string();
+  launch_scatter_add_rows(f32_ptr(dy), i32_ptr(rows), m, c, f32_ptr(dx), stream_);
+}
+
+void CudaOps::moe_combine(const Tensor& h, const Tensor& rows, const Tensor& slots, const Tensor& weights,
+                          const Tensor& y) {
+  enter();
+  check_f32(h), check_f32(y), check_f32(weights);
+  const int64_t c = y.dim(-1), m = c > 0 ? h.numel() / c : 0;
+  ZE_CHECK(rows.numel() == m && slots.numel() == m) << rows.debug_string() << " " << h.debug_string();
+  launch_moe_combine(f32_ptr(h), i32_ptr(rows), i32_ptr(slots), f32_ptr(weights), m, c, f32_ptr(y), stream_);
+}
+
+void CudaOps::moe_combine_backward(const Tensor& dy, const Tensor& h, const Tensor& rows, const Tensor& slots,
+                                   const Tensor& weights, const Tensor& dh, const Tensor& dweights) {
+  enter();
+  check_f32(dy), check_f32(h), check_f32(dh), check_f32(dweights);
+  const int64_t c = dy.dim(-1), m = c > 0 ? h.numel() / c : 0;
+  ZE_CHECK(rows.numel() == m && slots.numel() == m && dh.numel() == h.numel())
+      << rows.debug_string() << " " << h.debug_string();
+  launch_moe_combine_backward(f32_ptr(dy), f32_ptr(h), i32_ptr(rows), i32_ptr(slots), f32_ptr(weights), m, c,
+                              f32_ptr(dh), f32_ptr(dweights), stream_);
+}
+
+void CudaOps::sigmoid_gate_forward(const Tensor& g, const Tensor& x, const Tensor& y) {
+  enter();
+  check_f32(g), check_f32(x), check_f32(y), check_same_numel(x, y);
+  const int64_t n = g.numel(), c = n > 0 ? x.numel() / n : 0;
+  launch_sigmoid_gate_forward(f32_ptr(g), f32_ptr(x), n, c, f32_ptr(y), stream_);
+}
+
+void CudaOps::sigmoid_gate_backward(const Tensor& g, const Tensor& x, const Tensor& dy, const Tensor& dg,
+                                    const Tensor& dx) {
+  enter();
+  check_f32(g), check_f32(x), check_f32(dy), check_f32(dg), check_f32(dx);
+  check_same_numel(x, dy), check_same_numel(x, dx), check_same_numel(g, dg);
+  const int64_t n = g.numel(), c = n > 0 ? x.numel() / n : 0;
+  launch_sigmoid_gate_backward(f32_ptr(g), f32_ptr(x), f32_ptr(dy), n, c, f32_ptr(dg), f32_ptr(dx), stream_);
+}
+
 void CudaOps::softcap_forward(const Tensor& x, float cap, const Tensor& y) {
   enter();
   check_f32(x), check_f32(y), check_same_numel(x, y);

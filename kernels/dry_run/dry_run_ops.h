@@ -40,6 +40,17 @@ class DryRunOps final : public Ops {
   void geglu_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
   void glu_rows_forward(Glu, const Tensor&, const Tensor&) override {}
   void glu_rows_backward(Glu, const Tensor&, const Tensor&, const Tensor&) override {}
+  void moe_router_forward(const Tensor&, int64_t, bool, const Tensor&, const Tensor&, const Tensor&,
+                          const Tensor&) override {}
+  void moe_router_backward(const Tensor&, const Tensor&, const Tensor&, bool, const Tensor&, float, const Tensor&,
+                           const Tensor&) override {}
+  void gather_rows(const Tensor&, const Tensor&, const Tensor&) override {}
+  void scatter_add_rows(const Tensor&, const Tensor&, const Tensor&) override {}
+  void moe_combine(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
+  void moe_combine_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                            const Tensor&) override {}
+  void sigmoid_gate_forward(const Tensor&, const Tensor&, const Tensor&) override {}
+  void sigmoid_gate_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
   void softcap_forward(const Tensor&, float, const Tensor&) override {}
   void softcap_backward(const Tensor&, const Tensor&, float, const Tensor&) override {}
   void causal_softmax_forward(const Tensor&, const Tensor&) override {}

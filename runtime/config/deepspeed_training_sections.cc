@@ -166,6 +166,9 @@ void parse_pipeline_section(ConfigReader r, RunConfig& c) {
   if (p > 1 && c.world_size % tp != 0) {
     r.error("stages", cat(p, " pipeline stages x tensor_parallel.autotp_size ", c.tensor_size(),
                           " do not divide the world of ", c.world_size, " ranks (world = data x tensor x pipeline)"));
+  } else if (p > 1 && c.model.gpt.moe.enabled()) {
+    r.error("stages", cat(p, " pipeline stages: a mixture of experts (model.num_experts ", c.model.gpt.moe.num_experts,
+                          ") under pipeline parallelism is not implemented yet"));
   } else if (p > c.model.gpt.n_layer) {
     r.error("stages", cat(p, " pipeline stages for model.n_layer ", c.model.gpt.n_layer,
                           " blocks: each stage needs at least one block"));

@@ -17,8 +17,8 @@ namespace zero {
 namespace {
 
 constexpr const char* kSupported =
-    "supported: \"gpt2\", \"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"gemma\" (without sliding-window "
-    "attention)";
+    "supported: \"gpt2\", \"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"gemma\", \"mixtral\", \"qwen2_moe\", "
+    "\"qwen3_moe\" (without sliding-window attention)";
 
 bool ends_with(const std::string& s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -235,7 +235,64 @@ constexpr HfFamily kHfFamilies[] = {
     {ModelArch::kQwen3, "Qwen3ForCausalLM", 32768, false, 128, "silu", "", true, false, HfFamily::kQwenWindow},
     {ModelArch::kGemma, "GemmaForCausalLM", 8192, true, 256, "gelu_pytorch_tanh", "gelu", true, false,
      HfFamily::kNoWindow},
+    {ModelArch::kMixtral, "MixtralForCausalLM", 4096 * 32, false, 0, "silu", "", false, false,
+     HfFamily::kMistralWindow},
+    {ModelArch::kQwen2Moe, "Qwen2MoeForCausalLM", 32768, false, 0, "silu", "", false, false, HfFamily::kQwenWindow},
+    {ModelArch::kQwen3Moe, "Qwen3MoeForCausalLM", 32768, false, 0, "silu", "", true, false, HfFamily::kQwenWindow},
 };
+
+bool is_moe_family(ModelArch arch) {
+  return arch == ModelArch::kMixtral || arch == ModelArch::kQwen2Moe || arch == ModelArch::kQwen3Moe;
+}
+
+// A mixture of experts' keys (MixtralConfig, Qwen2MoeConfig, Qwen3MoeConfig
+// of transformers 5.25, and the hub's files): Mixtral's experts are
+// intermediate_size wide and always renormalise their weights; Qwen's have
+// moe_intermediate_size, norm_topk_prob, decoder_sparse_step and
+// mlp_only_layers (their other blocks dense, of intermediate_size), and
+// Qwen2-MoE a shared expert.
+absl::Status moe_from_hf(const HfKeys& keys, const Json& hf, GptConfig& c) {
+  MoeConfig& m = c.moe;
+  const bool mixtral = c.arch == ModelArch::kMixtral;
+  // Experts: Mixtral's num_local_experts, Qwen's num_experts (transformers 5
+  // writes Qwen3-MoE's as num_local_experts too).
+  const char* experts_key = mixtral || !keys.has("num_experts") ? "num_local_experts" : "num_experts";
+  const int64_t default_experts = mixtral ? 8 : c.arch == ModelArch::kQwen2Moe ? 60 : 128;
+  ZE_ASSIGN_OR_RETURN(m.num_experts, keys.size(experts_key, kExpertLimit, default_experts));
+  ZE_ASSIGN_OR_RETURN(m.top_k, keys.size("num_experts_per_tok", kExpertLimit, mixtral ? 2 : c.arch == ModelArch::kQwen2Moe ? 4 : 8));
+  if (m.top_k > m.num_experts) {
+    return keys.bad("num_experts_per_tok", cat("is more than ", experts_key, " (", m.num_experts, ")"));
+  }
+  ZE_ASSIGN_OR_RETURN(const double aux_coef, keys.number("router_aux_loss_coef", 0.001));
+  if (!(aux_coef >= 0.0)) return keys.bad("router_aux_loss_coef", "must be >= 0");
+  m.aux_loss_coef = static_cast<float>(aux_coef);
+  if (mixtral) {
+    m.expert_d_ff = c.d_ff;
+    m.norm_topk_prob = true;
+    ZE_ASSIGN_OR_RETURN(const double jitter, keys.number("router_jitter_noise", 0.0));
+    if (jitter != 0.0) return keys.bad("router_jitter_noise", "router jitter noise is not implemented (0 only)");
+    return absl::OkStatus();
+  }
+  ZE_ASSIGN_OR_RETURN(m.expert_d_ff, keys.size("moe_intermediate_size", kFfnWidthLimit,
+                                               c.arch == ModelArch::kQwen2Moe ? 1408 : 768));
+  ZE_ASSIGN_OR_RETURN(m.norm_topk_prob, keys.boolean("norm_topk_prob", false));
+  ZE_ASSIGN_OR_RETURN(m.decoder_sparse_step, keys.size("decoder_sparse_step", kLayerLimit, 1));
+  if (keys.has("mlp_only_layers") && !hf.at("mlp_only_layers").is_null()) {
+    const Json& only = hf.at("mlp_only_layers");
+    if (!only.is_array()) return keys.bad("mlp_only_layers", "expected a list of layer numbers");
+    for (const Json& l : only) {
+      if (!l.is_number_integer() || l.get<int64_t>() < 0 || l.get<int64_t>() >= c.n_layer) {
+        return keys.bad("mlp_only_layers", cat(l.dump(), " is not a layer number below num_hidden_layers (",
+                                               c.n_layer, ")"));
+      }
+      m.mlp_only_layers.push_back(l.get<int64_t>());
+    }
+  }
+  if (c.arch == ModelArch::kQwen2Moe) {
+    ZE_ASSIGN_OR_RETURN(m.shared_expert_d_ff, keys.size("shared_expert_intermediate_size", kFfnWidthLimit, 5632));
+  }
+  return absl::OkStatus();
+}
 
 const HfFamily* hf_family(std::string_view model_type) {
   for (const HfFamily& f : kHfFamilies)
@@ -330,7 +387,11 @@ absl::StatusOr<GptConfig> rope_family_from_hf(const Json& hf, const std::string&
   if (family.mlp_bias_key) {
     ZE_ASSIGN_OR_RETURN(features.mlp_bias, keys.boolean("mlp_bias", false));
   }
+  if (family.arch == ModelArch::kQwen2Moe) {  // transformers 5 writes Qwen2-MoE's q/k/v biases as a key
+    ZE_ASSIGN_OR_RETURN(features.qkv_bias, keys.boolean("qkv_bias", true));
+  }
   if (features.qkv_bias != model_family(family.arch).features.qkv_bias || features.mlp_bias) c.feature_flags = features;
+  if (is_moe_family(family.arch)) ZE_RETURN_IF_ERROR(moe_from_hf(keys, hf, c));
   ZE_ASSIGN_OR_RETURN(const double attn_dropout, keys.number("attention_dropout", 0.0));
   if (attn_dropout != 0.0) return keys.bad("attention_dropout", "dropout on attention probabilities is not implemented");
   ZE_RETURN_IF_ERROR(check_full_attention(keys, hf, family, c.max_positions));
@@ -435,6 +496,26 @@ Json hf_config_json(const GptConfig& c, DType dtype) {
     // embedding's padding_idx, whose row transformers never trains (ours does).
     if (c.arch == ModelArch::kGemma) j["pad_token_id"] = j["bos_token_id"] = j["eos_token_id"] = nullptr;
     j["initializer_range"] = shortest(c.init_std);
+    if (is_moe_family(c.arch)) {
+      const MoeConfig& m = c.moe;
+      j[c.arch == ModelArch::kQwen2Moe ? "num_experts" : "num_local_experts"] = m.num_experts;
+      j["num_experts_per_tok"] = m.top_k;
+      j["router_aux_loss_coef"] = shortest(m.aux_loss_coef);
+      j["output_router_logits"] = false;
+      if (c.arch == ModelArch::kMixtral) {
+        j["intermediate_size"] = m.expert_d_ff;
+        j["router_jitter_noise"] = 0.0;
+      } else {
+        j["moe_intermediate_size"] = m.expert_d_ff;
+        j["norm_topk_prob"] = m.norm_topk_prob;
+        j["decoder_sparse_step"] = m.decoder_sparse_step;
+        j["mlp_only_layers"] = m.mlp_only_layers;
+        if (c.arch == ModelArch::kQwen2Moe) {
+          j["shared_expert_intermediate_size"] = m.shared_expert_d_ff;
+          j["qkv_bias"] = f.qkv_bias;
+        }
+      }
+    }
   } else {
     j["architectures"] = {"GPT2LMHeadModel"};
     j["model_type"] = "gpt2";
@@ -504,14 +585,43 @@ bool is_gpt2_conv1d_weight(const std::string& name) {
   return false;
 }
 
+namespace {
+
+// Mixtral's sparse blocks are "block_sparse_moe" with experts w1 (gate), w3
+// (up) and w2 (down); ours (and Qwen-MoE's) are "mlp" with gate_proj,
+// up_proj and down_proj. `to_hf` maps ours to Mixtral's, else back.
+std::string mixtral_names(const std::string& name, bool to_hf) {
+  const std::string_view ours_block = ".mlp.", theirs_block = ".block_sparse_moe.";
+  const std::string_view from_block = to_hf ? ours_block : theirs_block, to_block = to_hf ? theirs_block : ours_block;
+  const size_t at = name.find(from_block);
+  if (at == std::string::npos || name.rfind("layers.", 0) != 0) return name;
+  std::string out = name.substr(0, at) + std::string(to_block);
+  std::string rest = name.substr(at + from_block.size());
+  if (rest.rfind("experts.", 0) == 0) {
+    static constexpr std::pair<std::string_view, std::string_view> kExpert[] = {
+        {".gate_proj.weight", ".w1.weight"}, {".up_proj.weight", ".w3.weight"}, {".down_proj.weight", ".w2.weight"}};
+    for (const auto& [ours, theirs] : kExpert) {
+      const std::string_view from = to_hf ? ours : theirs, to = to_hf ? theirs : ours;
+      if (ends_with(rest, from)) {
+        rest = rest.substr(0, rest.size() - from.size()) + std::string(to);
+        break;
+      }
+    }
+  }
+  return out + rest;
+}
+
+}  // namespace
+
 std::string hf_tensor_name(const GptConfig& c, const std::string& ours) {
   if (!c.features().gpt2_names && ours == "lm_head.weight") return ours;
-  return cat(hf_name_prefix(c), ours);
+  return cat(hf_name_prefix(c), c.arch == ModelArch::kMixtral ? mixtral_names(ours, true) : ours);
 }
 
 std::string ours_from_hf_tensor_name(const GptConfig& c, const std::string& hf) {
   const std::string_view prefix = hf_name_prefix(c);
-  return starts_with(hf, prefix) ? hf.substr(prefix.size()) : hf;
+  const std::string name = starts_with(hf, prefix) ? hf.substr(prefix.size()) : hf;
+  return c.arch == ModelArch::kMixtral ? mixtral_names(name, false) : name;
 }
 
 bool hf_stores_transposed(const GptConfig& c, const std::string& ours) {
@@ -550,6 +660,20 @@ std::vector<std::pair<std::string, Shape>> gpt_parameter_shapes(const GptConfig&
         out.emplace_back(b + "self_attn.k_norm.weight", Shape{D});
       }
       out.emplace_back(b + "post_attention_layernorm.weight", Shape{C});
+      if (c.moe.sparse_layer(i)) {
+        const MoeConfig& m = c.moe;
+        out.emplace_back(b + "mlp.gate.weight", Shape{m.num_experts, C});
+        for (int64_t x = 0; x < m.num_experts; ++x) {
+          out.emplace_back(cat(b, "mlp.experts.", x, ".gate_up_proj.weight"), Shape{2 * m.expert_d_ff, C});
+          out.emplace_back(cat(b, "mlp.experts.", x, ".down_proj.weight"), Shape{C, m.expert_d_ff});
+        }
+        if (m.shared_expert_d_ff > 0) {
+          out.emplace_back(b + "mlp.shared_expert.gate_up_proj.weight", Shape{2 * m.shared_expert_d_ff, C});
+          out.emplace_back(b + "mlp.shared_expert.down_proj.weight", Shape{C, m.shared_expert_d_ff});
+          out.emplace_back(b + "mlp.shared_expert_gate.weight", Shape{1, C});
+        }
+        continue;
+      }
       if (fuses_gate_up(c, i)) {
         linear(b + "mlp.gate_up_proj", 2 * F, C, f.mlp_bias);
       } else {

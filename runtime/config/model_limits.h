@@ -22,6 +22,7 @@ inline constexpr ModelKeyLimit kSeqLenLimit{"model.seq_len", 1, int64_t{1} << 24
 inline constexpr ModelKeyLimit kPositionsLimit{"model.max_positions", 0, int64_t{1} << 24};  // 0: seq_len
 inline constexpr ModelKeyLimit kKvHeadLimit{"model.n_kv_head", 0, 65536};                   // 0: n_head
 inline constexpr ModelKeyLimit kFfnWidthLimit{"model.d_ff", 0, int64_t{1} << 24};           // 0: 8/3 d_model
+inline constexpr ModelKeyLimit kExpertLimit{"model.num_experts", 0, 65536};                 // 0: dense
 // RoPE rotates at most 2 * RopeFreqs::kMaxHalf dimensions per head.
 inline constexpr ModelKeyLimit kHeadDimLimit{"model.head_dim", 0, 512};                     // 0: d_model / n_head
 

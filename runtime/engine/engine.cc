@@ -5,10 +5,12 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <utility>
 
 #include "core/status.h"
 #include "core/strings.h"
 #include "graph/freeze.h"
+#include "graph/moe.h"
 #include "graph/vocab_parallel.h"
 #include "zero/state_buffers.h"
 
@@ -360,7 +362,27 @@ absl::StatusOr<float> Engine::loss_and_gradient(const Tensor& logits, const Tens
   backend_.copy(host.data(), losses.data(), rows * sizeof(float));
   double sum = 0.0;
   for (float l : host) sum += l;
-  return valid == 0 ? 0.0f : static_cast<float>(sum / valid);
+  double loss = valid == 0 ? 0.0 : sum / valid;
+  // The routers' auxiliary losses (graph/moe.h), already means: their
+  // gradients carry the loss scale and the divisors, not the token count.
+  if (MoeLosses* moe = model_of(*model_).moe_losses()) {
+    loss += moe->finish(scaler_.scale() / (static_cast<double>(config_.gradient_accumulation_steps) *
+                                           config_.pre_divide));
+    moe_step_.aux_loss += moe->last_aux_loss();
+    moe_step_.z_loss += moe->last_z_loss();
+    moe_step_.dropped += moe->last_dropped();
+    if (moe_step_.expert_tokens.empty()) {
+      moe_step_.expert_tokens = moe->last_choices();
+    } else {
+      for (size_t l = 0; l < moe_step_.expert_tokens.size() && l < moe->last_choices().size(); ++l) {
+        std::vector<double>& sum = moe_step_.expert_tokens[l].second;
+        const std::vector<double>& add = moe->last_choices()[l].second;
+        for (size_t e = 0; e < sum.size() && e < add.size(); ++e) sum[e] += add[e];
+      }
+    }
+    ++moe_step_.micro_batches;
+  }
+  return static_cast<float>(loss);
 }
 
 absl::Status Engine::backward() {
@@ -511,6 +533,11 @@ absl::StatusOr<StepResult> Engine::finish_micro_step() {
   r.pipeline_s = timing_.pipeline_s;
   r.comm_bytes = comm_bytes() - comm_bytes_at_step_start_;
   r.comm_wait_s = comm_wait_seconds() - comm_wait_at_step_start_;
+  if (moe_step_.micro_batches > 0) {
+    r.moe = std::exchange(moe_step_, MoeStepStats());
+    r.moe->aux_loss /= r.moe->micro_batches;
+    r.moe->z_loss /= r.moe->micro_batches;
+  }
   timing_ = StepResult();
   return r;
 }

@@ -15,6 +15,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,16 @@ struct Batch {
   Tensor targets;
 };
 
+// A mixture of experts' routing over one optimizer step (graph/moe.h), from
+// this rank's micro-batches.
+struct MoeStepStats {
+  double aux_loss = 0, z_loss = 0;  // unweighted; the mean over the step's micro-batches
+  int64_t dropped = 0;              // (token, expert) choices the capacity dropped, summed
+  // Per sparse layer: the top-k choices each expert received, summed.
+  std::vector<std::pair<int64_t, std::vector<double>>> expert_tokens;
+  int micro_batches = 0;
+};
+
 struct StepResult {
   bool boundary = false;      // an optimizer step happened (updated or skipped)
   bool skipped = false;       // gradients held inf/NaN: no update (fp16, bf16 checks)
@@ -67,6 +78,7 @@ struct StepResult {
   // waiting for collectives (comm_wait_seconds()): communication not hidden
   // behind compute.
   double comm_wait_s = 0;
+  std::optional<MoeStepStats> moe;  // with MoE layers
 };
 
 // Where a run is, beyond the weights: what a checkpoint restores so that
@@ -265,6 +277,7 @@ class Engine {
   int64_t global_step_ = 0;
   int64_t skipped_steps_ = 0;
   double loss_sum_ = 0.0;   // this rank's micro-batch losses of the current step
+  MoeStepStats moe_step_;   // the routers' statistics of the current step (MoE layers)
   int64_t comm_bytes_at_step_start_ = 0;
   double comm_wait_at_step_start_ = 0;  // comm_wait_seconds() then
   StepResult timing_;       // phase times accumulating over the current step

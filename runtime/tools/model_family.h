@@ -14,14 +14,26 @@
 namespace zero {
 
 // The family and the sizes that define its shape (the RoPE families: with
-// their key/value heads, MLP width, head_dim when it is their own and, when
-// tied, " tied head").
+// their key/value heads, MLP width, head_dim when it is their own, when
+// tied " tied head", and a mixture of experts' experts: "experts=8 top_k=2
+// expert_d_ff=128 (0.71M of 1.84M parameters active)").
 inline std::string model_family_description(const GptConfig& g) {
   if (g.rope()) {
     const std::string head_dim = g.d_head > 0 ? absl::StrFormat(" head_dim=%d", g.head_dim()) : "";
-    return absl::StrFormat("%s n_layer=%d n_head=%d n_kv_head=%d d_model=%d%s d_ff=%d%s", model_family(g.arch).display,
+    std::string experts;
+    if (g.moe.enabled()) {
+      experts = absl::StrFormat(" experts=%d top_k=%d expert_d_ff=%d%s%s (%.3gM of %.3gM parameters active per token)",
+                                g.moe.num_experts, g.moe.top_k, g.moe.expert_d_ff,
+                                g.moe.shared_expert_d_ff > 0 ? absl::StrFormat(" shared_d_ff=%d", g.moe.shared_expert_d_ff)
+                                                             : std::string(),
+                                g.moe.capacity_factor > 0 ? absl::StrFormat(" capacity_factor=%g", g.moe.capacity_factor)
+                                                          : std::string(" dropless"),
+                                static_cast<double>(g.active_parameters()) / 1e6,
+                                static_cast<double>(g.num_parameters()) / 1e6);
+    }
+    return absl::StrFormat("%s n_layer=%d n_head=%d n_kv_head=%d d_model=%d%s d_ff=%d%s%s", model_family(g.arch).display,
                            g.n_layer, g.n_head, g.kv_heads(), g.d_model, head_dim, g.ffn_width(),
-                           g.tied_head() ? " tied head" : "");
+                           g.tied_head() ? " tied head" : "", experts);
   }
   return absl::StrFormat("GPT-2 n_layer=%d n_head=%d d_model=%d", g.n_layer, g.n_head, g.d_model);
 }

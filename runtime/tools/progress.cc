@@ -78,6 +78,18 @@ Json step_metrics_json(const StepResult& r, const StepTiming& t, const MemorySna
     j["time"]["pipeline_s"] = r.pipeline_s;
     j["time"]["pipeline_wait_s"] = r.pipeline_wait_s;
   }
+  if (r.moe) {
+    // This rank's routing (graph/moe.h): the unweighted auxiliary losses and
+    // each sparse layer's tokens per expert over the step.
+    Json tokens = Json::object();
+    for (const auto& [layer, counts] : r.moe->expert_tokens) {
+      Json row = Json::array();
+      for (double c : counts) row.push_back(static_cast<int64_t>(c));
+      tokens[std::to_string(layer)] = row;
+    }
+    j["moe"] = {{"aux_loss", r.moe->aux_loss}, {"z_loss", r.moe->z_loss}, {"dropped", r.moe->dropped},
+                {"expert_tokens", tokens}};
+  }
   j["step_time_s"] = t.step_seconds;
   j["tokens_per_s"] = t.step_seconds > 0 ? t.tokens / t.step_seconds : 0.0;
   j["samples_per_s"] = t.step_seconds > 0 ? t.samples / t.step_seconds : 0.0;

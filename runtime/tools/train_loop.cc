@@ -651,6 +651,20 @@ absl::Status TrainingRun::run_step(int64_t step) {
       events.push_back({"Train/Samples/elapsed_time_ms_step", 1e3 * r.step_s, totals.samples});
       events.push_back({"Train/Samples/elapsed_time_ms_comm_wait", 1e3 * r.comm_wait_s, totals.samples});
     }
+    if (r.moe) {
+      // The routing: rank 0's micro-batches of the step (graph/moe.h).
+      events.push_back({"Train/Samples/moe_aux_loss", r.moe->aux_loss, totals.samples});
+      if (g_.moe.z_loss_coef > 0.0f) events.push_back({"Train/Samples/moe_z_loss", r.moe->z_loss, totals.samples});
+      if (g_.moe.capacity_factor > 0.0) {
+        events.push_back({"Train/Samples/moe_dropped_tokens", static_cast<double>(r.moe->dropped), totals.samples});
+      }
+      for (const auto& [layer, counts] : r.moe->expert_tokens) {
+        for (size_t e = 0; e < counts.size(); ++e) {
+          events.push_back({cat("Train/Samples/moe_expert_tokens/layer_", layer, "/expert_", e), counts[e],
+                            totals.samples});
+        }
+      }
+    }
     ZE_RETURN_IF_ERROR(monitors_->write_events(events));
   }
   nonfinite_run_ = (r.skipped || !std::isfinite(r.loss)) ? nonfinite_run_ + 1 : 0;

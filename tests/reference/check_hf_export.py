@@ -35,7 +35,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
-from hf_common import ATTN, file_tensors, load_fp32
+from hf_common import ATTN, as_stored, file_tensors, golden_loss, load_fp32
 
 
 def main():
@@ -86,7 +86,7 @@ def main():
         print(f"{'WARN' if args.allow_extra_keys else 'FAIL'}: keys in the export that "
               f"transformers neither needs nor saves (silently ignored on load): {extra}")
         ok = ok and args.allow_extra_keys
-    sd = model.state_dict()
+    sd = as_stored(model.state_dict(), model)
     for k in sorted(set(stored) & expected):
         if not torch.equal(stored[k].to(torch.float32), sd[k]):
             print(f"FAIL: tensor {k} differs between the file and the loaded model")
@@ -98,9 +98,7 @@ def main():
     ids = g["input_ids"].long()
     tgt = g["targets"].long()
     model.zero_grad(set_to_none=True)
-    logits = model(input_ids=ids).logits
-    V = logits.shape[-1]
-    loss = F.cross_entropy(logits.reshape(-1, V), tgt.reshape(-1))
+    logits, loss, _ = golden_loss(model, ids, tgt)
     gl = g["loss"].item()
     print(f"loss: {loss.item():.8f}  golden: {gl:.8f}  diff: {abs(loss.item() - gl):.3e}")
     if args.loss_tol is not None and abs(loss.item() - gl) > args.loss_tol:
@@ -110,7 +108,7 @@ def main():
     # 4. bitwise round trip (+ grads)
     if args.same_as is not None:
         ref, rinfo = load_fp32(args.same_as)
-        rsd = ref.state_dict()
+        rsd = as_stored(ref.state_dict(), ref)
         ks, rks = set(sd), set(rsd)
         if ks != rks:
             print(f"FAIL: state_dict keys differ: only exported {sorted(ks - rks)}, "
@@ -133,7 +131,8 @@ def main():
             print(f"same-as: all {len(ks & rks)} state_dict tensors bitwise equal")
         loss.backward()
         worst, wk = 0.0, None
-        for n, p in model.named_parameters():
+        grads = as_stored({n: p.grad for n, p in model.named_parameters()}, model)
+        for n, grad in grads.items():
             key = "grad." + n
             if key not in g:
                 print(f"FAIL: no golden gradient {key}")
@@ -141,7 +140,7 @@ def main():
                 continue
             ref_g = g[key]
             den = max(ref_g.abs().max().item(), 1e-30)
-            r = (p.grad.double() - ref_g.double()).abs().max().item() / den
+            r = (grad.double() - ref_g.double()).abs().max().item() / den
             if r > worst:
                 worst, wk = r, n
         print(f"grads: max rel diff vs golden {worst:.3e} ({wk or 'all equal'}), tol {args.grad_tol}")

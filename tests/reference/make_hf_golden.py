@@ -5,13 +5,17 @@ NOT run by CI. Regenerate by hand (see tests/reference/README.md):
 
     /tmp/hfvenv/bin/python tests/reference/make_hf_golden.py
 
-Writes, for each of `llama`, `llama3`, `gpt2`, `qwen2`, `qwen3`, `gemma`, into tests/data/hf/<name>/:
+Writes, for each of `llama`, `llama3`, `gpt2`, `qwen2`, `qwen3`, `gemma`, `mixtral`, `qwen2_moe`,
+`qwen3_moe`, into tests/data/hf/<name>/:
   * the model in Hugging Face format (config.json + *.safetensors [+ index]),
   * golden.safetensors with input_ids, targets (int32 [B,T]), logits (F32 [B,T,V]),
     loss (F32 [1]) and grad.<hf name> (F32, shape of the tensor in the model file).
 
 Loss is mean cross-entropy over all B*T positions of logits vs `targets`
-(targets are independent random ids, NOT shifted inputs).
+(targets are independent random ids, NOT shifted inputs); for the mixtures of
+experts plus router_aux_loss_coef times transformers' load_balancing_loss_func
+over every sparse layer's router logits (also stored alone as `aux_loss`), as
+MixtralForCausalLM adds it with output_router_logits.
 """
 import argparse
 import copy
@@ -30,10 +34,12 @@ import safetensors
 from safetensors import safe_open
 from safetensors.torch import save_file
 from transformers import (AutoModelForCausalLM, GemmaConfig, GemmaForCausalLM, GPT2Config,
-                          GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, Qwen2Config,
-                          Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
+                          GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, MixtralConfig,
+                          MixtralForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen2MoeConfig,
+                          Qwen2MoeForCausalLM, Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig,
+                          Qwen3MoeForCausalLM)
 
-from hf_common import ATTN, file_tensors, load_fp32, print_file_sizes
+from hf_common import ATTN, as_stored, file_tensors, golden_loss, is_moe, load_fp32, print_file_sizes
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = REPO / "tests" / "data" / "hf"
@@ -49,16 +55,16 @@ def make_batch(vocab, seed):
     return ids, tgt
 
 
-def fwd_bwd(model, ids, tgt):
+def fwd_bwd(model, ids, tgt, aux_out=None):
     model.zero_grad(set_to_none=True)
-    logits = model(input_ids=ids).logits
-    V = logits.shape[-1]
-    loss = F.cross_entropy(logits.reshape(-1, V), tgt.reshape(-1))
+    logits, loss, aux = golden_loss(model, ids, tgt)
+    if aux is not None and aux_out is not None:
+        aux_out.append(aux.detach())
     loss.backward()
     # named_parameters() de-duplicates tied parameters: the one tensor appears once,
     # under the name it was first registered with (the embedding).
     grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
-    return logits.detach(), loss.detach(), grads
+    return logits.detach(), loss.detach(), as_stored(grads, model)
 
 
 def rel(a, b):
@@ -219,9 +225,68 @@ def build_gemma():
     return m, {}
 
 
+def build_mixtral():
+    torch.manual_seed(7890)
+    # 4 experts of width 24, 2 per token (renormalised), GQA 4 / 2, untied head; a large
+    # aux-loss coefficient so its gradient shows in every router's.
+    cfg = MixtralConfig(hidden_size=32, intermediate_size=24, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=2, vocab_size=64,
+                        max_position_embeddings=32, rms_norm_eps=1e-5, rope_theta=10000.0,
+                        num_local_experts=4, num_experts_per_tok=2, router_aux_loss_coef=0.05,
+                        tie_word_embeddings=False, initializer_range=0.2, attention_dropout=0.0,
+                        bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    cfg._attn_implementation = ATTN
+    cfg._experts_implementation = "eager"  # fp64-capable (the fp64 check)
+    m = MixtralForCausalLM(cfg)
+    perturb(m, lambda n: "norm" in n, 0.1, mult=True)
+    return m, {}
+
+
+def build_qwen2_moe():
+    torch.manual_seed(8901)
+    # 4 experts of 16, 2 per token, NOT renormalised; a shared expert of 24 behind a sigmoid
+    # gate; q/k/v biases; block 1 of 3 dense (mlp_only_layers) with intermediate_size 40.
+    cfg = Qwen2MoeConfig(hidden_size=32, intermediate_size=40, moe_intermediate_size=16,
+                         shared_expert_intermediate_size=24, num_hidden_layers=3,
+                         num_attention_heads=4, num_key_value_heads=2, vocab_size=64,
+                         max_position_embeddings=32, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                         num_experts=4, num_experts_per_tok=2, norm_topk_prob=False,
+                         decoder_sparse_step=1, mlp_only_layers=[1], router_aux_loss_coef=0.05,
+                         tie_word_embeddings=False, use_sliding_window=False,
+                         initializer_range=0.2, attention_dropout=0.0,
+                         bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    cfg._attn_implementation = ATTN
+    cfg._experts_implementation = "eager"  # fp64-capable (the fp64 check)
+    m = Qwen2MoeForCausalLM(cfg)
+    perturb(m, lambda n: "norm" in n, 0.1, mult=True)
+    perturb(m, lambda n: n.endswith(".bias"), 0.2, mult=False)
+    return m, {}
+
+
+def build_qwen3_moe():
+    torch.manual_seed(9012)
+    # 8 experts of 16, 3 per token, renormalised (norm_topk_prob); q/k norms, head_dim 16;
+    # tied head.
+    cfg = Qwen3MoeConfig(hidden_size=32, intermediate_size=40, moe_intermediate_size=16,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         head_dim=16, vocab_size=64, max_position_embeddings=32, rms_norm_eps=1e-6,
+                         rope_theta=1000000.0, num_experts=8, num_experts_per_tok=3,
+                         norm_topk_prob=True, router_aux_loss_coef=0.05, tie_word_embeddings=True,
+                         attention_bias=False, use_sliding_window=False, initializer_range=0.2,
+                         attention_dropout=0.0, bos_token_id=None, eos_token_id=None,
+                         pad_token_id=None)
+    cfg._attn_implementation = ATTN
+    cfg._experts_implementation = "eager"  # fp64-capable (the fp64 check)
+    m = Qwen3MoeForCausalLM(cfg)
+    perturb(m, lambda n: "norm" in n, 0.1, mult=True)
+    return m, {}
+
+
 BUILDERS = {"llama": build_llama, "llama3": build_llama3, "gpt2": build_gpt2,
-            "qwen2": build_qwen2, "qwen3": build_qwen3, "gemma": build_gemma}
-SEEDS = {"llama": 11, "llama3": 22, "gpt2": 33, "qwen2": 44, "qwen3": 55, "gemma": 66}
+            "qwen2": build_qwen2, "qwen3": build_qwen3, "gemma": build_gemma,
+            "mixtral": build_mixtral, "qwen2_moe": build_qwen2_moe, "qwen3_moe": build_qwen3_moe}
+SEEDS = {"llama": 11, "llama3": 22, "gpt2": 33, "qwen2": 44, "qwen3": 55, "gemma": 66,
+         "mixtral": 77, "qwen2_moe": 88, "qwen3_moe": 99}
 
 
 # ----------------------------------------------------------------------------- main
@@ -240,7 +305,7 @@ def run_one(name, out_root):
     for k in ("missing_keys", "unexpected_keys", "mismatched_keys"):
         assert not info.get(k), f"{name}: {k} = {info.get(k)}"
     stored = file_tensors(d)
-    sd = ref.state_dict()
+    sd = as_stored(ref.state_dict(), ref)
     for k, t in stored.items():
         assert k in sd, f"{name}: stored key {k} not in model state_dict"
         assert torch.equal(t.to(torch.float32), sd[k]), f"{name}: {k} changed on load"
@@ -249,14 +314,15 @@ def run_one(name, out_root):
     else:
         assert all(t.dtype == torch.float32 for t in stored.values())
         # in-memory model == reloaded model, bitwise
-        msd = model.state_dict()
+        msd = as_stored(model.state_dict(), model)
         for k in stored:
             assert torch.equal(msd[k], sd[k]), k
 
     vocab = ref.config.vocab_size
     ids, tgt = make_batch(vocab, SEEDS[name])
     assert T <= ref.config.max_position_embeddings if hasattr(ref.config, "max_position_embeddings") else True
-    logits, loss, grads = fwd_bwd(ref, ids, tgt)
+    aux = []
+    logits, loss, grads = fwd_bwd(ref, ids, tgt, aux)
 
     # every parameter gradient must map 1:1 onto a tensor of the model file
     assert set(grads) == set(stored), (name, set(grads) ^ set(stored))
@@ -281,11 +347,15 @@ def run_one(name, out_root):
     with torch.no_grad():
         lg2 = ref2(input_ids=ids).logits
         loss2 = F.cross_entropy(lg2.reshape(-1, vocab), tgt.reshape(-1))
-    assert torch.equal(lg2, logits) and torch.equal(loss2, loss), (loss2.item(), loss.item())
+    # (a mixture of experts' loss adds the aux loss: its logits are the check)
+    assert torch.equal(lg2, logits) and (is_moe(ref) or torch.equal(loss2, loss)), (loss2.item(), loss.item())
     if name != "llama3":
         with torch.no_grad():
             lg0 = model(input_ids=ids).logits
         assert torch.equal(lg0, logits)
+    if is_moe(ref):
+        # every expert of every sparse layer got a token, so every gradient is a real one
+        assert all(g.abs().max() > 0 for g in grads.values()), [k for k, g in grads.items() if g.abs().max() == 0]
 
     gnorm = math.sqrt(sum(float(g.double().pow(2).sum()) for g in grads.values()))
     print(f"  loss={loss.item():.8f}  log(V)={math.log(vocab):.4f}  "
@@ -301,6 +371,8 @@ def run_one(name, out_root):
         "logits": logits.to(torch.float32).contiguous(),
         "loss": loss.reshape(1).to(torch.float32).contiguous(),
     }
+    if aux:
+        tensors["aux_loss"] = aux[0].reshape(1).to(torch.float32).contiguous()
     for k in sorted(grads):
         tensors["grad." + k] = grads[k].to(torch.float32).contiguous()
     meta = {

@@ -5,6 +5,7 @@
 // layering in the documented order.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -129,6 +130,44 @@ TEST(CliTest, RepeatedConfigAndSetKeepTheirOrder) {
   EXPECT_EQ(print_config("--config " + base + " --set run.steps=5 --steps 7")["run"]["steps"], 7);
   EXPECT_EQ(print_config("--config " + base + " --steps 7 --set run.steps=5")["run"]["steps"], 5);
   EXPECT_EQ(print_config("--config=" + base + " --steps=9")["run"]["steps"], 9);
+}
+
+// Experts that cannot route: exit 2 and a message naming the key and both numbers.
+TEST(CliTest, ExpertsThatCannotRouteExitTwoNamingBothNumbers) {
+  const std::string moe = write("moe.json", R"({
+  "model": {"arch": "mixtral", "n_layer": 2, "n_head": 2, "d_model": 32, "vocab_size": 256, "seq_len": 16,
+            "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16},
+  "data": {"format": "text", "path": "/usr/share/common-licenses"},
+  "run": {"steps": 30},
+  "train_micro_batch_size_per_gpu": 8
+})");
+  CommandResult r = stderr_of(std::string(ZE_TRAIN_BIN) + " --config " + moe + " --set model.num_experts_per_tok=5");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("model.num_experts_per_tok: 5 must be between 1 and model.num_experts (4)"),
+            std::string::npos)
+      << r.output;
+  r = stderr_of(std::string(ZE_TRAIN_BIN) + " --config " + moe + " --set model.num_experts=0");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("model.num_experts: the Mixtral family is a mixture of experts"), std::string::npos)
+      << r.output;
+  r = stderr_of(std::string(ZE_TRAIN_BIN) + " --config " + moe + " --set model.arch=\"gpt2\"");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("model.num_experts: 4 experts need a family with a SwiGLU MLP"), std::string::npos)
+      << r.output;
+  // A Hugging Face config.json with more experts per token than experts: its key and both numbers.
+  const std::string hf_dir = ::testing::TempDir() + "/CliTest.hf_moe";
+  std::filesystem::create_directories(hf_dir);
+  std::ofstream(hf_dir + "/config.json") << R"({"model_type": "mixtral", "hidden_size": 32, "intermediate_size": 16,
+    "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 2, "vocab_size": 256,
+    "max_position_embeddings": 64, "num_local_experts": 4, "num_experts_per_tok": 6})";
+  const std::string from_hf = write("moe_hf.json", R"({"model": {"hf_config": ")" + hf_dir + R"(/config.json", "seq_len": 16},
+  "data": {"format": "text", "path": "/usr/share/common-licenses"}, "train_micro_batch_size_per_gpu": 8})");
+  r = stderr_of(std::string(ZE_TRAIN_BIN) + " --config " + from_hf);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("num_experts_per_tok"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("num_local_experts (4)"), std::string::npos) << r.output;
+  // The run stops before training: nothing printed a step.
+  EXPECT_EQ(r.output.find("step 1/"), std::string::npos) << r.output;
 }
 
 // With several layers, an error about a key says which file or option gave it.

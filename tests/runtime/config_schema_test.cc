@@ -81,6 +81,15 @@ Json context_for(const ConfigKey& key) {
                                 "model.tie_word_embeddings", "model.head_dim"}) {
     if (p == llama_key) put(j, "model.arch", "llama");  // Llama-family keys are errors for GPT-2
   }
+  // A mixture of experts' keys need a family with experts.
+  for (const char* moe_key : {"model.num_experts", "model.num_experts_per_tok", "model.moe_intermediate_size",
+                              "model.norm_topk_prob", "model.shared_expert_intermediate_size",
+                              "model.decoder_sparse_step", "model.router_aux_loss_coef", "model.aux_loss_scope",
+                              "model.router_z_loss_coef", "model.capacity_factor", "model.min_capacity"}) {
+    if (p != moe_key) continue;
+    put(j, "model.arch", "mixtral");
+    if (p != "model.num_experts") put(j, "model.num_experts", 8);
+  }
   // Keys of one data format are errors for the others.
   if (p == "data.jsonl_field") put(j, "data.format", "jsonl");
   if (p == "data.packing") put(j, "data.format", "sft");
@@ -173,6 +182,7 @@ Json adjust(const ConfigKey& k, Json v) {
   if (k.path == "run.save_dir" || k.path == "run.init_from" || k.path == "run.metrics") return v;
   if (k.path == "model.hf_config") return Json();  // a file to read: hf_format_test and configs_test
   if (k.path == "model.n_kv_head") return 2;        // divides n_head
+  if (k.path == "model.num_experts") return 8;      // at least num_experts_per_tok
   if (k.path == "model.head_dim") return 8;         // even, for RoPE
   if (k.path == "model.max_positions") return 4096;  // above seq_len
   if (k.path.find("offload_") != std::string::npos && k.name() == "device") return "cpu";

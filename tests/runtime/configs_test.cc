@@ -7,7 +7,10 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <regex>
+
+#include <nlohmann/json.hpp>
 
 #include "tests/testing/run_command.h"
 
@@ -50,6 +53,33 @@ TEST(ConfigsTest, LlamaTiny) {
   Losses l;
   ASSERT_TRUE(parse_done(r.output, 40, l)) << r.output;
   EXPECT_LT(l.last, l.first - 1.0) << r.output;
+}
+
+TEST(ConfigsTest, MixtralTiny) {
+  const std::string metrics = ::testing::TempDir() + "/ConfigsTest.mixtral.jsonl";
+  auto r = train("--config configs/mixtral-tiny.json --steps 40 --metrics " + metrics);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("model: Mixtral n_layer=4 n_head=4 n_kv_head=2 d_model=128 d_ff=512 experts=8 top_k=2 "
+                          "expert_d_ff=128 dropless"),
+            std::string::npos)
+      << r.output;
+  Losses l;
+  ASSERT_TRUE(parse_done(r.output, 40, l)) << r.output;
+  EXPECT_LT(l.last, l.first - 1.0) << r.output;
+  // Each step's metrics carry the routing: every sparse layer's tokens per expert add up to the
+  // step's 16 x 64 tokens times 2 choices.
+  std::ifstream in(metrics);
+  std::string line, last;
+  while (std::getline(in, line)) last = line;
+  const nlohmann::json j = nlohmann::json::parse(last);
+  ASSERT_TRUE(j.contains("moe")) << last;
+  EXPECT_GT(j["moe"]["aux_loss"].get<double>(), 0.0);
+  ASSERT_EQ(j["moe"]["expert_tokens"].size(), 4u) << last;
+  for (const auto& [layer, counts] : j["moe"]["expert_tokens"].items()) {
+    int64_t sum = 0;
+    for (const auto& c : counts) sum += c.get<int64_t>();
+    EXPECT_EQ(sum, 16 * 64 * 2) << "layer " << layer;
+  }
 }
 
 // The shards of a GPT-2-style tokenizer (tests/data/tokenizers/: the real

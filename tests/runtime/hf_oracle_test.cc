@@ -29,11 +29,13 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <ostream>
 #include <set>
 
 #include "graph/context.h"
 #include "graph/gpt.h"
+#include "graph/moe.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "runtime/checkpoint/checkpoint.h"
@@ -67,6 +69,7 @@ struct Golden {
   std::vector<int32_t> ids, targets;
   std::vector<float> logits;
   float loss = 0.0f;
+  std::optional<float> aux_loss;  // a mixture of experts': load_balancing_loss_func's value
   std::map<std::string, std::vector<float>> grads;  // by Hugging Face's name
   std::map<std::string, Shape> grad_shapes;
 };
@@ -80,6 +83,7 @@ Golden read_golden(const std::string& dir) {
   g.targets = testing::hf_i32(*w, "targets");
   g.logits = testing::hf_fp32(*w, "logits");
   g.loss = testing::hf_fp32(*w, "loss").at(0);
+  if (w->tensors().count("aux_loss") > 0) g.aux_loss = testing::hf_fp32(*w, "aux_loss").at(0);
   for (const auto& [name, t] : w->tensors()) {
     if (name.rfind("grad.", 0) != 0) continue;
     g.grads[name.substr(5)] = testing::hf_fp32(*w, name);
@@ -172,6 +176,15 @@ TEST_P(HfOracleTest, LossLogitsAndGradientsMatchTransformers) {
   std::printf("%s stage %d: loss %.8f, transformers %.8f, relative difference %.3g\n", name.c_str(),
               stage_number(stage), *loss, golden.loss, loss_rel);
   EXPECT_LE(loss_rel, 1e-5) << name << ": loss " << *loss << ", transformers says " << golden.loss;
+  if (golden.aux_loss) {
+    // A mixture of experts' loss is cross-entropy + router_aux_loss_coef x the
+    // load-balancing loss, which its gradients carry too.
+    const MoeLosses* moe = model_of(engine->model()).moe_losses();
+    ASSERT_NE(moe, nullptr) << name;
+    std::printf("%s: load-balancing loss %.8f, transformers %.8f\n", name.c_str(), moe->last_aux_loss(),
+                *golden.aux_loss);
+    EXPECT_NEAR(moe->last_aux_loss(), *golden.aux_loss, 1e-5 * *golden.aux_loss) << name;
+  }
   ASSERT_TRUE(engine->backward().ok());
 
   // Gradients, under Hugging Face's names and layouts.
@@ -246,7 +259,10 @@ INSTANTIATE_TEST_SUITE_P(Models, HfOracleTest,
                                            OracleCase{"qwen3", ZeroStage::k0}, OracleCase{"gemma", ZeroStage::k0},
                                            OracleCase{"llama", ZeroStage::k3}, OracleCase{"llama3", ZeroStage::k3},
                                            OracleCase{"gpt2", ZeroStage::k3}, OracleCase{"qwen2", ZeroStage::k3},
-                                           OracleCase{"qwen3", ZeroStage::k3}, OracleCase{"gemma", ZeroStage::k3}),
+                                           OracleCase{"qwen3", ZeroStage::k3}, OracleCase{"gemma", ZeroStage::k3},
+                                           OracleCase{"mixtral", ZeroStage::k0}, OracleCase{"qwen2_moe", ZeroStage::k0},
+                                           OracleCase{"qwen3_moe", ZeroStage::k0}, OracleCase{"mixtral", ZeroStage::k3},
+                                           OracleCase{"qwen2_moe", ZeroStage::k3}, OracleCase{"qwen3_moe", ZeroStage::k3}),
                          [](const ::testing::TestParamInfo<OracleCase>& info) {
                            return info.param.model + "_stage" + std::to_string(stage_number(info.param.stage));
                          });
@@ -303,7 +319,8 @@ TEST_P(HfRoundTripTest, ExportAfterLoadingIsTheSourceBitForBit) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, HfRoundTripTest,
-                         ::testing::Values("llama", "llama3", "gpt2", "qwen2", "qwen3", "gemma"),
+                         ::testing::Values("llama", "llama3", "gpt2", "qwen2", "qwen3", "gemma", "mixtral",
+                                           "qwen2_moe", "qwen3_moe"),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 }  // namespace

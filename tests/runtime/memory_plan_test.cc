@@ -71,6 +71,7 @@ struct Case {
   int pipeline = 1;                 // pipeline stages (world = data x tensor x pipeline)
   PipelineScheduleKind schedule = PipelineScheduleKind::k1F1B;
   bool llama = false;               // the Llama family of kModel's size (grouped-query attention, untied head)
+  bool moe = false;                 // ... as Mixtral: 4 experts per block, 2 per token (graph/moe.h)
   int64_t interval = 0;             // pipeline.activation_checkpoint_interval
   int64_t per_virtual = 0;          // pipeline.num_layers_per_virtual_stage (interleaved chunks)
   bool windows_unset = false;       // the config left the windows unset: sized to the model (zero/window_sizes.h)
@@ -176,10 +177,16 @@ Measured measure(const EngineConfig& e, int steps, const GptConfig& model = kMod
 PlanInput plan_input(const Case& c) {
   PlanInput in;
   in.model = kModel;
-  if (c.llama) {
-    in.model.arch = ModelArch::kLlama;
+  if (c.llama || c.moe) {
+    in.model.arch = c.moe ? ModelArch::kMixtral : ModelArch::kLlama;
     in.model.n_kv_head = 1;
     in.model.d_ff = 3 * kModel.d_model;
+  }
+  if (c.moe) {
+    in.model.moe.num_experts = 4;
+    in.model.moe.top_k = 2;
+    in.model.moe.expert_d_ff = kModel.d_model;
+    in.model.moe.aux_loss_coef = 0.02f;
   }
   in.model.dropout = c.dropout;
   in.micro_batch = kMicroBatch;
@@ -395,6 +402,23 @@ TEST(MemoryPlanTest, PlanEqualsMeasuredForTheLlamaFamily) {
 #endif
       c.name = cat("Llama, stage ", stage, " ", dtype_name(c.dtype), k ? cat(", ", *k, " segments") : "",
                    c.nvme_dir.empty() ? "" : ", optimizer on NVMe");
+      expect_plan_matches(c);
+    }
+  }
+}
+
+// A mixture of experts: the router's probabilities, the dispatched rows and
+// each expert's activations. The dry run routes evenly; the real run's
+// routing is its own, but every token still makes k choices, so the rows
+// the experts hold add up the same and the peaks agree.
+TEST(MemoryPlanTest, PlanEqualsMeasuredForAMixtureOfExperts) {
+  for (int stage : {0, 3}) {
+    for (std::optional<int64_t> k : {std::optional<int64_t>(), std::optional<int64_t>(2)}) {
+      Case c;
+      c.moe = true;
+      c.stage = stage;
+      c.segments = k;
+      c.name = cat("Mixtral, stage ", stage, k ? cat(", ", *k, " segments") : "");
       expect_plan_matches(c);
     }
   }

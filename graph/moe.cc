@@ -1,0 +1,301 @@
+// The sparse MLP and its routing; see moe.h.
+#include "graph/moe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+
+#include "core/check.h"
+#include "core/strings.h"
+#include "graph/context.h"
+#include "graph/functional.h"
+#include "graph/layers.h"
+#include "graph/transformer.h"
+
+namespace zero {
+
+bool MoeConfig::sparse_layer(int64_t layer) const {
+  if (!enabled()) return false;
+  if (std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) != mlp_only_layers.end()) return false;
+  return decoder_sparse_step > 0 && (layer + 1) % decoder_sparse_step == 0;
+}
+
+int64_t MoeConfig::capacity(int64_t tokens) const {
+  if (capacity_factor <= 0.0) return 0;
+  const double per_expert = static_cast<double>(top_k) * static_cast<double>(tokens) /
+                            static_cast<double>(num_experts) * capacity_factor;
+  return std::max<int64_t>(min_capacity, static_cast<int64_t>(std::ceil(per_expert)));
+}
+
+// ---- the auxiliary losses
+
+void MoeLosses::add(int64_t layer, std::vector<double> choices, std::vector<double> prob_sum, int64_t rows,
+                    double lse_sq_sum, int64_t dropped) {
+  pending_.push_back({layer, std::move(choices), std::move(prob_sum), rows, lse_sq_sum, dropped});
+}
+
+double MoeLosses::finish(double grad_scale) {
+  active_ = std::move(pending_);
+  pending_.clear();
+  grad_scale_ = grad_scale;
+  const int64_t e = config_.num_experts;
+  global_choices_.assign(e, 0.0);
+  global_rows_ = 0;
+  std::vector<double> global_probs(e, 0.0);
+  last_aux_ = last_z_ = 0;
+  last_dropped_ = 0;
+  last_choices_.clear();
+  for (const Layer& l : active_) {
+    for (int64_t j = 0; j < e; ++j) global_choices_[j] += l.choices[j], global_probs[j] += l.prob_sum[j];
+    global_rows_ += l.rows;
+    last_dropped_ += l.dropped;
+    last_choices_.emplace_back(l.layer, l.choices);
+    if (l.rows > 0) {
+      last_z_ += l.lse_sq_sum / static_cast<double>(l.rows);
+      if (config_.aux_loss_scope == AuxLossScope::kPerLayer) {
+        double s = 0;
+        for (int64_t j = 0; j < e; ++j) s += l.choices[j] * l.prob_sum[j];
+        last_aux_ += static_cast<double>(e) * s / (static_cast<double>(l.rows) * static_cast<double>(l.rows));
+      }
+    }
+  }
+  if (config_.aux_loss_scope == AuxLossScope::kGlobal && global_rows_ > 0) {
+    double s = 0;
+    for (int64_t j = 0; j < e; ++j) s += global_choices_[j] * global_probs[j];
+    const double r = static_cast<double>(global_rows_);
+    last_aux_ = static_cast<double>(e) * s / (r * r);
+  }
+  return config_.aux_loss_coef * last_aux_ + config_.z_loss_coef * last_z_;
+}
+
+const MoeLosses::Layer* MoeLosses::find(int64_t layer) const {
+  for (const Layer& l : active_)
+    if (l.layer == layer) return &l;
+  return nullptr;
+}
+
+std::vector<float> MoeLosses::prob_gradient(int64_t layer) const {
+  const Layer* l = find(layer);
+  if (l == nullptr || config_.aux_loss_coef == 0.0f || l->rows == 0) return {};
+  // d aux / d p[n, e] = E f_e / R with f_e the choices' share: over every
+  // layer (global) or this one's.
+  const bool global = config_.aux_loss_scope == AuxLossScope::kGlobal;
+  const std::vector<double>& choices = global ? global_choices_ : l->choices;
+  const double r = static_cast<double>(global ? global_rows_ : l->rows);
+  const int64_t e = config_.num_experts;
+  std::vector<float> g(e);
+  for (int64_t j = 0; j < e; ++j) {
+    g[j] = static_cast<float>(grad_scale_ * config_.aux_loss_coef * static_cast<double>(e) * choices[j] / (r * r));
+  }
+  return g;
+}
+
+float MoeLosses::z_scale(int64_t layer) const {
+  const Layer* l = find(layer);
+  if (l == nullptr || config_.z_loss_coef == 0.0f || l->rows == 0) return 0.0f;
+  return static_cast<float>(grad_scale_ * config_.z_loss_coef / static_cast<double>(l->rows));
+}
+
+namespace {
+
+// Which rows each expert computes: for expert e, rows [offset[e], offset[e]
+// + count[e]) of the dispatched tensor, row i the token rows[i] (-1: a row
+// of zeros, when no token chose e) and slots[i] its weight's index n k + s.
+struct DispatchPlan {
+  std::vector<int64_t> offset, count;
+  std::vector<int32_t> rows, slots;
+  std::vector<double> choices;  // per expert, before any drop
+  int64_t dropped = 0;
+};
+
+DispatchPlan make_plan(const std::vector<int32_t>& indices, int64_t n, int64_t k, int64_t e, int64_t capacity) {
+  DispatchPlan plan;
+  std::vector<std::vector<int32_t>> tokens(e), slots(e);
+  plan.choices.assign(e, 0.0);
+  // First choices of every token, then second ones (DeepSpeed's priority
+  // when a capacity drops some), each in token order.
+  for (int64_t s = 0; s < k; ++s) {
+    for (int64_t t = 0; t < n; ++t) {
+      const int32_t x = indices[t * k + s];
+      ZE_CHECK(x >= 0 && x < e) << "router chose expert " << x << " of " << e;
+      plan.choices[x] += 1.0;
+      if (capacity > 0 && static_cast<int64_t>(tokens[x].size()) >= capacity) {
+        ++plan.dropped;
+        continue;
+      }
+      tokens[x].push_back(static_cast<int32_t>(t));
+      slots[x].push_back(static_cast<int32_t>(t * k + s));
+    }
+  }
+  plan.offset.resize(e);
+  plan.count.resize(e);
+  for (int64_t x = 0; x < e; ++x) {
+    plan.offset[x] = static_cast<int64_t>(plan.rows.size());
+    if (tokens[x].empty()) {  // one row of zeros: the expert still runs
+      plan.rows.push_back(-1);
+      plan.slots.push_back(-1);
+    } else {
+      plan.rows.insert(plan.rows.end(), tokens[x].begin(), tokens[x].end());
+      plan.slots.insert(plan.slots.end(), slots[x].begin(), slots[x].end());
+    }
+    plan.count[x] = static_cast<int64_t>(plan.rows.size()) - plan.offset[x];
+  }
+  return plan;
+}
+
+Tensor upload_i32(Context& ctx, const std::vector<int32_t>& host) {
+  Tensor t = ctx.backend().empty({static_cast<int64_t>(host.size())}, DType::kI32, MemCategory::kActivations);
+  ctx.backend().copy(t.data(), host.data(), host.size() * sizeof(int32_t));
+  return t;
+}
+
+template <typename T>
+std::vector<T> download(Context& ctx, const Tensor& t) {
+  std::vector<T> host(static_cast<size_t>(t.numel()));
+  ctx.backend().copy(host.data(), t.data(), host.size() * sizeof(T));
+  return host;
+}
+
+}  // namespace
+
+// ---- the layer
+
+MoeMlp::MoeMlp(std::string name, const BlockConfig& c, int64_t layer)
+    : Module(std::move(name)), moe_(c.moe), layer_(layer), losses_(c.moe_losses) {
+  ZE_CHECK(moe_.enabled() && moe_.top_k >= 1 && moe_.top_k <= moe_.num_experts && losses_ != nullptr)
+      << "MoE layer " << layer << ": top_k " << moe_.top_k << " of " << moe_.num_experts << " experts";
+  ZE_CHECK(c.tensor_group == nullptr) << "MoE layers are not split over a tensor group";
+  gate_ = add_child<Linear>("gate", c.d_model, moe_.num_experts, false, c.init_std);
+  BlockConfig expert = c;
+  expert.d_ff = moe_.expert_d_ff;
+  expert.dropout = 0.0f;
+  expert.lora = LoraConfig{};
+  expert.features.mlp = MlpKind::kSwiGlu;
+  expert.features.mlp_bias = false;
+  for (int64_t x = 0; x < moe_.num_experts; ++x) experts_.push_back(add_child<Mlp>(cat("experts.", x), expert));
+  if (moe_.shared_expert_d_ff > 0) {
+    BlockConfig shared = expert;
+    shared.d_ff = moe_.shared_expert_d_ff;
+    shared_expert_ = add_child<Mlp>("shared_expert", shared);
+    shared_expert_gate_ = add_child<Linear>("shared_expert_gate", c.d_model, 1, false, c.init_std);
+  }
+}
+
+Tensor MoeMlp::forward(Context& ctx, const Tensor& x) {
+  const Shape shape = x.shape();
+  const int64_t c = shape[shape.size() - 1], n = x.numel() / c, e = moe_.num_experts, k = moe_.top_k;
+  const Tensor xf = x.view({n, c});
+
+  // The router: probabilities, the top k and their weights.
+  const Tensor logits = ctx.forward(*gate_, xf);
+  Tensor probs = ctx.activation({n, e}), weights = ctx.activation({n, k}), lse = ctx.activation({n});
+  Tensor indices = ctx.backend().empty({n, k}, DType::kI32, MemCategory::kActivations);
+  ctx.ops().moe_router_forward(logits, k, moe_.norm_topk_prob, probs, indices, weights, lse);
+  std::vector<int32_t> host_indices;
+  if (ctx.backend().dry_run()) {
+    // Nothing was computed: a balanced routing stands in (the planner's sizes).
+    host_indices.resize(static_cast<size_t>(n * k));
+    for (int64_t i = 0; i < n * k; ++i) host_indices[i] = static_cast<int32_t>(i % e);
+  } else {
+    host_indices = download<int32_t>(ctx, indices);
+  }
+  DispatchPlan plan = make_plan(host_indices, n, k, e, moe_.capacity(n));
+
+  // A training forward (not a recompute) reports its routing to the losses.
+  if (ctx.grad_enabled() && !ctx.recomputing()) {
+    std::vector<double> prob_sum(e, 0.0);
+    double lse_sq = 0;
+    if (!ctx.backend().dry_run()) {
+      const std::vector<float> p = download<float>(ctx, probs);
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t j = 0; j < e; ++j) prob_sum[j] += p[t * e + j];
+      for (float z : download<float>(ctx, lse)) lse_sq += static_cast<double>(z) * z;
+    }
+    losses_->add(layer_, plan.choices, std::move(prob_sum), n, lse_sq, plan.dropped);
+  }
+  const bool renormalize = moe_.norm_topk_prob;
+  MoeLosses* losses = losses_;
+  const int64_t layer = layer_;
+  ctx.record("moe_router", {logits}, weights,
+             [probs, indices, lse, renormalize, losses, layer, e](Context& c2, const Tensor& dweights) {
+               Tensor extra;
+               const std::vector<float> g = losses->prob_gradient(layer);
+               if (!g.empty()) {
+                 extra = c2.backend().empty({e}, DType::kF32, MemCategory::kActivations);
+                 c2.backend().copy(extra.data(), g.data(), g.size() * sizeof(float));
+               }
+               Tensor dlogits = c2.activation(probs.shape());
+               c2.ops().moe_router_backward(probs, indices, dweights, renormalize, extra, losses->z_scale(layer), lse,
+                                            dlogits);
+               return std::vector<Tensor>{dlogits};
+             });
+
+  // Dispatch: each expert's rows, views of one gathered buffer.
+  const int64_t m = static_cast<int64_t>(plan.rows.size());
+  const Tensor rows = upload_i32(ctx, plan.rows), slots = upload_i32(ctx, plan.slots);
+  Tensor gathered = ctx.activation({m, c});
+  ctx.ops().gather_rows(xf, rows, gathered);
+  std::vector<Tensor> xs(e), expert_rows(e), expert_slots(e);
+  for (int64_t j = 0; j < e; ++j) {
+    xs[j] = gathered.slice(plan.offset[j] * c, {plan.count[j], c});
+    expert_rows[j] = rows.slice(plan.offset[j], {plan.count[j]});
+    expert_slots[j] = slots.slice(plan.offset[j], {plan.count[j]});
+  }
+  // The experts' input gradients wait for expert 0's (backward reaches it
+  // last), then are added into dx in one pass each.
+  auto pending = std::make_shared<std::vector<Tensor>>(e);
+  ctx.record("moe_dispatch (expert 0)", {xf}, xs[0], [pending, expert_rows, n, c](Context& c2, const Tensor& d0) {
+    (*pending)[0] = d0;
+    Tensor dx = c2.backend().zeros({n, c}, DType::kF32, MemCategory::kActivations);
+    for (size_t j = 0; j < pending->size(); ++j) {
+      const Tensor d = std::move((*pending)[j]);  // dropped once added
+      if (d.defined()) c2.ops().scatter_add_rows(d, expert_rows[j], dx);
+    }
+    return std::vector<Tensor>{dx};
+  });
+  for (int64_t j = 1; j < e; ++j) {
+    ctx.record(cat("moe_dispatch (expert ", j, ")"), {}, xs[j], [pending, j](Context&, const Tensor& d) {
+      (*pending)[j] = d;
+      return std::vector<Tensor>{};
+    });
+  }
+
+  std::vector<Tensor> hs(e);
+  for (int64_t j = 0; j < e; ++j) hs[j] = ctx.forward(*experts_[j], xs[j]);
+
+  // Combine: each token's kept choices, weighted.
+  Tensor y = ctx.activation({n, c});
+  ctx.ops().fill(y, 0.0f);
+  for (int64_t j = 0; j < e; ++j) ctx.ops().moe_combine(hs[j], expert_rows[j], expert_slots[j], weights, y);
+  std::vector<Tensor> combine_inputs = hs;
+  combine_inputs.push_back(weights);
+  ctx.record("moe_combine", combine_inputs, y,
+             [hs, expert_rows, expert_slots, weights, e](Context& c2, const Tensor& dy) {
+               std::vector<Tensor> grads(e + 1);
+               Tensor dweights = c2.activation(weights.shape());
+               c2.ops().fill(dweights, 0.0f);  // a dropped choice's weight gets no gradient
+               for (int64_t j = 0; j < e; ++j) {
+                 grads[j] = c2.activation(hs[j].shape());
+                 c2.ops().moe_combine_backward(dy, hs[j], expert_rows[j], expert_slots[j], weights, grads[j],
+                                               dweights);
+               }
+               grads[e] = dweights;
+               return grads;
+             });
+
+  if (shared_expert_ != nullptr) {
+    const Tensor s = ctx.forward(*shared_expert_, xf);
+    const Tensor g = ctx.forward(*shared_expert_gate_, xf);  // [n, 1]
+    Tensor gated = ctx.activation({n, c});
+    ctx.ops().sigmoid_gate_forward(g, s, gated);
+    ctx.record("sigmoid_gate", {g, s}, gated, [g, s](Context& c2, const Tensor& dy) {
+      Tensor dg = c2.activation(g.shape()), ds = c2.activation(s.shape());
+      c2.ops().sigmoid_gate_backward(g, s, dy, dg, ds);
+      return std::vector<Tensor>{dg, ds};
+    });
+    y = fn::add_(ctx, std::move(y), gated);
+  }
+  return y.view(shape);
+}
+
+}  // namespace zero

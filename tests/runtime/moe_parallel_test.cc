@@ -1,0 +1,127 @@
+// A mixture of experts (the Mixtral family, graph/moe.h) trained by W
+// data-parallel ranks at ZeRO stages 0-3, each rank one micro-batch of the
+// global batch, is the model one rank trains on the same micro-batches with
+// W-step gradient accumulation: the same losses (which carry the
+// load-balancing and z losses, so their gradients too) and gradient norms,
+// step after step. The ranks route different tokens to different experts
+// (some get none on some ranks), yet every rank calls every expert, so
+// ZeRO's gathers and reductions match; with a capacity, each micro-batch
+// drops the same choices wherever it runs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+
+#include "comm/device_mesh.h"
+#include "graph/build_model.h"
+#include "graph/gpt.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "runtime/engine/engine.h"
+#include "tests/testing/counting_rows.h"
+#include "tests/testing/mpi_test_main.h"
+
+namespace zero {
+namespace {
+
+using testing::world;
+
+GptConfig moe_model(double capacity_factor) {
+  GptConfig g{.arch = ModelArch::kMixtral, .n_layer = 2, .n_head = 4, .d_model = 16, .vocab_size = 37, .seq_len = 8};
+  g.n_kv_head = 2;
+  g.d_ff = 24;
+  g.moe.num_experts = 4;
+  g.moe.top_k = 2;
+  g.moe.expert_d_ff = 12;
+  g.moe.aux_loss_coef = 0.05f;
+  g.moe.z_loss_coef = 0.01f;
+  g.moe.capacity_factor = capacity_factor;
+  g.moe.min_capacity = 1;
+  return g;
+}
+
+constexpr int64_t kMicro = 3;
+constexpr int kSteps = 6;
+
+EngineConfig engine_config(int stage, int accumulation, int data_size) {
+  EngineConfig ec;
+  ec.zero.stage = zero_stage(stage);
+  ec.zero.reduce_bucket_size = ec.zero.allgather_bucket_size = ec.zero.prefetch_bucket_size = 500;
+  ec.zero.param_persistence_threshold = 20;
+  ec.micro_batch_size = kMicro;
+  ec.gradient_accumulation_steps = accumulation;
+  ec.pre_divide = data_size;
+  ec.optimizer = OptimizerConfig{.type = OptimizerType::kAdamW, .lr = 3e-3f};
+  ec.gradient_clipping = 1.0f;
+  return ec;
+}
+
+struct Run {
+  std::vector<double> losses, norms;
+  int64_t dropped = 0;
+};
+
+// W micro-batches per step: on one rank with accumulation, or one per data rank.
+Run train(const GptConfig& model, Communicator& comm, int stage, int w) {
+  Run out;
+  absl::StatusOr<std::unique_ptr<DeviceMesh>> mesh = DeviceMesh::create(comm);
+  EXPECT_TRUE(mesh.ok()) << mesh.status();
+  if (!mesh.ok()) return out;
+  const bool one_rank = comm.world_size() == 1;
+  absl::StatusOr<std::unique_ptr<Gpt>> gpt = build_model(model, **mesh);
+  EXPECT_TRUE(gpt.ok()) << gpt.status();
+  if (!gpt.ok()) return out;
+  CpuBackend backend;
+  absl::StatusOr<std::unique_ptr<Engine>> engine =
+      Engine::create(*std::move(gpt), engine_config(stage, one_rank ? w : 1, one_rank ? 1 : w), backend, **mesh);
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  if (!engine.ok()) return out;
+  testing::CountingRows rows{model.seq_len, model.vocab_size};
+  const int rank = comm.rank();
+  for (int step = 0; step < kSteps; ++step) {
+    absl::StatusOr<StepResult> r = (*engine)->train_batch([&](int micro) -> absl::StatusOr<Batch> {
+      return rows.make((step * w + (one_rank ? micro : rank)) * kMicro, kMicro);
+    });
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return out;
+    out.losses.push_back(r->loss);
+    out.norms.push_back(r->grad_norm);
+    EXPECT_TRUE(r->moe.has_value());
+    if (r->moe) out.dropped += r->moe->dropped;
+  }
+  return out;
+}
+
+void expect_same_training(double capacity_factor) {
+  Communicator& comm = world();
+  const int w = comm.world_size();
+  const GptConfig model = moe_model(capacity_factor);
+  for (int stage = 0; stage <= 3; ++stage) {
+    SCOPED_TRACE("ZeRO stage " + std::to_string(stage) + " on " + std::to_string(w) + " ranks");
+    std::unique_ptr<Communicator> self = make_local_communicator();
+    const Run one = train(model, *self, stage, w);
+    const Run many = train(model, comm, stage, w);
+    ASSERT_EQ(one.losses.size(), static_cast<size_t>(kSteps));
+    ASSERT_EQ(many.losses.size(), static_cast<size_t>(kSteps));
+    for (int s = 0; s < kSteps; ++s) {
+      EXPECT_NEAR(many.losses[s], one.losses[s], 2e-6 * std::fabs(one.losses[s])) << "step " << s;
+      EXPECT_NEAR(many.norms[s], one.norms[s], 1e-4 * one.norms[s]) << "step " << s;
+    }
+    EXPECT_LT(one.losses.back(), one.losses.front());
+    if (capacity_factor > 0.0) {
+      // This rank's drops are its micro-batch's drops in the one-rank run (summed over all there).
+      EXPECT_GT(one.dropped, 0);
+    }
+    if (comm.rank() == 0 && stage == 0) {
+      std::printf("capacity_factor %g: loss %.6f -> %.6f on one rank, %.6f -> %.6f on %d; %lld choices dropped\n",
+                  capacity_factor, one.losses.front(), one.losses.back(), many.losses.front(), many.losses.back(), w,
+                  static_cast<long long>(one.dropped));
+    }
+  }
+}
+
+TEST(MoeParallelTest, DataParallelRanksTrainTheModelOneRankTrains) { expect_same_training(0.0); }
+
+TEST(MoeParallelTest, WithACapacityEachMicroBatchDropsTheSameChoicesWhereverItRuns) { expect_same_training(0.75); }
+
+}  // namespace
+}  // namespace zero
