@@ -79,6 +79,14 @@ void launch_swiglu_backward(const float* gate, const float* up, const float* dh,
 void launch_geglu_forward(const float* gate, const float* up, float* h, int64_t n, cudaStream_t stream);
 void launch_geglu_backward(const float* gate, const float* up, const float* dh, float* dgate, float* dup,
                            int64_t n, cudaStream_t stream);
+// The same two over a fused gate/up projection's output gate_up [rows, 2f]
+// (each row: its gate's f features, then its up's) into h [rows, f], and
+// back into dgate_up of gate_up's layout (which may alias gate_up): one
+// launch for all rows.
+void launch_glu_rows_forward(bool geglu, const float* gate_up, float* h, int64_t rows, int64_t f,
+                             cudaStream_t stream);
+void launch_glu_rows_backward(bool geglu, const float* gate_up, const float* dh, float* dgate_up, int64_t rows,
+                              int64_t f, cudaStream_t stream);
 // y = cap tanh(x / cap) (y may be x); dx = dy (1 - (y / cap)^2) (dx may be dy).
 void launch_softcap_forward(const float* x, float cap, float* y, int64_t n, cudaStream_t stream);
 void launch_softcap_backward(const float* y, const float* dy, float cap, float* dx, int64_t n, cudaStream_t stream);

@@ -73,6 +73,8 @@ class CudaOps final : public Ops {
   void sigmoid_gate_forward(const Tensor& g, const Tensor& x, const Tensor& y) override;
   void sigmoid_gate_backward(const Tensor& g, const Tensor& x, const Tensor& dy, const Tensor& dg,
                              const Tensor& dx) override;
+  void glu_rows_forward(Glu kind, const Tensor& gate_up, const Tensor& h) override;
+  void glu_rows_backward(Glu kind, const Tensor& gate_up, const Tensor& dh, const Tensor& dgate_up) override;
   void softcap_forward(const Tensor& x, float cap, const Tensor& y) override;
   void softcap_backward(const Tensor& y, const Tensor& dy, float cap, const Tensor& dx) override;
   void gelu_forward(const Tensor& x, const Tensor& y) override;

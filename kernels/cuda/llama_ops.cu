@@ -121,28 +121,45 @@ __global__ void rope_kernel(const float* x, float* y, int64_t rows, int64_t seq,
 
 // ---- SwiGLU
 
+// The gated kernels run over n elements of rows f wide: element i is
+// column j of row r, at r in_stride + j of gate, up (and their gradients)
+// and r out_stride + j of h (and dh). Flat: f = n. A fused gate/up
+// projection's [rows, 2f] output: up = gate + f, in_stride 2f, out_stride f.
+struct GluIndex {
+  int64_t f, in_stride, out_stride;
+  __device__ __forceinline__ void at(int64_t i, int64_t& in, int64_t& out) const {
+    const int64_t r = i / f, j = i - r * f;
+    in = r * in_stride + j;
+    out = r * out_stride + j;
+  }
+};
+
 // No __restrict__: h may alias gate or up.
-__global__ void swiglu_forward_kernel(const float* gate, const float* up, float* h, int64_t n) {
+__global__ void swiglu_forward_kernel(const float* gate, const float* up, float* h, int64_t n, GluIndex ix) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
-    const float g = gate[i];
+    int64_t a, o;
+    ix.at(i, a, o);
+    const float g = gate[a];
     const float silu = g * (1.0f / (1.0f + expf(-g)));  // g sigmoid(g)
-    h[i] = silu * up[i];
+    h[o] = silu * up[a];
   }
 }
 
 // No __restrict__: dgate / dup may alias gate / up (and dh); all three inputs
 // at index i are read before either output at i is written.
 __global__ void swiglu_backward_kernel(const float* gate, const float* up, const float* dh, float* dgate,
-                                       float* dup, int64_t n) {
+                                       float* dup, int64_t n, GluIndex ix) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
-    const float g = gate[i], u = up[i], d = dh[i];
+    int64_t a, o;
+    ix.at(i, a, o);
+    const float g = gate[a], u = up[a], d = dh[o];
     const float s = 1.0f / (1.0f + expf(-g));  // sigmoid(g)
     const float silu = g * s;                  // as the forward computes it
     const float dsilu = s * (1.0f + g * (1.0f - s));
-    dgate[i] = d * u * dsilu;
-    dup[i] = d * silu;
+    dgate[a] = d * u * dsilu;
+    dup[a] = d * silu;
   }
 }
 
@@ -156,25 +173,29 @@ __device__ __forceinline__ float gelu_tanh_s(float g) {
 }
 
 // No __restrict__: h may alias gate or up.
-__global__ void geglu_forward_kernel(const float* gate, const float* up, float* h, int64_t n) {
+__global__ void geglu_forward_kernel(const float* gate, const float* up, float* h, int64_t n, GluIndex ix) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
-    const float g = gate[i];
-    h[i] = g * gelu_tanh_s(g) * up[i];
+    int64_t a, o;
+    ix.at(i, a, o);
+    const float g = gate[a];
+    h[o] = g * gelu_tanh_s(g) * up[a];
   }
 }
 
 // No __restrict__: as swiglu_backward_kernel. gelu'(g) = s + 2 g s (1 - s) u'.
 __global__ void geglu_backward_kernel(const float* gate, const float* up, const float* dh, float* dgate,
-                                      float* dup, int64_t n) {
+                                      float* dup, int64_t n, GluIndex ix) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
-    const float g = gate[i], u = up[i], d = dh[i];
+    int64_t a, o;
+    ix.at(i, a, o);
+    const float g = gate[a], u = up[a], d = dh[o];
     const float s = gelu_tanh_s(g);
     const float du = 2.0f * 0.7978845608028654f * (1.0f + 3.0f * 0.044715f * g * g);
     const float dgelu = s + g * s * (1.0f - s) * du;
-    dgate[i] = d * u * dgelu;
-    dup[i] = d * g * s;
+    dgate[a] = d * u * dgelu;
+    dup[a] = d * g * s;
   }
 }
 
@@ -234,27 +255,57 @@ void launch_rope(const float* x, float* y, int64_t rows, int64_t seq, const Rope
 
 void launch_swiglu_forward(const float* gate, const float* up, float* h, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  swiglu_forward_kernel<<<grid_blocks(n), kBlockThreads, 0, stream>>>(gate, up, h, n);
+  swiglu_forward_kernel<<<grid_blocks(n), kBlockThreads, 0, stream>>>(gate, up, h, n, GluIndex{n, n, n});
   ZE_CUDA_CHECK_LAUNCH();
 }
 
 void launch_swiglu_backward(const float* gate, const float* up, const float* dh, float* dgate, float* dup,
                             int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  swiglu_backward_kernel<<<grid_blocks(n), kBlockThreads, 0, stream>>>(gate, up, dh, dgate, dup, n);
+  swiglu_backward_kernel<<<grid_blocks(n), kBlockThreads, 0, stream>>>(gate, up, dh, dgate, dup, n,
+                                                                       GluIndex{n, n, n});
   ZE_CUDA_CHECK_LAUNCH();
 }
 
 void launch_geglu_forward(const float* gate, const float* up, float* h, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  geglu_forward_kernel<<<grid_blocks(n), kBlockThreads, 0, stream>>>(gate, up, h, n);
+  geglu_forward_kernel<<<grid_blocks(n), kBlockThreads, 0, stream>>>(gate, up, h, n, GluIndex{n, n, n});
   ZE_CUDA_CHECK_LAUNCH();
 }
 
 void launch_geglu_backward(const float* gate, const float* up, const float* dh, float* dgate, float* dup,
                            int64_t n, cudaStream_t stream) {
   if (n == 0) return;
-  geglu_backward_kernel<<<grid_blocks(n), kBlockThreads, 0, stream>>>(gate, up, dh, dgate, dup, n);
+  geglu_backward_kernel<<<grid_blocks(n), kBlockThreads, 0, stream>>>(gate, up, dh, dgate, dup, n,
+                                                                      GluIndex{n, n, n});
+  ZE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_glu_rows_forward(bool geglu, const float* gate_up, float* h, int64_t rows, int64_t f,
+                             cudaStream_t stream) {
+  const int64_t n = rows * f;
+  if (n == 0) return;
+  const GluIndex ix{f, 2 * f, f};
+  if (geglu) {
+    geglu_forward_kernel<<<grid_blocks(n), kBlockThreads, 0, stream>>>(gate_up, gate_up + f, h, n, ix);
+  } else {
+    swiglu_forward_kernel<<<grid_blocks(n), kBlockThreads, 0, stream>>>(gate_up, gate_up + f, h, n, ix);
+  }
+  ZE_CUDA_CHECK_LAUNCH();
+}
+
+void launch_glu_rows_backward(bool geglu, const float* gate_up, const float* dh, float* dgate_up, int64_t rows,
+                              int64_t f, cudaStream_t stream) {
+  const int64_t n = rows * f;
+  if (n == 0) return;
+  const GluIndex ix{f, 2 * f, f};
+  if (geglu) {
+    geglu_backward_kernel<<<grid_blocks(n), kBlockThreads, 0, stream>>>(gate_up, gate_up + f, dh, dgate_up,
+                                                                        dgate_up + f, n, ix);
+  } else {
+    swiglu_backward_kernel<<<grid_blocks(n), kBlockThreads, 0, stream>>>(gate_up, gate_up + f, dh, dgate_up,
+                                                                         dgate_up + f, n, ix);
+  }
   ZE_CUDA_CHECK_LAUNCH();
 }
 

@@ -177,6 +177,24 @@ TEST_F(LlamaOpsTest, GeGluMatchesCpuAndBackwardMayAliasItsInputs) {
   check_gated(&Ops::geglu_forward, &Ops::geglu_backward, 31);
 }
 
+// A fused gate/up projection's rows in one launch (Ops::glu_rows_*), both
+// gates, the backward in place over gate_up as the MLP runs it.
+TEST_F(LlamaOpsTest, GluRowsMatchCpuInOneLaunch) {
+  const int64_t rows = 37, f = 53;
+  for (const Ops::Glu kind : {Ops::Glu::kSwiGlu, Ops::Glu::kGeGlu}) {
+    SCOPED_TRACE(kind == Ops::Glu::kSwiGlu ? "SwiGLU" : "GeGLU");
+    Mirrored gate_up = random(Shape{rows, 2 * f}, DType::kF32, 61, -4.0f, 4.0f);
+    Mirrored h = random(Shape{rows, f}, DType::kF32, 62);
+    cpu_.ops().glu_rows_forward(kind, gate_up.cpu, h.cpu);
+    gpu_->ops().glu_rows_forward(kind, gate_up.gpu, h.gpu);
+    expect_close(values(h.gpu), values(h.cpu), 1e-6f, 1e-5f, "h");
+    Mirrored dh = random(Shape{rows, f}, DType::kF32, 63);
+    cpu_.ops().glu_rows_backward(kind, gate_up.cpu, dh.cpu, gate_up.cpu);  // in place, as the MLP's rule
+    gpu_->ops().glu_rows_backward(kind, gate_up.gpu, dh.gpu, gate_up.gpu);
+    expect_close(values(gate_up.gpu), values(gate_up.cpu), 1e-6f, 1e-5f, "dgate_up");
+  }
+}
+
 // Logit soft-capping: tanhf against the CPU's exp-based tanh.
 TEST_F(LlamaOpsTest, SoftcapMatchesCpu) {
   const Shape shape{int64_t{10007}};
