@@ -1,6 +1,8 @@
 // CUDA backend and its caching allocator; see cuda_backend.h.
 #include "kernels/cuda/cuda_backend.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_format.h"
 #include "core/strings.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -18,7 +20,11 @@ void make_current(int device) {
 }
 
 // Device blocks: cudaMalloc aligns to 256 bytes; rounding to 512 lets nearby
-// sizes share cached blocks. Pinned host blocks are whole pages anyway.
+// sizes share cached blocks. Pinned host blocks are whole pages anyway. A
+// request takes the smallest cached block that fits with at most an eighth
+// (and at least one unit) to spare: exact sizes only let a run whose sizes
+// change (a mixture of experts' rows per expert, a last partial batch) grow
+// the cache until the driver has nothing left, then empty it.
 constexpr size_t kDeviceRoundBytes = 512;
 constexpr size_t kHostRoundBytes = 4096;
 constexpr size_t kDeviceMaxAlignment = 256;
@@ -96,6 +102,7 @@ void* CudaCachingAllocator::driver_allocate(size_t size) {
   ZE_CUDA_CHECK(err);
   MemoryTracker::global().add_reserved(tier_, static_cast<int64_t>(size));
   ++driver_blocks_;
+  block_size_[p] = size;
   return p;
 }
 
@@ -103,6 +110,7 @@ void CudaCachingAllocator::driver_free(void* ptr, size_t size) {
   ZE_CUDA_CHECK(tier_ == Tier::kDevice ? cudaFree(ptr) : cudaFreeHost(ptr));
   MemoryTracker::global().add_reserved(tier_, -static_cast<int64_t>(size));
   --driver_blocks_;
+  block_size_.erase(ptr);
 }
 
 void CudaCachingAllocator::collect_pending_locked(bool wait) {
@@ -122,13 +130,20 @@ void CudaCachingAllocator::collect_pending_locked(bool wait) {
   pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(done));
 }
 
+size_t CudaCachingAllocator::max_fit(size_t size) const {
+  return size + std::max(size / 8, tier_ == Tier::kDevice ? kDeviceRoundBytes : kHostRoundBytes);
+}
+
 void* CudaCachingAllocator::take_cached_locked(size_t size) {
-  auto it = free_blocks_.find(size);
-  if (it == free_blocks_.end() || it->second.empty()) return nullptr;
-  void* p = it->second.back();
-  it->second.pop_back();
-  cached_bytes_ -= size;
-  return p;  // stays reserved: it was never returned to the driver
+  for (auto it = free_blocks_.lower_bound(size); it != free_blocks_.end() && it->first <= max_fit(size); ++it) {
+    if (it->second.empty()) continue;
+    void* p = it->second.back();
+    it->second.pop_back();
+    cached_bytes_ -= it->first;
+    if (it->second.empty()) free_blocks_.erase(it);
+    return p;  // stays reserved: it was never returned to the driver
+  }
+  return nullptr;
 }
 
 void CudaCachingAllocator::free_cached_locked() {
@@ -161,9 +176,13 @@ void* CudaCachingAllocator::allocate(size_t bytes, size_t alignment) {
 
 void CudaCachingAllocator::deallocate(void* ptr, size_t bytes) {
   if (ptr == nullptr) return;
-  const size_t size = rounded_size(bytes);
   make_current(device_);
   std::lock_guard<std::mutex> lock(mu_);
+  // The block's own size, which a best fit may have made larger than asked.
+  const auto known = block_size_.find(ptr);
+  ZE_CHECK(known != block_size_.end() && known->second >= rounded_size(bytes))
+      << "deallocate of " << bytes << " bytes at " << ptr << ": not a block of this allocator";
+  const size_t size = known->second;
   cudaEvent_t released = nullptr;
   if (!spare_events_.empty()) {
     released = spare_events_.back();

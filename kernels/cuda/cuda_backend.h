@@ -4,8 +4,9 @@
 //
 // Memory. Device tier: cudaMalloc; host tier: pinned memory (cudaHostAlloc),
 // so host <-> device copies are truly asynchronous. Both go through a
-// CudaCachingAllocator: freed blocks are kept, keyed by rounded size, and
-// count as reserved (MemoryTracker), as the host allocator does. A freed block
+// CudaCachingAllocator: freed blocks are kept, keyed by their size, and
+// count as reserved (MemoryTracker), as the host allocator does; a request
+// takes the smallest cached block that fits with at most an eighth to spare. A freed block
 // is not handed out again until the compute stream has passed the point where
 // it was freed (an event recorded at deallocation). That is what makes it safe
 // to drop a tensor right after launching the ops that read it, as engine code
@@ -26,6 +27,7 @@
 
 #include <cstddef>
 #include <map>
+#include <unordered_map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -82,7 +84,11 @@ class CudaCachingAllocator final : public RawAllocator {
   // Moves pending blocks whose event has completed to the free lists; with
   // `wait`, waits for all of them.
   void collect_pending_locked(bool wait);
+  // The smallest cached block of at least `size` bytes and at most
+  // max_fit(size): best fit, so blocks freed at one size serve a slightly
+  // smaller one (a mixture of experts' rows change every step).
   void* take_cached_locked(size_t size);
+  size_t max_fit(size_t size) const;
   void free_cached_locked();
 
   const Tier tier_;
@@ -90,7 +96,8 @@ class CudaCachingAllocator final : public RawAllocator {
   const cudaStream_t release_stream_;
   mutable std::mutex mu_;
   std::vector<PendingBlock> pending_;                  // in release order
-  std::map<size_t, std::vector<void*>> free_blocks_;  // rounded size -> blocks
+  std::map<size_t, std::vector<void*>> free_blocks_;  // block size -> blocks
+  std::unordered_map<void*, size_t> block_size_;      // every driver block, in use or cached
   std::vector<cudaEvent_t> spare_events_;
   size_t cached_bytes_ = 0;
   size_t driver_blocks_ = 0;

@@ -78,6 +78,29 @@ TEST_F(CudaBackendTest, DeviceAllocationsAreTrackedAndCached) {
     EXPECT_EQ((*s)->data(), first);
     EXPECT_EQ(reserved(Tier::kDevice) - reserved0, cached) << "reuse must not reserve more";
   }
+  // A request up to an eighth smaller takes the cached block too (best fit),
+  // and freeing it caches the whole block again.
+  gpu_->synchronize_stream(kComputeStream);
+  {
+    auto s = gpu_->allocate(bytes - (256u << 10), Tier::kDevice, MemCategory::kActivations);
+    ASSERT_TRUE(s.ok());
+    EXPECT_EQ((*s)->data(), first);
+    EXPECT_EQ(reserved(Tier::kDevice) - reserved0, cached);
+  }
+  gpu_->synchronize_stream(kComputeStream);
+  {
+    auto s = gpu_->allocate(bytes, Tier::kDevice, MemCategory::kActivations);
+    ASSERT_TRUE(s.ok());
+    EXPECT_EQ((*s)->data(), first) << "the block came back whole";
+  }
+  // A quarter of it does not: a block of its own.
+  gpu_->synchronize_stream(kComputeStream);
+  {
+    auto s = gpu_->allocate(bytes / 4, Tier::kDevice, MemCategory::kActivations);
+    ASSERT_TRUE(s.ok());
+    EXPECT_NE((*s)->data(), first);
+    EXPECT_GT(reserved(Tier::kDevice) - reserved0, cached);
+  }
   gpu_->release_cached();
   EXPECT_EQ(reserved(Tier::kDevice), reserved0);
 }
