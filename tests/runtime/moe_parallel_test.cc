@@ -6,11 +6,13 @@
 // step after step. The ranks route different tokens to different experts
 // (some get none on some ranks), yet every rank calls every expert, so
 // ZeRO's gathers and reductions match; with a capacity, each micro-batch
-// drops the same choices wherever it runs.
+// drops the same choices wherever it runs; recomputed checkpoint segments
+// route as their first pass did and count their statistics once.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <memory>
+#include <optional>
 
 #include "comm/device_mesh.h"
 #include "graph/build_model.h"
@@ -42,8 +44,9 @@ GptConfig moe_model(double capacity_factor) {
 constexpr int64_t kMicro = 3;
 constexpr int kSteps = 6;
 
-EngineConfig engine_config(int stage, int accumulation, int data_size) {
+EngineConfig engine_config(int stage, int accumulation, int data_size, std::optional<int64_t> segments = {}) {
   EngineConfig ec;
+  ec.activation_checkpointing.number_checkpoints = segments;
   ec.zero.stage = zero_stage(stage);
   ec.zero.reduce_bucket_size = ec.zero.allgather_bucket_size = ec.zero.prefetch_bucket_size = 500;
   ec.zero.param_persistence_threshold = 20;
@@ -55,14 +58,15 @@ EngineConfig engine_config(int stage, int accumulation, int data_size) {
   return ec;
 }
 
-struct Run {
+struct TrainRun {
   std::vector<double> losses, norms;
   int64_t dropped = 0;
+  double recompute_s = 0;  // time spent recomputing checkpointed segments
 };
 
 // W micro-batches per step: on one rank with accumulation, or one per data rank.
-Run train(const GptConfig& model, Communicator& comm, int stage, int w) {
-  Run out;
+TrainRun train(const GptConfig& model, Communicator& comm, int stage, int w, std::optional<int64_t> segments = {}) {
+  TrainRun out;
   absl::StatusOr<std::unique_ptr<DeviceMesh>> mesh = DeviceMesh::create(comm);
   EXPECT_TRUE(mesh.ok()) << mesh.status();
   if (!mesh.ok()) return out;
@@ -72,7 +76,8 @@ Run train(const GptConfig& model, Communicator& comm, int stage, int w) {
   if (!gpt.ok()) return out;
   CpuBackend backend;
   absl::StatusOr<std::unique_ptr<Engine>> engine =
-      Engine::create(*std::move(gpt), engine_config(stage, one_rank ? w : 1, one_rank ? 1 : w), backend, **mesh);
+      Engine::create(*std::move(gpt), engine_config(stage, one_rank ? w : 1, one_rank ? 1 : w, segments), backend,
+                     **mesh);
   EXPECT_TRUE(engine.ok()) << engine.status();
   if (!engine.ok()) return out;
   testing::CountingRows rows{model.seq_len, model.vocab_size};
@@ -87,6 +92,7 @@ Run train(const GptConfig& model, Communicator& comm, int stage, int w) {
     out.norms.push_back(r->grad_norm);
     EXPECT_TRUE(r->moe.has_value());
     if (r->moe) out.dropped += r->moe->dropped;
+    out.recompute_s += r->recompute_s;
   }
   return out;
 }
@@ -98,8 +104,8 @@ void expect_same_training(double capacity_factor) {
   for (int stage = 0; stage <= 3; ++stage) {
     SCOPED_TRACE("ZeRO stage " + std::to_string(stage) + " on " + std::to_string(w) + " ranks");
     std::unique_ptr<Communicator> self = make_local_communicator();
-    const Run one = train(model, *self, stage, w);
-    const Run many = train(model, comm, stage, w);
+    const TrainRun one = train(model, *self, stage, w);
+    const TrainRun many = train(model, comm, stage, w);
     ASSERT_EQ(one.losses.size(), static_cast<size_t>(kSteps));
     ASSERT_EQ(many.losses.size(), static_cast<size_t>(kSteps));
     for (int s = 0; s < kSteps; ++s) {
@@ -122,6 +128,23 @@ void expect_same_training(double capacity_factor) {
 TEST(MoeParallelTest, DataParallelRanksTrainTheModelOneRankTrains) { expect_same_training(0.0); }
 
 TEST(MoeParallelTest, WithACapacityEachMicroBatchDropsTheSameChoicesWhereverItRuns) { expect_same_training(0.75); }
+
+// Activation checkpointing recomputes each segment's routing in backward: the
+// same choices, and the routing statistics counted once, so the losses and
+// norms are bit for bit those of the run that keeps its activations.
+TEST(MoeParallelTest, RecomputedSegmentsRouteAndCountAsTheFirstPass) {
+  Communicator& comm = world();
+  const GptConfig model = moe_model(0.75);
+  for (int stage : {0, 3}) {
+    const TrainRun kept = train(model, comm, stage, comm.world_size());
+    const TrainRun recomputed = train(model, comm, stage, comm.world_size(), 2);
+    EXPECT_EQ(recomputed.losses, kept.losses) << "stage " << stage;
+    EXPECT_EQ(recomputed.norms, kept.norms) << "stage " << stage;
+    EXPECT_EQ(recomputed.dropped, kept.dropped) << "stage " << stage;
+    EXPECT_GT(recomputed.recompute_s, 0.0) << "stage " << stage << ": nothing was recomputed";
+    EXPECT_EQ(kept.recompute_s, 0.0);
+  }
+}
 
 }  // namespace
 }  // namespace zero
