@@ -82,6 +82,9 @@ class MoeLosses {
   // many choices its capacity dropped.
   void add(int64_t layer, std::vector<double> choices, std::vector<double> prob_sum, int64_t rows, double lse_sq_sum,
            int64_t dropped = 0);
+  // Drops what a forward added without reaching finish() (a forward that
+  // failed): the engine calls it before each training forward.
+  void discard_pending() { pending_.clear(); }
   // The weighted auxiliary losses of what was added since the last call
   // (aux_coef * aux + z_coef * z), and from now on the gradients backward
   // adds, times grad_scale (the factor the cross-entropy's mean gradient

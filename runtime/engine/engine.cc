@@ -322,6 +322,7 @@ absl::StatusOr<float> Engine::forward(const Batch& batch) {
     comm_wait_at_step_start_ = comm_wait_seconds();
   }
   ctx_.clear();  // a forward without backward (or after an error) leaves nothing behind
+  if (MoeLosses* moe = model_of(*model_).moe_losses()) moe->discard_pending();
   ctx_.set_grad_enabled(true);
   state_->begin_forward();
   // Dropout's key: the run's seed and the global index of this micro-batch's
