@@ -159,7 +159,9 @@ std::vector<FusedPart> fused_parts(const GptConfig& config, const std::string& n
     auto gate_up = [&](const std::string& module, int64_t rows) -> std::vector<FusedPart> {
       return {{cat(b, module, ".gate_proj.weight"), rows}, {cat(b, module, ".up_proj.weight"), rows}};
     };
-    if (rest == "mlp.shared_expert.gate_up_proj.weight") return gate_up("mlp.shared_expert", config.moe.shared_expert_d_ff);
+    if (rest == "mlp.shared_expert.gate_up_proj.weight") {
+      return gate_up("mlp.shared_expert", config.moe.shared_expert_d_ff);
+    }
     const std::string_view experts = "mlp.experts.", tail = ".gate_up_proj.weight";
     if (rest.size() > experts.size() + tail.size() && rest.substr(0, experts.size()) == experts &&
         rest.substr(rest.size() - tail.size()) == tail) {
@@ -247,6 +249,10 @@ absl::Status check_gpt_split(const GptConfig& c, int tensor, bool sequence_paral
   }
   if (c.moe.enabled()) {
     const MoeConfig& m = c.moe;
+    if (c.features().mlp != MlpKind::kSwiGlu) {
+      return bad("model.num_experts: ", m.num_experts, " experts need a family with a SwiGLU MLP (", c.family_name(),
+                 " has none; llama, mistral, qwen2, qwen3, mixtral, qwen2_moe and qwen3_moe have one)");
+    }
     if (m.top_k < 1 || m.top_k > m.num_experts) {
       return bad("model.num_experts_per_tok: ", m.top_k, " must be between 1 and model.num_experts (", m.num_experts,
                  ")");
@@ -265,10 +271,6 @@ absl::Status check_gpt_split(const GptConfig& c, int tensor, bool sequence_paral
     if (!(m.aux_loss_coef >= 0.0f) || !(m.z_loss_coef >= 0.0f)) {
       return bad("model.router_aux_loss_coef and router_z_loss_coef: ", m.aux_loss_coef, " and ", m.z_loss_coef,
                  " must be >= 0");
-    }
-    if (c.features().mlp != MlpKind::kSwiGlu) {
-      return bad("model.num_experts: ", m.num_experts, " experts need a family with a SwiGLU MLP (", c.family_name(),
-                 " has none)");
     }
     if (c.lora.enabled()) return bad("model.num_experts: LoRA adapters on a mixture of experts are not implemented");
   }

@@ -88,6 +88,11 @@ inline constexpr ModelFamily kModelFamilies[] = {
     {ModelArch::kQwen3Moe, "qwen3_moe", "Qwen3-MoE", family_detail::qwen3()},
 };
 
+// The families whose blocks hold mixtures of experts (GptConfig::moe).
+constexpr bool is_mixture_of_experts(ModelArch arch) {
+  return arch == ModelArch::kMixtral || arch == ModelArch::kQwen2Moe || arch == ModelArch::kQwen3Moe;
+}
+
 inline const ModelFamily& model_family(ModelArch arch) {
   for (const ModelFamily& f : kModelFamilies)
     if (f.arch == arch) return f;

@@ -1,5 +1,5 @@
 // The mixture-of-experts ops of the CPU backend (kernels/ops.h): the router's
-// softmax and top-k, the row gather and scatter of the dispatch, the weighted
+// softmax and top-k (kernels/moe_router.h's rows), the row gather and scatter of the dispatch, the weighted
 // combine, and the shared expert's sigmoid gate. Rows run in parallel; a row
 // is one thread's, so no two threads write one element.
 #include <algorithm>
@@ -9,6 +9,7 @@
 
 #include "core/check.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/moe_router.h"
 
 namespace zero::cpu {
 namespace {
@@ -35,36 +36,7 @@ void CpuOps::moe_router_forward(const Tensor& logits, int64_t k, bool renormaliz
   float* z = lse.f32();
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < n; ++r) {
-    const float* lr = l + r * e;
-    float* pr = p + r * e;
-    float mx = lr[0];
-    for (int64_t j = 1; j < e; ++j) mx = std::max(mx, lr[j]);
-    double sum = 0;
-    for (int64_t j = 0; j < e; ++j) {
-      pr[j] = std::exp(lr[j] - mx);
-      sum += pr[j];
-    }
-    const float inv = static_cast<float>(1.0 / sum);
-    for (int64_t j = 0; j < e; ++j) pr[j] *= inv;
-    z[r] = mx + static_cast<float>(std::log(sum));
-    // Top-k by selection: k passes, each the largest not yet taken (k is small).
-    int32_t* ir = idx + r * k;
-    float* wr = w + r * k;
-    float picked = 0;
-    for (int64_t s = 0; s < k; ++s) {
-      int32_t best = -1;
-      for (int64_t j = 0; j < e; ++j) {
-        bool taken = false;
-        for (int64_t t = 0; t < s; ++t) taken = taken || ir[t] == j;
-        if (!taken && (best < 0 || pr[j] > pr[best])) best = static_cast<int32_t>(j);
-      }
-      ir[s] = best;
-      wr[s] = pr[best];
-      picked += pr[best];
-    }
-    if (renormalize) {
-      for (int64_t s = 0; s < k; ++s) wr[s] /= picked;
-    }
+    moe_router_row_forward(l + r * e, e, k, renormalize, p + r * e, idx + r * k, w + r * k, z + r);
   }
 }
 
@@ -83,27 +55,7 @@ void CpuOps::moe_router_backward(const Tensor& probs, const Tensor& indices, con
   float* dl = dlogits.f32();
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < n; ++r) {
-    const float* pr = p + r * e;
-    const int32_t* ir = idx + r * k;
-    const float* dwr = dw + r * k;
-    float* dlr = dl + r * e;
-    // dp: the load-balancing loss's per-expert term, then the selected
-    // experts' share of dweights.
-    for (int64_t j = 0; j < e; ++j) dlr[j] = extra ? extra[j] : 0.0f;
-    if (renormalize) {
-      // w_s = p_s / Z, Z = sum of the selected p: dp_s = (dw_s - sum_t dw_t w_t) / Z.
-      float zsum = 0, dot = 0;
-      for (int64_t s = 0; s < k; ++s) zsum += pr[ir[s]];
-      for (int64_t s = 0; s < k; ++s) dot += dwr[s] * pr[ir[s]] / zsum;
-      for (int64_t s = 0; s < k; ++s) dlr[ir[s]] += (dwr[s] - dot) / zsum;
-    } else {
-      for (int64_t s = 0; s < k; ++s) dlr[ir[s]] += dwr[s];
-    }
-    // Through the softmax: dl = p (dp - <p, dp>), plus the z-loss's 2 z_scale lse p.
-    float pdp = 0;
-    for (int64_t j = 0; j < e; ++j) pdp += pr[j] * dlr[j];
-    const float zterm = 2.0f * z_scale * z[r];
-    for (int64_t j = 0; j < e; ++j) dlr[j] = pr[j] * (dlr[j] - pdp + zterm);
+    moe_router_row_backward(p + r * e, idx + r * k, dw + r * k, e, k, renormalize, extra, z_scale, z[r], dl + r * e);
   }
 }
 
@@ -210,7 +162,8 @@ void CpuOps::sigmoid_gate_backward(const Tensor& g, const Tensor& x, const Tenso
                                    const Tensor& dx) {
   check_f32(g), check_f32(x), check_f32(dy), check_f32(dg), check_f32(dx);
   const int64_t n = g.numel(), c = x.numel() / std::max<int64_t>(n, 1);
-  ZE_CHECK(dy.numel() == n * c && dx.numel() == n * c && dg.numel() == n) << g.debug_string() << " " << x.debug_string();
+  ZE_CHECK(dy.numel() == n * c && dx.numel() == n * c && dg.numel() == n)
+      << g.debug_string() << " " << x.debug_string();
   const float* gs = g.f32();
   const float* xs = x.f32();
   const float* d = dy.f32();

@@ -198,7 +198,8 @@ void CudaOps::glu_rows_forward(Glu kind, const Tensor& gate_up, const Tensor& h)
   enter();
   check_f32(gate_up), check_f32(h);
   const int64_t f = h.dim(-1), n = f > 0 ? h.numel() / f : 0;
-  ZE_CHECK(gate_up.numel() == 2 * n * f && gate_up.dim(-1) == 2 * f) << gate_up.debug_string() << " -> " << h.debug_string();
+  ZE_CHECK(gate_up.numel() == 2 * n * f && gate_up.dim(-1) == 2 * f)
+      << gate_up.debug_string() << " -> " << h.debug_string();
   launch_glu_rows_forward(kind == Glu::kGeGlu, f32_ptr(gate_up), f32_ptr(h), n, f, stream_);
 }
 

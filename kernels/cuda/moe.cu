@@ -1,13 +1,14 @@
 // The mixture-of-experts kernels (kernels/ops.h's moe_* ops, gather_rows,
 // scatter_add_rows and the sigmoid gate), in the CPU backend's arithmetic
-// (kernels/cpu/moe_ops.cc): one thread per router row (E and k are small:
-// the softmax, the k selection passes and the backward are a row's loops),
+// (kernels/cpu/moe_ops.cc): one thread per router row, running
+// kernels/moe_router.h's row functions (E and k are small),
 // one thread per element for the row copies, one warp per row where a row
 // is reduced (the combine's dweights, the gate's dg).
 #include <cmath>
 
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/device_math.cuh"
+#include "kernels/moe_router.h"
 
 namespace zero::cuda {
 
@@ -17,35 +18,8 @@ __global__ void router_forward_kernel(const float* __restrict__ logits, int64_t 
                                       bool renormalize, float* __restrict__ probs, int32_t* __restrict__ indices,
                                       float* __restrict__ weights, float* __restrict__ lse) {
   const int64_t r = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (r >= n) return;
-  const float* lr = logits + r * e;
-  float* pr = probs + r * e;
-  float mx = lr[0];
-  for (int64_t j = 1; j < e; ++j) mx = fmaxf(mx, lr[j]);
-  double sum = 0;
-  for (int64_t j = 0; j < e; ++j) {
-    pr[j] = expf(lr[j] - mx);
-    sum += pr[j];
-  }
-  const float inv = static_cast<float>(1.0 / sum);
-  for (int64_t j = 0; j < e; ++j) pr[j] *= inv;
-  lse[r] = mx + static_cast<float>(log(sum));
-  int32_t* ir = indices + r * k;
-  float* wr = weights + r * k;
-  float picked = 0;
-  for (int64_t s = 0; s < k; ++s) {
-    int32_t best = -1;
-    for (int64_t j = 0; j < e; ++j) {
-      bool taken = false;
-      for (int64_t t = 0; t < s; ++t) taken = taken || ir[t] == j;
-      if (!taken && (best < 0 || pr[j] > pr[best])) best = static_cast<int32_t>(j);
-    }
-    ir[s] = best;
-    wr[s] = pr[best];
-    picked += pr[best];
-  }
-  if (renormalize) {
-    for (int64_t s = 0; s < k; ++s) wr[s] /= picked;
+  if (r < n) {
+    moe_router_row_forward(logits + r * e, e, k, renormalize, probs + r * e, indices + r * k, weights + r * k, lse + r);
   }
 }
 
@@ -54,24 +28,10 @@ __global__ void router_backward_kernel(const float* __restrict__ probs, const in
                                        bool renormalize, const float* __restrict__ extra, float z_scale,
                                        const float* __restrict__ lse, float* __restrict__ dlogits) {
   const int64_t r = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (r >= n) return;
-  const float* pr = probs + r * e;
-  const int32_t* ir = indices + r * k;
-  const float* dwr = dweights + r * k;
-  float* dlr = dlogits + r * e;
-  for (int64_t j = 0; j < e; ++j) dlr[j] = extra != nullptr ? extra[j] : 0.0f;
-  if (renormalize) {
-    float zsum = 0, dot = 0;
-    for (int64_t s = 0; s < k; ++s) zsum += pr[ir[s]];
-    for (int64_t s = 0; s < k; ++s) dot += dwr[s] * pr[ir[s]] / zsum;
-    for (int64_t s = 0; s < k; ++s) dlr[ir[s]] += (dwr[s] - dot) / zsum;
-  } else {
-    for (int64_t s = 0; s < k; ++s) dlr[ir[s]] += dwr[s];
+  if (r < n) {
+    moe_router_row_backward(probs + r * e, indices + r * k, dweights + r * k, e, k, renormalize, extra, z_scale, lse[r],
+                            dlogits + r * e);
   }
-  float pdp = 0;
-  for (int64_t j = 0; j < e; ++j) pdp += pr[j] * dlr[j];
-  const float zterm = 2.0f * z_scale * lse[r];
-  for (int64_t j = 0; j < e; ++j) dlr[j] = pr[j] * (dlr[j] - pdp + zterm);
 }
 
 __global__ void gather_rows_kernel(const float* __restrict__ x, const int32_t* __restrict__ rows, int64_t m,

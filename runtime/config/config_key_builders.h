@@ -167,6 +167,7 @@ inline const NumberRange kRatio = NumberRange::between(0.0, 1.0);
 std::vector<ConfigKey> run_config_keys();  // run_config.cc: model, data, run, DeepSpeed's top level
 std::vector<ConfigKey> data_keys();        // data_section.cc: data (run_config_keys places them)
 std::vector<ConfigKey> lora_keys();        // lora_section.cc: model.lora (run_config_keys places them)
+std::vector<ConfigKey> moe_keys();         // moe_section.cc: the model's experts (likewise)
 std::vector<ConfigKey> elasticity_keys();  // elasticity_section.cc: elasticity (run_config_keys places them)
 std::vector<ConfigKey> training_keys();    // deepspeed_training_sections.cc: optimizer, scheduler, precision
 std::vector<ConfigKey> zero_keys();        // deepspeed_zero_sections.cc: zero_optimization, aio, checkpoints

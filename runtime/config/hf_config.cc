@@ -241,10 +241,6 @@ constexpr HfFamily kHfFamilies[] = {
     {ModelArch::kQwen3Moe, "Qwen3MoeForCausalLM", 32768, false, 0, "silu", "", true, false, HfFamily::kQwenWindow},
 };
 
-bool is_moe_family(ModelArch arch) {
-  return arch == ModelArch::kMixtral || arch == ModelArch::kQwen2Moe || arch == ModelArch::kQwen3Moe;
-}
-
 // A mixture of experts' keys (MixtralConfig, Qwen2MoeConfig, Qwen3MoeConfig
 // of transformers 5.25, and the hub's files): Mixtral's experts are
 // intermediate_size wide and always renormalise their weights; Qwen's have
@@ -259,7 +255,8 @@ absl::Status moe_from_hf(const HfKeys& keys, const Json& hf, GptConfig& c) {
   const char* experts_key = mixtral || !keys.has("num_experts") ? "num_local_experts" : "num_experts";
   const int64_t default_experts = mixtral ? 8 : c.arch == ModelArch::kQwen2Moe ? 60 : 128;
   ZE_ASSIGN_OR_RETURN(m.num_experts, keys.size(experts_key, kExpertLimit, default_experts));
-  ZE_ASSIGN_OR_RETURN(m.top_k, keys.size("num_experts_per_tok", kExpertLimit, mixtral ? 2 : c.arch == ModelArch::kQwen2Moe ? 4 : 8));
+  const int64_t default_top_k = mixtral ? 2 : c.arch == ModelArch::kQwen2Moe ? 4 : 8;
+  ZE_ASSIGN_OR_RETURN(m.top_k, keys.size("num_experts_per_tok", kExpertLimit, default_top_k));
   if (m.top_k > m.num_experts) {
     return keys.bad("num_experts_per_tok", cat("is more than ", experts_key, " (", m.num_experts, ")"));
   }
@@ -391,7 +388,7 @@ absl::StatusOr<GptConfig> rope_family_from_hf(const Json& hf, const std::string&
     ZE_ASSIGN_OR_RETURN(features.qkv_bias, keys.boolean("qkv_bias", true));
   }
   if (features.qkv_bias != model_family(family.arch).features.qkv_bias || features.mlp_bias) c.feature_flags = features;
-  if (is_moe_family(family.arch)) ZE_RETURN_IF_ERROR(moe_from_hf(keys, hf, c));
+  if (is_mixture_of_experts(family.arch)) ZE_RETURN_IF_ERROR(moe_from_hf(keys, hf, c));
   ZE_ASSIGN_OR_RETURN(const double attn_dropout, keys.number("attention_dropout", 0.0));
   if (attn_dropout != 0.0) return keys.bad("attention_dropout", "dropout on attention probabilities is not implemented");
   ZE_RETURN_IF_ERROR(check_full_attention(keys, hf, family, c.max_positions));
@@ -496,7 +493,7 @@ Json hf_config_json(const GptConfig& c, DType dtype) {
     // embedding's padding_idx, whose row transformers never trains (ours does).
     if (c.arch == ModelArch::kGemma) j["pad_token_id"] = j["bos_token_id"] = j["eos_token_id"] = nullptr;
     j["initializer_range"] = shortest(c.init_std);
-    if (is_moe_family(c.arch)) {
+    if (is_mixture_of_experts(c.arch)) {
       const MoeConfig& m = c.moe;
       j[c.arch == ModelArch::kQwen2Moe ? "num_experts" : "num_local_experts"] = m.num_experts;
       j["num_experts_per_tok"] = m.top_k;

@@ -21,6 +21,7 @@
 #include "runtime/config/elasticity_section.h"
 #include "runtime/config/lora_section.h"
 #include "runtime/config/model_limits.h"
+#include "runtime/config/moe_section.h"
 
 namespace zero {
 
@@ -162,7 +163,8 @@ void parse_model(ConfigReader r, RunConfig& c, const std::optional<CheckpointMod
     for (std::string_view key : kRopeFamilyKeys) {
       if (r.has(key)) {
         r.error(key, cat("is a setting of the families with RoPE; set model.arch to one of them (\"llama\", "
-                         "\"mistral\", \"qwen2\", \"qwen3\", \"gemma\") or remove it"));
+                         "\"mistral\", \"qwen2\", \"qwen3\", \"gemma\", "
+                         "\"mixtral\", \"qwen2_moe\", \"qwen3_moe\") or remove it"));
       }
     }
     if (g.d_model % g.n_head != 0) r.error("d_model", cat(g.d_model, " is not divisible by n_head ", g.n_head));
@@ -178,22 +180,7 @@ void parse_model(ConfigReader r, RunConfig& c, const std::optional<CheckpointMod
   if (resumed && !resumed->hf.is_null() && !from_checkpoint && r.diagnostics().errors.empty()) {
     check_resumed_model(r, c, *resumed);
   }
-  const bool moe_family =
-      g.arch == ModelArch::kMixtral || g.arch == ModelArch::kQwen2Moe || g.arch == ModelArch::kQwen3Moe;
-  if (moe_family && !g.moe.enabled() && r.diagnostics().errors.empty()) {
-    r.error("num_experts", cat("the ", model_family(g.arch).display, " family is a mixture of experts: set "
-                               "model.num_experts (and num_experts_per_tok, moe_intermediate_size)"));
-  }
-  if (g.moe.enabled() && g.moe.expert_d_ff == 0) g.moe.expert_d_ff = g.ffn_width();  // Mixtral's: d_ff
-  if (g.moe.enabled() && r.diagnostics().errors.empty()) {
-    // The experts' rules (graph/gpt.h check_gpt_split), whose messages name their keys.
-    if (!g.rope()) {
-      r.error("num_experts", cat(g.moe.num_experts, " experts need a family with a SwiGLU MLP (\"llama\", "
-                                 "\"mistral\", \"qwen2\", \"qwen3\", \"mixtral\", \"qwen2_moe\", \"qwen3_moe\")"));
-    } else if (absl::Status s = check_gpt_split(g, 1, false); !s.ok()) {
-      r.diagnostics().errors.emplace_back(s.message());
-    }
-  }
+  check_moe_model(r, g);  // moe_section.cc
   if (r.diagnostics().errors.empty()) parse_lora_section(r.section("lora"), c);  // on the model read above
   r.mark_known("lora");
   r.finish();
@@ -576,38 +563,7 @@ std::vector<ConfigKey> run_config_keys() {
                       "RoPE families: the LM head is the token table (GPT-2's always is)"));
   k.push_back(number("model.logit_softcap", ZE_FIELD(model.gpt.logit_softcap), kNonNegative,
                      "the logits as cap tanh(logits / cap) (Gemma 2's final_logit_softcapping; 0: none)"));
-  // Mixture of experts (graph/moe.h), named as Hugging Face's Mixtral and
-  // Qwen-MoE configs name them (the architecture) and as DeepSpeed-MoE and
-  // ST-MoE name the training choices.
-  k.push_back(integer(kExpertLimit.key, ZE_FIELD(model.gpt.moe.num_experts), kExpertLimit.min, kExpertLimit.max,
-                      "RoPE families with SwiGLU: experts per sparse block (Mixtral's num_local_experts, Qwen-MoE's "
-                      "num_experts; 0: every MLP dense)"));
-  k.push_back(integer("model.num_experts_per_tok", ZE_FIELD(model.gpt.moe.top_k), 1, 1 << 16,
-                      "the experts each token is routed to (top-k of the router's softmax)"));
-  k.push_back(integer("model.moe_intermediate_size", ZE_FIELD(model.gpt.moe.expert_d_ff), 0, int64_t{1} << 20,
-                      "an expert's SwiGLU width (0: d_ff, as Mixtral's experts are intermediate_size wide)"));
-  k.push_back(boolean("model.norm_topk_prob", ZE_FIELD(model.gpt.moe.norm_topk_prob),
-                      "divide the k chosen probabilities by their sum (Mixtral: always)"));
-  k.push_back(integer("model.shared_expert_intermediate_size", ZE_FIELD(model.gpt.moe.shared_expert_d_ff), 0,
-                      int64_t{1} << 20,
-                      "Qwen2-MoE's shared expert (every token, gated by sigmoid(shared_expert_gate x)); 0: none"));
-  k.push_back(integer("model.decoder_sparse_step", ZE_FIELD(model.gpt.moe.decoder_sparse_step), 1, 1 << 16,
-                      "block i is sparse when (i + 1) % decoder_sparse_step == 0 (Qwen-MoE's; 1: every block)"));
-  k.push_back(number("model.router_aux_loss_coef", ZE_FIELD(model.gpt.moe.aux_loss_coef), kNonNegative,
-                     "the load-balancing loss's weight in the loss (Switch Transformer's; 0: none)"));
-  k.push_back(choice("model.aux_loss_scope", ZE_FIELD(model.gpt.moe.aux_loss_scope),
-                     {{"global", AuxLossScope::kGlobal}, {"per_layer", AuxLossScope::kPerLayer}},
-                     "\"global\": one load-balancing loss over every sparse block's tokens at once (transformers' "
-                     "load_balancing_loss_func); \"per_layer\": one per block, summed (Megatron, DeepSpeed-MoE)"));
-  k.push_back(number("model.router_z_loss_coef", ZE_FIELD(model.gpt.moe.z_loss_coef), kNonNegative,
-                     "ST-MoE's router z-loss weight: mean over tokens of logsumexp(router logits)^2 per block, "
-                     "summed (0: none)"));
-  k.push_back(number("model.capacity_factor", ZE_FIELD(model.gpt.moe.capacity_factor), kNonNegative,
-                     "DeepSpeed-MoE's token dropping: each expert takes at most max(min_capacity, ceil(k tokens / "
-                     "experts x capacity_factor)) of a micro-batch's choices, first choices first, and drops the "
-                     "rest (0: dropless, Mixtral's and Megatron's default)"));
-  k.push_back(integer("model.min_capacity", ZE_FIELD(model.gpt.moe.min_capacity), 0, int64_t{1} << 30,
-                      "the capacity's floor (DeepSpeed-MoE's min_capacity)"));
+  for (ConfigKey& key : moe_keys()) k.push_back(std::move(key));  // moe_section.cc
   k.push_back(number("model.dropout", ZE_FIELD(model.gpt.dropout), NumberRange::unit_open(),
                      "GPT-2's dropout (embeddings, attention and MLP outputs); masks are a hash of "
                      "(run.seed, layer, global sample, position), the same on any number of ranks"));

@@ -21,13 +21,13 @@ inline std::string model_family_description(const GptConfig& g) {
   if (g.rope()) {
     const std::string head_dim = g.d_head > 0 ? absl::StrFormat(" head_dim=%d", g.head_dim()) : "";
     std::string experts;
-    if (g.moe.enabled()) {
+    if (const MoeConfig& m = g.moe; m.enabled()) {
+      const std::string shared =
+          m.shared_expert_d_ff > 0 ? absl::StrFormat(" shared_d_ff=%d", m.shared_expert_d_ff) : "";
+      const std::string routing =
+          m.capacity_factor > 0 ? absl::StrFormat(" capacity_factor=%g", m.capacity_factor) : " dropless";
       experts = absl::StrFormat(" experts=%d top_k=%d expert_d_ff=%d%s%s (%.3gM of %.3gM parameters active per token)",
-                                g.moe.num_experts, g.moe.top_k, g.moe.expert_d_ff,
-                                g.moe.shared_expert_d_ff > 0 ? absl::StrFormat(" shared_d_ff=%d", g.moe.shared_expert_d_ff)
-                                                             : std::string(),
-                                g.moe.capacity_factor > 0 ? absl::StrFormat(" capacity_factor=%g", g.moe.capacity_factor)
-                                                          : std::string(" dropless"),
+                                m.num_experts, m.top_k, m.expert_d_ff, shared, routing,
                                 static_cast<double>(g.active_parameters()) / 1e6,
                                 static_cast<double>(g.num_parameters()) / 1e6);
     }

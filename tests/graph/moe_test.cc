@@ -66,8 +66,8 @@ void check_gradients(const MoeConfig& moe, const std::string& label) {
   std::vector<std::vector<float>> grads;
   for (Parameter* p : m.parameters()) grads.push_back(download_fp32(backend, p->grad));
   // h small enough that no token's top-k changes between loss(v + h) and loss(v - h).
-  const int64_t checked =
-      testing::expect_central_differences(ctx, m, backend, xv, shape, r, download_fp32(backend, dx), grads, label, 1e-3f);
+  const int64_t checked = testing::expect_central_differences(ctx, m, backend, xv, shape, r, download_fp32(backend, dx),
+                                                              grads, label, 1e-3f);
   EXPECT_GT(checked, 300) << label;
   // The router's gradient is not zero: the weights' path reaches it.
   EXPECT_GT(std::accumulate(grads[0].begin(), grads[0].end(), 0.0, [](double a, float g) { return a + std::fabs(g); }),
