@@ -27,8 +27,9 @@ size_t axis_index(std::string_view axis) {
 DeviceMesh::DeviceMesh(Communicator& world, MeshLayout layout, int rank)
     : world_(world),
       layout_(std::move(layout)),
-      shape_{layout_.size("dp"), layout_.size("tp"), layout_.size("pp")},
-      coords_{layout_.coordinate(rank, "dp"), layout_.coordinate(rank, "tp"), layout_.coordinate(rank, "pp")} {}
+      shape_{layout_.size("dp") * layout_.size("ep"), layout_.size("tp"), layout_.size("pp"), layout_.size("ep")},
+      coords_{layout_.coordinate(rank, "dp") * layout_.size("ep") + layout_.coordinate(rank, "ep"),
+              layout_.coordinate(rank, "tp"), layout_.coordinate(rank, "pp"), layout_.coordinate(rank, "ep")} {}
 
 Communicator& DeviceMesh::group(std::string_view axis) const { return *groups_[axis_index(axis)]; }
 
@@ -69,14 +70,26 @@ absl::StatusOr<std::unique_ptr<DeviceMesh>> DeviceMesh::create(Communicator& wor
     mesh->groups_[i] = g.get();
     mesh->owned_.push_back(std::move(g));
   }
+  mesh->data_ = &mesh->group("dp");
+  if (layout.size("ep") > 1) {
+    // The dense data group: the ranks equal on every axis but ep and dp.
+    const MeshShape& s = mesh->shape_;
+    if (s.data == w) {
+      mesh->data_ = &world;
+    } else {
+      ZE_ASSIGN_OR_RETURN(mesh->owned_data_,
+                          world.split(layout.group_color(layout.group_color(r, "ep"), "dp"), mesh->coords_.data));
+      mesh->data_ = mesh->owned_data_.get();
+    }
+  }
   const int pipeline = layout.size("pp");
   if (pipeline > 1) {
-    // The first and last stages' ranks that are equal on every axis but pp
-    // and dp; every rank splits, a middle stage's rank alone in a color of
+    // The first and last stages' ranks that are equal on every axis but pp,
+    // dp and ep; every rank splits, a middle stage's rank alone in a color of
     // its own.
     const MeshCoordinates c = mesh->coords_;
     const bool end_stage = c.pipeline == 0 || c.pipeline == pipeline - 1;
-    const int base = layout.group_color(layout.group_color(r, "pp"), "dp");
+    const int base = layout.group_color(layout.group_color(layout.group_color(r, "pp"), "dp"), "ep");
     const int color = end_stage ? base : w + r;
     const int key = (c.pipeline == 0 ? 0 : mesh->shape_.data) + c.data;
     ZE_ASSIGN_OR_RETURN(mesh->owned_embedding_, world.split(color, key));
@@ -111,6 +124,11 @@ absl::StatusOr<std::unique_ptr<DeviceMesh>> DeviceMesh::dry_run(const MeshLayout
   }
   const MeshShape& s = mesh->shape_;
   const MeshCoordinates& c = mesh->coords_;
+  mesh->data_ = &mesh->group("dp");
+  if (s.expert > 1) {
+    mesh->owned_data_ = make_dry_run_communicator(c.data, s.data);
+    mesh->data_ = mesh->owned_data_.get();
+  }
   if (s.pipeline > 1 && (c.pipeline == 0 || c.pipeline == s.pipeline - 1)) {
     mesh->owned_embedding_ = make_dry_run_communicator((c.pipeline == 0 ? 0 : s.data) + c.data, 2 * s.data);
     mesh->embedding_ = mesh->owned_embedding_.get();

@@ -29,13 +29,17 @@
 
 namespace zero {
 
+// data: the data-parallel ranks of one model copy's dense parameters (the
+// ep axis's included); expert: the ep axis alone (it divides data).
 struct MeshShape {
   int data = 1, tensor = 1, pipeline = 1;
+  int expert = 1;
   int world() const { return data * tensor * pipeline; }
 };
 
 struct MeshCoordinates {
   int data = 0, tensor = 0, pipeline = 0;
+  int expert = 0;
 };
 
 // The coordinates of world rank `rank` in `shape` (the formulas above: the
@@ -66,7 +70,12 @@ class DeviceMesh {
   // The group of `axis` (one of kMeshAxisNames; a one-rank group for an axis
   // the layout leaves out).
   Communicator& group(std::string_view axis) const;
-  Communicator& data() const { return group("dp"); }
+  // The dense parameters' data-parallel group (above: the ep and dp axes).
+  Communicator& data() const { return *data_; }
+  // Expert parallelism's groups (above): the ranks that split the experts,
+  // and the ranks that hold the same experts.
+  Communicator& expert() const { return group("ep"); }
+  Communicator& expert_data() const { return group("dp"); }
   Communicator& tensor() const { return group("tp"); }
   Communicator& pipeline() const { return group("pp"); }
   // The embedding group (above); nullptr on a middle stage or when P = 1.
@@ -84,6 +93,8 @@ class DeviceMesh {
   // not the world.
   Communicator* groups_[std::size(kMeshAxisNames)] = {};
   std::vector<std::unique_ptr<Communicator>> owned_;
+  Communicator* data_ = nullptr;  // group("dp") unless the ep axis has ranks
+  std::unique_ptr<Communicator> owned_data_;
   std::unique_ptr<Communicator> owned_embedding_;
   Communicator* embedding_ = nullptr;
 };

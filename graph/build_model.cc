@@ -17,10 +17,11 @@ absl::StatusOr<std::unique_ptr<Gpt>> build_model(const GptConfig& spec, DeviceMe
                                           ": a mixture of experts under pipeline parallelism is not implemented yet "
                                           "(model.num_experts ", spec.moe.num_experts, ")"));
   }
+  ZE_RETURN_IF_ERROR(check_expert_parallel(spec.moe, mesh.shape().expert));
   ZE_ASSIGN_OR_RETURN(const PipelineStage stage, gpt_pipeline_stage(spec, mesh.coordinates().pipeline,
                                                                     mesh.shape().pipeline, layout.partition,
                                                                     layout.layers_per_virtual_stage));
-  auto model = std::make_unique<Gpt>(spec, &mesh.tensor(), layout.sequence_parallel, stage);
+  auto model = std::make_unique<Gpt>(spec, &mesh.tensor(), layout.sequence_parallel, stage, &mesh.expert());
   if (layout.tp_overlap_comm) {
     for (Module* m : model->modules()) {
       if (auto* column = dynamic_cast<ColumnParallelLinear*>(m)) column->set_overlap_comm(true);

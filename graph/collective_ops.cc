@@ -50,6 +50,31 @@ Tensor reduce_scatter_sequence(Context& ctx, Communicator& group, const Tensor& 
   return shard;
 }
 
+// The all-to-all-v of row blocks (counts and displacements in elements).
+Tensor all_to_all_rows(Context& ctx, Communicator& group, const Tensor& x, const std::vector<int64_t>& send_rows,
+                       const std::vector<int64_t>& recv_rows) {
+  const int64_t c = x.dim(-1);
+  auto elements = [c](const std::vector<int64_t>& rows, std::vector<int64_t>& displs) {
+    std::vector<int64_t> counts(rows.size());
+    displs.assign(rows.size(), 0);
+    int64_t at = 0;
+    for (size_t q = 0; q < rows.size(); ++q) displs[q] = at, counts[q] = rows[q] * c, at += counts[q];
+    return counts;
+  };
+  std::vector<int64_t> send_displs, recv_displs;
+  std::vector<int64_t> send_counts = elements(send_rows, send_displs), recv_counts = elements(recv_rows, recv_displs);
+  int64_t received = 0;
+  for (int64_t r : recv_rows) received += r;
+  ZE_CHECK(x.numel() == (send_displs.empty() ? 0 : send_displs.back() + send_counts.back()))
+      << ctx.module_name() << ": " << x.numel() << " elements to send as " << send_rows.size() << " blocks";
+  Tensor y = ctx.activation({received, c}, x.dtype());
+  note_failure(ctx,
+               group.all_to_all_v(x.data(), std::move(send_counts), std::move(send_displs), y.data(),
+                                  std::move(recv_counts), std::move(recv_displs), x.dtype()),
+               "expert-parallel all-to-all");
+  return y;
+}
+
 std::vector<Parameter*> linear_parameters(Parameter& weight, Parameter* bias) {
   return bias != nullptr ? std::vector<Parameter*>{&weight, bias} : std::vector<Parameter*>{&weight};
 }
@@ -99,6 +124,15 @@ Tensor scatter_sequence(Context& ctx, const Tensor& full, Communicator& group) {
     return std::vector<Tensor>{all_gather_sequence(c, group, dy)};
   });
   return shard;
+}
+
+Tensor exchange_rows(Context& ctx, const Tensor& x, const std::vector<int64_t>& send_rows,
+                     const std::vector<int64_t>& recv_rows, Communicator& group) {
+  Tensor y = all_to_all_rows(ctx, group, x, send_rows, recv_rows);
+  ctx.record("exchange_rows", {x}, y, [&group, send_rows, recv_rows](Context& c, const Tensor& dy) {
+    return std::vector<Tensor>{all_to_all_rows(c, group, dy, recv_rows, send_rows)};
+  });
+  return y;
 }
 
 Tensor linear_partial(Context& ctx, const Tensor& x, Communicator& group, Parameter& weight, Parameter* bias) {

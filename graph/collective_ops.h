@@ -6,6 +6,8 @@
 //   reduce_from_group  all-reduce      | identity        (Megatron's g)
 //   gather_sequence    all-gather S    | reduce-scatter  (sequence parallelism)
 //   scatter_sequence   reduce-scatter  | all-gather S
+//   exchange_rows      all-to-all-v    | the reverse all-to-all-v (expert
+//                                        parallelism's dispatch and combine)
 //
 // plus the fused linears the layers need to keep what they kept by hand:
 // linear_partial (a row-parallel layer's partial product: its bias joins on
@@ -42,6 +44,14 @@ Tensor gather_sequence(Context& ctx, const Tensor& shard, Communicator& group);
 // Partial sums [B, S, C] of every rank -> this rank's shard of their sum
 // [B, S/T, C] (S must divide by T). Backward: all-gather of dy. Saves nothing.
 Tensor scatter_sequence(Context& ctx, const Tensor& full, Communicator& group);
+
+// Expert parallelism's exchange: x holds rows [sum send_rows, C], the first
+// send_rows[0] for group rank 0, the next send_rows[1] for rank 1, and so
+// on; the result [sum recv_rows, C] holds the rows each rank q sent here, in
+// rank order (recv_rows[q] from q, which must be what q sends here).
+// Backward: the reverse exchange of dy. Saves nothing.
+Tensor exchange_rows(Context& ctx, const Tensor& x, const std::vector<int64_t>& send_rows,
+                     const std::vector<int64_t>& recv_rows, Communicator& group);
 
 // x W^T + b with b (may be null) added on the group's rank 0 only, so a sum
 // over the group holds it once (a row-parallel layer's partial product); b's

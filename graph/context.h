@@ -75,6 +75,26 @@ class ModuleHooks {
   virtual absl::Status post_backward(Module& m) { return absl::OkStatus(); }
 };
 
+// Several hooks around every module call, in the order given (expert
+// parallelism's two model states, each acting on its own parameters); the
+// first error is the call's.
+class FanOutHooks final : public ModuleHooks {
+ public:
+  explicit FanOutHooks(std::vector<ModuleHooks*> hooks) : hooks_(std::move(hooks)) {}
+  absl::Status pre_forward(Module& m) override { return each(&ModuleHooks::pre_forward, m); }
+  absl::Status post_forward(Module& m) override { return each(&ModuleHooks::post_forward, m); }
+  absl::Status pre_backward(Module& m) override { return each(&ModuleHooks::pre_backward, m); }
+  absl::Status post_backward(Module& m) override { return each(&ModuleHooks::post_backward, m); }
+
+ private:
+  absl::Status each(absl::Status (ModuleHooks::*hook)(Module&), Module& m) {
+    absl::Status s;
+    for (ModuleHooks* h : hooks_) s.Update((h->*hook)(m));
+    return s;
+  }
+  std::vector<ModuleHooks*> hooks_;
+};
+
 // activation_checkpointing.number_checkpoints = k: `layers` in k contiguous
 // segments of (as) equal (as possible) length (k = layers.size(): every layer
 // its own segment); an error naming the key when k is out of range. The

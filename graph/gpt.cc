@@ -304,7 +304,8 @@ absl::Status check_gpt_split(const GptConfig& c, int tensor, bool sequence_paral
   return absl::OkStatus();
 }
 
-Gpt::Gpt(const GptConfig& config, Communicator* tensor_group, bool sequence_parallel, PipelineStage stage)
+Gpt::Gpt(const GptConfig& config, Communicator* tensor_group, bool sequence_parallel, PipelineStage stage,
+         Communicator* expert_group)
     : Module(""), config_(config), stage_(stage) {
   ZE_CHECK(stage.count >= 1 && stage.index >= 0 && stage.index < stage.count && stage.count <= config.n_layer)
       << "pipeline stage " << stage.index << " of " << stage.count << " for " << config.n_layer << " layers";
@@ -336,6 +337,7 @@ Gpt::Gpt(const GptConfig& config, Communicator* tensor_group, bool sequence_para
     moe_losses_ = std::make_unique<MoeLosses>(config.moe);
     block.moe = config.moe;
     block.moe_losses = moe_losses_.get();
+    if (expert_group != nullptr && expert_group->world_size() > 1) block.expert_group = expert_group;
   }
   if (config.rope()) {
     absl::StatusOr<RopeFreqs> rope = rope_frequencies(config.head_dim(), config.rope_theta, config.rope_scaling);

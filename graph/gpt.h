@@ -204,8 +204,10 @@ class Gpt : public Module, public Model {
   // stage's activations [B, S, C] (the ids on the first stage) and returns
   // this stage's (the logits on the last), and backward (the recorded
   // replay) their gradients (none for the ids).
+  // expert_group: the mesh's ep group (nullptr or one rank: every expert
+  // here); this rank then holds its share of each sparse block's experts.
   explicit Gpt(const GptConfig& config, Communicator* tensor_group = nullptr, bool sequence_parallel = false,
-               PipelineStage stage = {});
+               PipelineStage stage = {}, Communicator* expert_group = nullptr);
   Tensor forward(Context& ctx, const Tensor& ids) override;
   const PipelineStage& stage() const { return stage_; }
   const GptConfig& config() const { return config_; }

@@ -5,9 +5,12 @@
 #include <cmath>
 #include <memory>
 
+#include "comm/communicator.h"
 #include "core/check.h"
+#include "core/status.h"
 #include "core/strings.h"
 #include "graph/context.h"
+#include "graph/collective_ops.h"
 #include "graph/functional.h"
 #include "graph/layers.h"
 #include "graph/transformer.h"
@@ -96,11 +99,10 @@ float MoeLosses::z_scale(int64_t layer) const {
   return static_cast<float>(grad_scale_ * config_.z_loss_coef / static_cast<double>(l->rows));
 }
 
-namespace {
-
 // Which rows each expert computes: for expert e, rows [offset[e], offset[e]
 // + count[e]) of the dispatched tensor, row i the token rows[i] (-1: a row
-// of zeros, when no token chose e) and slots[i] its weight's index n k + s.
+// of zeros, when no token chose e and pad_empty) and slots[i] its weight's
+// index n k + s.
 struct DispatchPlan {
   std::vector<int64_t> offset, count;
   std::vector<int32_t> rows, slots;
@@ -108,7 +110,10 @@ struct DispatchPlan {
   int64_t dropped = 0;
 };
 
-DispatchPlan make_plan(const std::vector<int32_t>& indices, int64_t n, int64_t k, int64_t e, int64_t capacity) {
+namespace {
+
+DispatchPlan make_plan(const std::vector<int32_t>& indices, int64_t n, int64_t k, int64_t e, int64_t capacity,
+                       bool pad_empty) {
   DispatchPlan plan;
   std::vector<std::vector<int32_t>> tokens(e), slots(e);
   plan.choices.assign(e, 0.0);
@@ -131,7 +136,7 @@ DispatchPlan make_plan(const std::vector<int32_t>& indices, int64_t n, int64_t k
   plan.count.resize(e);
   for (int64_t x = 0; x < e; ++x) {
     plan.offset[x] = static_cast<int64_t>(plan.rows.size());
-    if (tokens[x].empty()) {  // one row of zeros: the expert still runs
+    if (tokens[x].empty() && pad_empty) {  // one row of zeros: the expert still runs
       plan.rows.push_back(-1);
       plan.slots.push_back(-1);
     } else {
@@ -156,7 +161,104 @@ std::vector<T> download(Context& ctx, const Tensor& t) {
   return host;
 }
 
+// The rows of `src` that `rows` lists (-1: a row of zeros), gathered into one
+// buffer, expert j's rows [offset[j], offset[j] + count[j]) handed to it as
+// a view (xs[j]; rows_of[j] the matching part of `rows`). Backward adds the
+// experts' input gradients into d src, once the last of them (expert 0's,
+// which backward reaches last) is in.
+struct Dispatched {
+  std::vector<Tensor> xs, rows_of;
+};
+
+Dispatched dispatch_rows(Context& ctx, const Tensor& src, const Tensor& rows, const std::vector<int64_t>& offset,
+                         const std::vector<int64_t>& count) {
+  const int64_t e = static_cast<int64_t>(offset.size()), c = src.dim(-1), n = src.dim(0);
+  Tensor gathered = ctx.activation({rows.numel(), c});
+  ctx.ops().gather_rows(src, rows, gathered);
+  Dispatched d;
+  d.xs.resize(e);
+  d.rows_of.resize(e);
+  for (int64_t j = 0; j < e; ++j) {
+    d.xs[j] = gathered.slice(offset[j] * c, {count[j], c});
+    d.rows_of[j] = rows.slice(offset[j], {count[j]});
+  }
+  auto pending = std::make_shared<std::vector<Tensor>>(e);
+  ctx.record("moe_dispatch (expert 0)", {src}, d.xs[0],
+             [pending, rows_of = d.rows_of, n, c](Context& c2, const Tensor& d0) {
+               (*pending)[0] = d0;
+               Tensor dx = c2.backend().zeros({n, c}, DType::kF32, MemCategory::kActivations);
+               for (size_t j = 0; j < pending->size(); ++j) {
+                 const Tensor dj = std::move((*pending)[j]);  // dropped once added
+                 if (dj.defined()) c2.ops().scatter_add_rows(dj, rows_of[j], dx);
+               }
+               return std::vector<Tensor>{dx};
+             });
+  for (int64_t j = 1; j < e; ++j) {
+    ctx.record(cat("moe_dispatch (expert ", j, ")"), {}, d.xs[j], [pending, j](Context&, const Tensor& dj) {
+      (*pending)[j] = dj;
+      return std::vector<Tensor>{};
+    });
+  }
+  return d;
+}
+
+// The inverse of dispatch_rows under expert parallelism: out [total, C] with
+// row rows_of[j][i] := hs[j] row i (-1: not kept; the other rows 0).
+// Backward: each expert's rows of dy.
+Tensor collect_rows(Context& ctx, const std::vector<Tensor>& hs, const std::vector<Tensor>& rows_of, int64_t total) {
+  const int64_t c = hs[0].dim(-1);
+  Tensor out = ctx.backend().zeros({total, c}, DType::kF32, MemCategory::kActivations);
+  for (size_t j = 0; j < hs.size(); ++j) ctx.ops().scatter_add_rows(hs[j], rows_of[j], out);
+  ctx.record("moe_collect", hs, out, [hs, rows_of](Context& c2, const Tensor& dy) {
+    std::vector<Tensor> grads(hs.size());
+    for (size_t j = 0; j < hs.size(); ++j) {
+      grads[j] = c2.activation(hs[j].shape());
+      c2.ops().gather_rows(dy, rows_of[j], grads[j]);
+    }
+    return grads;
+  });
+  return out;
+}
+
+// y [n, C]: each token's kept choices, weighted: hs[j] row i is token
+// rows[j][i]'s output for its choice slots[j][i] (-1: a padding row).
+Tensor combine(Context& ctx, const std::vector<Tensor>& hs, const std::vector<Tensor>& rows,
+               const std::vector<Tensor>& slots, const Tensor& weights, int64_t n) {
+  const int64_t c = hs[0].dim(-1), parts = static_cast<int64_t>(hs.size());
+  Tensor y = ctx.activation({n, c});
+  ctx.ops().fill(y, 0.0f);
+  for (int64_t j = 0; j < parts; ++j) ctx.ops().moe_combine(hs[j], rows[j], slots[j], weights, y);
+  std::vector<Tensor> inputs = hs;
+  inputs.push_back(weights);
+  ctx.record("moe_combine", inputs, y, [hs, rows, slots, weights, parts](Context& c2, const Tensor& dy) {
+    std::vector<Tensor> grads(parts + 1);
+    Tensor dweights = c2.activation(weights.shape());
+    c2.ops().fill(dweights, 0.0f);  // a dropped choice's weight gets no gradient
+    for (int64_t j = 0; j < parts; ++j) {
+      grads[j] = c2.activation(hs[j].shape());
+      c2.ops().moe_combine_backward(dy, hs[j], rows[j], slots[j], weights, grads[j], dweights);
+    }
+    grads[parts] = dweights;
+    return grads;
+  });
+  return y;
+}
+
 }  // namespace
+
+absl::Status check_expert_parallel(const MoeConfig& moe, int ep) {
+  if (ep <= 1) return absl::OkStatus();
+  if (!moe.enabled()) {
+    return absl::InvalidArgumentError(
+        cat("model.ep_size: ", ep, " expert-parallel ranks for a model without experts (model.num_experts 0)"));
+  }
+  if (moe.num_experts % ep != 0) {
+    return absl::InvalidArgumentError(cat("model.ep_size: ", ep, " does not divide model.num_experts (",
+                                          moe.num_experts, "): each expert-parallel rank holds num_experts / ep_size "
+                                          "experts"));
+  }
+  return absl::OkStatus();
+}
 
 // ---- the layer
 
@@ -172,7 +274,17 @@ MoeMlp::MoeMlp(std::string name, const BlockConfig& c, int64_t layer)
   expert.lora = LoraConfig{};
   expert.features.mlp = MlpKind::kSwiGlu;
   expert.features.mlp_bias = false;
-  for (int64_t x = 0; x < moe_.num_experts; ++x) experts_.push_back(add_child<Mlp>(cat("experts.", x), expert));
+  // Expert parallelism: this rank's experts, named by their global index.
+  int64_t first = 0, held = moe_.num_experts;
+  if (c.expert_group != nullptr && c.expert_group->world_size() > 1) {
+    expert_group_ = c.expert_group;
+    const int ep = expert_group_->world_size();
+    ZE_CHECK(moe_.num_experts % ep == 0) << moe_.num_experts << " experts over " << ep << " ranks";
+    held = moe_.num_experts / ep;
+    first = expert_group_->rank() * held;
+  }
+  first_expert_ = first;
+  for (int64_t x = first; x < first + held; ++x) experts_.push_back(add_child<Mlp>(cat("experts.", x), expert));
   if (moe_.shared_expert_d_ff > 0) {
     BlockConfig shared = expert;
     shared.d_ff = moe_.shared_expert_d_ff;
@@ -199,7 +311,8 @@ Tensor MoeMlp::forward(Context& ctx, const Tensor& x) {
   } else {
     host_indices = download<int32_t>(ctx, indices);
   }
-  DispatchPlan plan = make_plan(host_indices, n, k, e, moe_.capacity(n));
+  // Under expert parallelism the experts' owners pad (exchanged_experts).
+  DispatchPlan plan = make_plan(host_indices, n, k, e, moe_.capacity(n), expert_group_ == nullptr);
 
   // A training forward (not a recompute) reports its routing to the losses.
   if (ctx.grad_enabled() && !ctx.recomputing()) {
@@ -230,58 +343,7 @@ Tensor MoeMlp::forward(Context& ctx, const Tensor& x) {
                return std::vector<Tensor>{dlogits};
              });
 
-  // Dispatch: each expert's rows, views of one gathered buffer.
-  const int64_t m = static_cast<int64_t>(plan.rows.size());
-  const Tensor rows = upload_i32(ctx, plan.rows), slots = upload_i32(ctx, plan.slots);
-  Tensor gathered = ctx.activation({m, c});
-  ctx.ops().gather_rows(xf, rows, gathered);
-  std::vector<Tensor> xs(e), expert_rows(e), expert_slots(e);
-  for (int64_t j = 0; j < e; ++j) {
-    xs[j] = gathered.slice(plan.offset[j] * c, {plan.count[j], c});
-    expert_rows[j] = rows.slice(plan.offset[j], {plan.count[j]});
-    expert_slots[j] = slots.slice(plan.offset[j], {plan.count[j]});
-  }
-  // The experts' input gradients wait for expert 0's (backward reaches it
-  // last), then are added into dx in one pass each.
-  auto pending = std::make_shared<std::vector<Tensor>>(e);
-  ctx.record("moe_dispatch (expert 0)", {xf}, xs[0], [pending, expert_rows, n, c](Context& c2, const Tensor& d0) {
-    (*pending)[0] = d0;
-    Tensor dx = c2.backend().zeros({n, c}, DType::kF32, MemCategory::kActivations);
-    for (size_t j = 0; j < pending->size(); ++j) {
-      const Tensor d = std::move((*pending)[j]);  // dropped once added
-      if (d.defined()) c2.ops().scatter_add_rows(d, expert_rows[j], dx);
-    }
-    return std::vector<Tensor>{dx};
-  });
-  for (int64_t j = 1; j < e; ++j) {
-    ctx.record(cat("moe_dispatch (expert ", j, ")"), {}, xs[j], [pending, j](Context&, const Tensor& d) {
-      (*pending)[j] = d;
-      return std::vector<Tensor>{};
-    });
-  }
-
-  std::vector<Tensor> hs(e);
-  for (int64_t j = 0; j < e; ++j) hs[j] = ctx.forward(*experts_[j], xs[j]);
-
-  // Combine: each token's kept choices, weighted.
-  Tensor y = ctx.activation({n, c});
-  ctx.ops().fill(y, 0.0f);
-  for (int64_t j = 0; j < e; ++j) ctx.ops().moe_combine(hs[j], expert_rows[j], expert_slots[j], weights, y);
-  std::vector<Tensor> combine_inputs = hs;
-  combine_inputs.push_back(weights);
-  ctx.record("moe_combine", combine_inputs, y,
-             [hs, expert_rows, expert_slots, weights, e](Context& c2, const Tensor& dy) {
-               std::vector<Tensor> grads(e + 1);
-               Tensor dweights = c2.activation(weights.shape());
-               c2.ops().fill(dweights, 0.0f);  // a dropped choice's weight gets no gradient
-               for (int64_t j = 0; j < e; ++j) {
-                 grads[j] = c2.activation(hs[j].shape());
-                 c2.ops().moe_combine_backward(dy, hs[j], expert_rows[j], expert_slots[j], weights, grads[j],
-                                               dweights);
-               }
-               grads[e] = dweights;
-               return grads;
-             });
+  Tensor y = expert_group_ != nullptr ? exchanged_experts(ctx, xf, plan, weights) : local_experts(ctx, xf, plan, weights);
 
   if (shared_expert_ != nullptr) {
     const Tensor s = ctx.forward(*shared_expert_, xf);
@@ -296,6 +358,78 @@ Tensor MoeMlp::forward(Context& ctx, const Tensor& x) {
     y = fn::add_(ctx, std::move(y), gated);
   }
   return y.view(shape);
+}
+
+std::vector<Parameter*> MoeMlp::expert_parameters() const {
+  std::vector<Parameter*> out;
+  for (Module* x : experts_)
+    for (Parameter* p : x->parameters()) out.push_back(p);
+  return out;
+}
+
+Tensor MoeMlp::local_experts(Context& ctx, const Tensor& xf, const DispatchPlan& plan, const Tensor& weights) {
+  const int64_t e = moe_.num_experts, n = xf.dim(0);
+  const Tensor rows = upload_i32(ctx, plan.rows), slots = upload_i32(ctx, plan.slots);
+  Dispatched d = dispatch_rows(ctx, xf, rows, plan.offset, plan.count);
+  std::vector<Tensor> hs(e), expert_slots(e);
+  for (int64_t j = 0; j < e; ++j) {
+    hs[j] = ctx.forward(*experts_[j], d.xs[j]);
+    expert_slots[j] = slots.slice(plan.offset[j], {plan.count[j]});
+  }
+  return combine(ctx, hs, d.rows_of, expert_slots, weights, n);
+}
+
+Tensor MoeMlp::exchanged_experts(Context& ctx, const Tensor& xf, const DispatchPlan& plan, const Tensor& weights) {
+  Communicator& group = *expert_group_;
+  const int w = group.world_size(), me = group.rank();
+  const int64_t e = moe_.num_experts, held = static_cast<int64_t>(experts_.size()), n = xf.dim(0);
+  // How many rows each rank sends each of this rank's experts.
+  std::vector<int32_t> sent(e);
+  for (int64_t x = 0; x < e; ++x) sent[x] = static_cast<int32_t>(plan.count[x]);
+  std::vector<int32_t> got(e);
+  if (ctx.backend().dry_run()) {
+    // Nothing is exchanged: every rank routes as this one (evenly).
+    for (int s = 0; s < w; ++s)
+      for (int64_t j = 0; j < held; ++j) got[s * held + j] = sent[me * held + j];
+  } else {
+    const Tensor send_counts = upload_i32(ctx, sent);
+    Tensor recv_counts = ctx.backend().empty({e}, DType::kI32, MemCategory::kActivations);
+    if (absl::Status st = group.all_to_all(send_counts.data(), recv_counts.data(), held, DType::kI32); !st.ok()) {
+      ctx.note(annotate(st, cat(ctx.module_name(), ": expert-parallel all-to-all of the token counts")));
+    }
+    got = download<int32_t>(ctx, recv_counts);
+  }
+  std::vector<int64_t> send_rows(w, 0), recv_rows(w, 0);
+  for (int q = 0; q < w; ++q) {
+    for (int64_t j = 0; j < held; ++j) send_rows[q] += sent[q * held + j], recv_rows[q] += got[q * held + j];
+  }
+  // Out: this rank's tokens, expert after expert, so each owner's rows are
+  // one block. In: each sender's block, its rows expert after expert.
+  const Tensor rows = upload_i32(ctx, plan.rows), slots = upload_i32(ctx, plan.slots);
+  const Tensor out = dispatch_rows(ctx, xf, rows, {0}, {rows.numel()}).xs[0];
+  const Tensor in = fn::exchange_rows(ctx, out, send_rows, recv_rows, group);
+  // Each expert's rows of `in`, from every sender in turn; one row of zeros
+  // for an expert no token chose, so that it runs (and its expert-data
+  // group's ZeRO collectives match) on every micro-batch.
+  std::vector<int64_t> block_start(static_cast<size_t>(w * held));
+  int64_t at = 0;
+  for (int s = 0; s < w; ++s)
+    for (int64_t j = 0; j < held; ++j) block_start[s * held + j] = at, at += got[s * held + j];
+  std::vector<int32_t> order;
+  std::vector<int64_t> offset(held), count(held);
+  for (int64_t j = 0; j < held; ++j) {
+    offset[j] = static_cast<int64_t>(order.size());
+    for (int s = 0; s < w; ++s) {
+      for (int64_t i = 0; i < got[s * held + j]; ++i) order.push_back(static_cast<int32_t>(block_start[s * held + j] + i));
+    }
+    if (static_cast<int64_t>(order.size()) == offset[j]) order.push_back(-1);
+    count[j] = static_cast<int64_t>(order.size()) - offset[j];
+  }
+  Dispatched d = dispatch_rows(ctx, in, upload_i32(ctx, order), offset, count);
+  std::vector<Tensor> hs(held);
+  for (int64_t j = 0; j < held; ++j) hs[j] = ctx.forward(*experts_[j], d.xs[j]);
+  const Tensor back = fn::exchange_rows(ctx, collect_rows(ctx, hs, d.rows_of, at), recv_rows, send_rows, group);
+  return combine(ctx, {back}, {rows}, {slots}, weights, n);
 }
 
 }  // namespace zero

@@ -22,6 +22,18 @@
 // same module calls, and so the same ZeRO gathers and reductions, whatever
 // its tokens chose.
 //
+// Expert parallelism (DeepSpeed-MoE's, over an expert group of P ranks, the
+// mesh's ep axis): rank r holds experts [r E/P, (r + 1) E/P), named by their
+// global index ("experts.<e>"). Each rank routes its own tokens; the ranks
+// exchange the per-expert row counts (all-to-all), then the rows
+// (all-to-all-v: each rank's rows for an owner are one block, expert after
+// expert); each owner runs its experts on what it received from every rank
+// (a row of zeros when none came) and sends the outputs back the same way,
+// where they are combined. Backward runs the two exchanges in reverse
+// (graph/collective_ops.h's exchange_rows). The router, the attention and
+// the norms stay whole on every rank; the aux losses are each rank's own
+// tokens' (as DeepSpeed computes them per rank).
+//
 // The routers' auxiliary losses (MoeLosses): the load-balancing loss of
 // Switch Transformer as transformers computes it (load_balancing_loss_func:
 // E * sum_e f_e P_e, f_e the share of top-k choices that went to e and P_e
@@ -38,11 +50,14 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "graph/module.h"
 
 namespace zero {
 
 struct BlockConfig;
+struct DispatchPlan;
+class Communicator;
 
 enum class AuxLossScope { kGlobal, kPerLayer };
 
@@ -131,8 +146,19 @@ class MoeMlp : public Module {
  public:
   MoeMlp(std::string name, const BlockConfig& config, int64_t layer);
   Tensor forward(Context& ctx, const Tensor& x) override;
+  // The experts this rank holds: [first, first + count) of num_experts.
+  int64_t first_expert() const { return first_expert_; }
+  int64_t held_experts() const { return static_cast<int64_t>(experts_.size()); }
+  // The parameters of the experts this rank holds (not the router's, not
+  // the shared expert's): what expert parallelism shards apart.
+  std::vector<Parameter*> expert_parameters() const;
 
  private:
+  // Dispatch, the experts and combine: every expert here, or (expert
+  // parallelism) the tokens exchanged with the experts' owners.
+  Tensor local_experts(Context& ctx, const Tensor& xf, const DispatchPlan& plan, const Tensor& weights);
+  Tensor exchanged_experts(Context& ctx, const Tensor& xf, const DispatchPlan& plan, const Tensor& weights);
+
   MoeConfig moe_;
   int64_t layer_;
   MoeLosses* losses_;
@@ -140,6 +166,12 @@ class MoeMlp : public Module {
   std::vector<Module*> experts_;
   Module* shared_expert_ = nullptr;
   Module* shared_expert_gate_ = nullptr;
+  Communicator* expert_group_ = nullptr;  // expert parallelism over > 1 ranks
+  int64_t first_expert_ = 0;
 };
+
+// Expert parallelism of `ep` ranks for `moe`: INVALID_ARGUMENT naming
+// model.ep_size when the model has no experts or ep does not divide them.
+absl::Status check_expert_parallel(const MoeConfig& moe, int ep);
 
 }  // namespace zero

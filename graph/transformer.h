@@ -80,6 +80,7 @@ struct BlockConfig {
   // moe.sparse_layer(layer); its auxiliary losses go to moe_losses.
   MoeConfig moe;
   MoeLosses* moe_losses = nullptr;
+  Communicator* expert_group = nullptr;  // expert parallelism over > 1 ranks (graph/moe.h)
   int64_t layer = 0;
   int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   int64_t head_width() const { return head_dim > 0 ? head_dim : d_model / n_head; }

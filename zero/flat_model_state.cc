@@ -16,11 +16,8 @@ FlatModelState::FlatModelState(Module& model, const ModelStateOptions& options, 
 
 absl::Status FlatModelState::init() {
   const int world = comm_.world_size();
-  std::vector<Parameter*> params = model_.parameters(), trainable, frozen;
-  for (size_t i = 0; i < params.size(); ++i) {
-    params[i]->set_index(static_cast<int64_t>(i));
-    (params[i]->requires_grad() ? trainable : frozen).push_back(params[i]);
-  }
+  std::vector<Parameter*> trainable, frozen;
+  for (Parameter* p : held_parameters(model_)) (p->requires_grad() ? trainable : frozen).push_back(p);
   // DeepSpeed pads the flat group to a multiple of 2 x world (stages 1-2);
   // its groups hold the trainable parameters only, the frozen ones stay
   // whole on every rank.
@@ -106,7 +103,7 @@ absl::Status FlatModelState::pre_backward(Module& m) {
   // Stage 2 keeps no full gradient buffer: a bucket's buffer exists from the
   // first use of one of its parameters until its reduce-scatter completes.
   for (Parameter* p : m.direct_parameters()) {
-    if (!p->requires_grad() || p->grad.defined()) continue;
+    if (!p->requires_grad() || p->grad.defined() || !holds(*p)) continue;
     const size_t b = bucket_of_.at(p);
     const GradBucket& bucket = buckets_[b];
     Tensor& buf = bucket_buffers_[b];
@@ -124,7 +121,7 @@ absl::Status FlatModelState::pre_backward(Module& m) {
 absl::Status FlatModelState::post_backward(Module& m) {
   // A reduction's failure surfaces at end_backward, after the reductions in flight.
   for (Parameter* p : m.direct_parameters()) {
-    if (!p->requires_grad()) continue;   // nothing to reduce
+    if (!p->requires_grad() || !holds(*p)) continue;  // nothing to reduce here
     if (--uses_left_[p] != 0) continue;  // a tied parameter is complete after its last use
     const size_t b = bucket_of_.at(p);
     if (--params_pending_[b] == 0 && reduces_now()) launch(b);

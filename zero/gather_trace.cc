@@ -8,6 +8,7 @@ namespace zero {
 int64_t GatherTrace::gather_elements(const Module& m) const {
   int64_t n = 0;
   for (const Parameter* p : m.direct_parameters()) {
+    if (!parts_.count(p)) continue;  // another state's (ModelStateOptions::holds)
     const ParamPartition& part = parts_.at(p);
     if (!part.persistent) n += world_ * part.chunk;
   }
@@ -49,6 +50,7 @@ std::vector<Parameter*> GatherTrace::prefetch(int64_t budget, absl::FunctionRef<
   for (size_t j = position_; j < trace_.size() && issued < budget; ++j) {
     for (Parameter* p : trace_[j].module->direct_parameters()) {
       if (issued >= budget) break;
+      if (!parts_.count(p)) continue;
       const ParamPartition& part = parts_.at(p);
       if (part.persistent || held(p)) continue;
       if (std::find(out.begin(), out.end(), p) != out.end()) continue;  // a tied parameter, already listed

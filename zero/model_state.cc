@@ -29,6 +29,16 @@ absl::StatusOr<std::unique_ptr<ModelState>> ModelState::create(Module& model, co
   return std::unique_ptr<ModelState>(std::move(s));
 }
 
+std::vector<Parameter*> ModelState::held_parameters(Module& model) const {
+  std::vector<Parameter*> out;
+  const std::vector<Parameter*> all = model.parameters();
+  for (size_t i = 0; i < all.size(); ++i) {
+    all[i]->set_index(static_cast<int64_t>(i));
+    if (holds(*all[i])) out.push_back(all[i]);
+  }
+  return out;
+}
+
 double ModelState::local_grad_square_sum(const std::function<bool(const Parameter&)>& include) {
   const Tensor grads = owned_grads();
   double sum = 0.0;

@@ -75,6 +75,12 @@ struct ModelStateOptions {
   // backend, where it otherwise moves nothing: how tests exercise it without
   // a GPU (EngineConfig::force_offload_path).
   bool force_offload_path = false;
+  // The parameters this state holds (unset: all of the model's). Expert
+  // parallelism builds two states over one model, the dense parameters'
+  // over the data group and the experts' over the expert-data group
+  // (runtime/engine/engine.h); a module's hooks then reach both, and each
+  // gathers, reduces and steps its own parameters only.
+  std::function<bool(const Parameter&)> holds;
 };
 
 // Elements [begin, end) of one parameter, as held in a rank's fp32 master and
@@ -100,6 +106,10 @@ class ModelState : public ModuleHooks {
   // Of those, the elements that train (requires_grad): the only ones with a
   // gradient, master weights and optimizer state.
   int64_t num_trainable_parameters() const { return num_trainable_parameters_; }
+  // Whether `p` is one of this state's parameters (ModelStateOptions::holds).
+  bool holds(const Parameter& p) const { return !options_.holds || options_.holds(p); }
+  // The data-parallel group this state shards and reduces over.
+  Communicator& comm() const { return comm_; }
 
   // Bracket of one micro-step's backward. `boundary`: the last micro-step of
   // an accumulation, after which step() runs.
@@ -208,6 +218,9 @@ class ModelState : public ModuleHooks {
   // The reduced gradients this rank owns and steps, at the offsets of
   // held_ranges() (defined between end_backward and zero_grads).
   virtual Tensor owned_grads() = 0;
+  // The model's parameters this state holds, each given its position in the
+  // whole model's parameters() (Parameter::index).
+  std::vector<Parameter*> held_parameters(Module& model) const;
   // Presents `weights` (the frozen parameters' buffer, model dtype, on
   // `backend`'s compute tier) as frozen_weights(); nothing when it is empty.
   absl::Status init_frozen_weights(Backend& backend, const Tensor& weights);

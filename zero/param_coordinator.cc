@@ -178,9 +178,14 @@ absl::Status ParamCoordinator::fetch(Module& m, bool backward) {
   // undefined), so the pass runs to its end and the first error reaches the
   // engine as itself (graph/context.h's hook contract).
   absl::Status status;
-  for (Parameter* p : m.direct_parameters()) status.Update(start_gather(*p).status());
+  // Only the parameters this coordinator partitions (another state's, under
+  // expert parallelism, are that state's to gather).
+  std::vector<Parameter*> held;
+  for (Parameter* p : m.direct_parameters())
+    if (parts_.count(p)) held.push_back(p);
+  for (Parameter* p : held) status.Update(start_gather(*p).status());
   if (status.ok()) prefetch();
-  for (Parameter* p : m.direct_parameters()) status.Update(wait_gather(*p));
+  for (Parameter* p : held) status.Update(wait_gather(*p));
   return status;
 }
 
@@ -195,7 +200,7 @@ void ParamCoordinator::prefetch() {
 
 absl::Status ParamCoordinator::release(Module& m, bool backward) {
   for (Parameter* p : m.direct_parameters()) {
-    if (parts_.at(p).persistent) continue;
+    if (!parts_.count(p) || parts_.at(p).persistent) continue;
     if (trace_.reused_soon(p)) continue;
     drop(*p);
   }

@@ -15,9 +15,8 @@ Stage3ModelState::Stage3ModelState(Module& model, const ModelStateOptions& optio
 
 absl::Status Stage3ModelState::init() {
   const int world = comm_.world_size(), rank = comm_.rank();
-  params_ = model_.parameters();
+  params_ = held_parameters(model_);
   for (size_t i = 0; i < params_.size(); ++i) {
-    params_[i]->set_index(static_cast<int64_t>(i));
     num_parameters_ += params_[i]->numel();
     if (params_[i]->requires_grad()) {
       trainable_.push_back(params_[i]);
@@ -102,7 +101,7 @@ void Stage3ModelState::begin_backward(bool) { uses_left_ = uses_; }
 absl::Status Stage3ModelState::pre_backward(Module& m) {
   absl::Status fetched = coordinator_->fetch(m, true);
   for (Parameter* p : m.direct_parameters()) {
-    if (!p->requires_grad()) continue;  // frozen: gathered, never a gradient
+    if (!p->requires_grad() || !holds(*p)) continue;  // frozen: gathered, never a gradient
     if (p->grad.defined()) continue;    // a tied parameter's second use adds to the same buffer
     const ParamPartition& part = parts_.at(p);
     Tensor full = backend_.zeros({comm_.world_size() * part.chunk}, options_.grad_dtype, MemCategory::kCommBuffers);
@@ -116,7 +115,7 @@ absl::Status Stage3ModelState::post_backward(Module& m) {
   // A reduction's failure is kept for end_backward (the reductions still in
   // flight finish first); the release's is this hook's.
   for (Parameter* p : m.direct_parameters()) {
-    if (p->requires_grad() && --uses_left_[p] == 0) reduce(*p);
+    if (p->requires_grad() && holds(*p) && --uses_left_[p] == 0) reduce(*p);
   }
   return coordinator_->release(m, true);
 }

@@ -5,6 +5,7 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <unordered_set>
 #include <utility>
 
 #include "core/status.h"
@@ -127,6 +128,21 @@ Engine::~Engine() {
   }
 }
 
+namespace {
+
+// The parameters of the experts this rank holds (graph/moe.h).
+std::unordered_set<const Parameter*> expert_parameter_set(Module& model) {
+  std::unordered_set<const Parameter*> out;
+  for (Module* m : model.modules()) {
+    if (auto* moe = dynamic_cast<MoeMlp*>(m)) {
+      for (Parameter* p : moe->expert_parameters()) out.insert(p);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 absl::Status Engine::check_frozen_parameters() {
   // Every rank of a data (or tensor) group lays its buffers out and issues
   // its reductions from the same frozen set, and the stages holding a tied
@@ -164,7 +180,18 @@ absl::Status Engine::check_frozen_parameters() {
   // so the world's max names the first such stage; [1..3]: 1 where the data
   // group, the tensor group, the tied table's stages differ.
   std::array<double, 4> found{count.trainable == 0 ? -(mesh_->coordinates().pipeline + 1.0) : -1e18, 0, 0, 0};
-  ZE_ASSIGN_OR_RETURN(found[1], differs(comm(), params));
+  if (mesh_->shape().expert > 1) {
+    // Expert parallelism: the data group holds the same dense parameters,
+    // the expert-data group the same experts.
+    const std::unordered_set<const Parameter*> experts = expert_parameter_set(*model_);
+    std::vector<Parameter*> dense, mine;
+    for (Parameter* p : params) (experts.count(p) ? mine : dense).push_back(p);
+    ZE_ASSIGN_OR_RETURN(found[1], differs(comm(), dense));
+    ZE_ASSIGN_OR_RETURN(const double e, differs(mesh_->expert_data(), mine));
+    found[1] = std::max(found[1], e);
+  } else {
+    ZE_ASSIGN_OR_RETURN(found[1], differs(comm(), params));
+  }
   if (mesh_->shape().tensor > 1) {
     ZE_ASSIGN_OR_RETURN(found[2], differs(mesh_->tensor(), params));
   }
@@ -212,7 +239,18 @@ absl::Status Engine::init() {
   o.skip_init = config_.skip_init;
   o.post_reduce_scale = config_.post_reduce_scale;
   o.force_offload_path = config_.force_offload_path;
+  if (mesh_->shape().expert > 1) {
+    // Expert parallelism: the experts this rank holds live in a state of
+    // their own over the ranks that hold the same experts (DeepSpeed's
+    // expert-data-parallel group); the rest over the whole data group.
+    auto experts = std::make_shared<std::unordered_set<const Parameter*>>(expert_parameter_set(*model_));
+    ModelStateOptions eo = o;
+    eo.holds = [experts](const Parameter& p) { return experts->count(&p) > 0; };
+    o.holds = [experts](const Parameter& p) { return experts->count(&p) == 0; };
+    ZE_ASSIGN_OR_RETURN(expert_state_, ModelState::create(*model_, eo, backend_, mesh_->expert_data()));
+  }
   ZE_ASSIGN_OR_RETURN(state_, ModelState::create(*model_, o, backend_, comm()));
+  if (expert_state_) both_states_ = std::make_unique<FanOutHooks>(std::vector<ModuleHooks*>{state_.get(), expert_state_.get()});
   // Pipeline: a context for each micro-batch that can be in flight on this
   // stage (1F1B: min(P - s, M); GPipe: M; interleaved: (chunk, micro-batch)
   // pairs, at most its warm-up forwards + 1).
@@ -228,7 +266,7 @@ absl::Status Engine::init() {
 }
 
 absl::Status Engine::configure(Context& ctx) {
-  ctx.set_hooks(state_.get());
+  ctx.set_hooks(both_states_ ? static_cast<ModuleHooks*>(both_states_.get()) : state_.get());
   // activation_checkpointing.number_checkpoints = K: the model's layers in K
   // contiguous segments of (as) equal (as possible) length, each keeping only
   // its input (K = number of layers: every layer its own segment).
@@ -324,7 +362,7 @@ absl::StatusOr<float> Engine::forward(const Batch& batch) {
   ctx_.clear();  // a forward without backward (or after an error) leaves nothing behind
   if (MoeLosses* moe = model_of(*model_).moe_losses()) moe->discard_pending();
   ctx_.set_grad_enabled(true);
-  state_->begin_forward();
+  for (ModelState* s : states()) s->begin_forward();
   // Dropout's key: the run's seed and the global index of this micro-batch's
   // first sample (micro_step_ counts every micro-step of the run), so masks
   // follow the sample, not the rank or the stage.
@@ -392,14 +430,14 @@ absl::Status Engine::backward() {
   const auto t0 = std::chrono::steady_clock::now();
   Tensor dlogits = std::move(pending_dlogits_);
   pending_dlogits_ = Tensor();
-  state_->begin_backward(is_accumulation_boundary());
+  for (ModelState* st : states()) st->begin_backward(is_accumulation_boundary());
   ctx_.backward(*model_, dlogits);
   ZE_CHECK_EQ(ctx_.live_frames(), 0u);
   timing_.recompute_s += ctx_.take_recompute_seconds();
   // The hooks' first error (a gather), else the reductions' (end_backward
   // waits for every one in flight either way).
   absl::Status s = ctx_.take_status();
-  s.Update(state_->end_backward());
+  for (ModelState* st : states()) s.Update(st->end_backward());
   timing_.backward_s += seconds_since(t0);
   return annotate(s, cat("backward of micro-step ", micro_step_));
 }
@@ -443,10 +481,16 @@ absl::StatusOr<StepResult> Engine::finish_micro_step() {
   // (max) over the world, tensor ranks included.
   bool overflow = false;
   if (config_.check_grad_overflow) {
-    const int64_t local = state_->local_nonfinite_grads();
+    int64_t local = 0;
+    std::string names;
+    for (ModelState* st : states()) {
+      if (st->local_nonfinite_grads() == 0) continue;
+      ++local;
+      names += (names.empty() ? "" : ", ") + st->nonfinite_gradient_names();
+    }
     ZE_ASSIGN_OR_RETURN(double any, mesh_->world().all_reduce_max(local > 0 ? 1.0 : 0.0));
     overflow = any > 0;
-    if (local > 0) r.overflow_in = cat(state_->nonfinite_gradient_names(), " (rank ", comm().rank(), ")");
+    if (local > 0) r.overflow_in = cat(names, " (rank ", comm().rank(), ")");
     else if (overflow) r.overflow_in = "another rank's partition";
   }
   ZE_RETURN_IF_ERROR(annotate(scaler_.update(overflow),
@@ -456,23 +500,9 @@ absl::StatusOr<StepResult> Engine::finish_micro_step() {
     // The global norm of the loss-scaled gradients: every rank's owned part,
     // summed in double. Then DeepSpeed's combined unscale-and-clip:
     // c = max(1, (norm/scale + 1e-6) / clip); grads *= 1 / (c scale).
-    // With tensor parallelism the slices of split parameters add up over
-    // the tensor group, while the replicated ones (layer norms, the position
-    // table, row-parallel biases: the same gradient on every tensor rank)
-    // count once, from tensor rank 0 (Megatron's rule).
-    // With pipeline stages each adds its own parameters, the tied token
-    // table counted once, on the first stage (its copies are equal).
     const bool tensor_split = mesh_->shape().tensor > 1;
-    const bool replica_tensor_rank = tensor_split && mesh_->coordinates().tensor != 0;
-    std::vector<Parameter*> copies;
-    if (pipelined() && mesh_->coordinates().pipeline != 0) copies = model_of(*model_).parameters_tied_across_stages();
-    double square_sum = !replica_tensor_rank && copies.empty()
-                            ? state_->local_grad_square_sum()
-                            : state_->local_grad_square_sum([&](const Parameter& p) {
-                                if (std::find(copies.begin(), copies.end(), &p) != copies.end()) return false;
-                                return !replica_tensor_rank || p.slice().has_value();
-                              });
-    if (!state_->grads_replicated()) {
+    double square_sum = local_norm_square_sum();
+    if (expert_state_ != nullptr || !state_->grads_replicated()) {
       ZE_ASSIGN_OR_RETURN(square_sum, comm().all_reduce_sum(square_sum));
     }
     if (tensor_split) {
@@ -510,10 +540,10 @@ absl::StatusOr<StepResult> Engine::finish_micro_step() {
     if (auto betas = scheduler_.betas()) {
       args.betas = std::make_pair(static_cast<float>(betas->first), static_cast<float>(betas->second));
     }
-    ZE_RETURN_IF_ERROR(state_->apply_step(args));
+    for (ModelState* st : states()) ZE_RETURN_IF_ERROR(st->apply_step(args));
     scheduler_.step();
   }
-  state_->zero_grads();
+  for (ModelState* st : states()) st->zero_grads();
   r.global_step = ++global_step_;
   r.skipped_steps = skipped_steps_;
   // The loss shown is the mean over the global batch: every rank's mean.
@@ -543,13 +573,39 @@ absl::StatusOr<StepResult> Engine::finish_micro_step() {
   return r;
 }
 
+double Engine::local_norm_square_sum() {
+  // With tensor parallelism the slices of split parameters add up over the
+  // tensor group, while the replicated ones (layer norms, the position
+  // table, row-parallel biases: the same gradient on every tensor rank)
+  // count once, from tensor rank 0 (Megatron's rule). With pipeline stages
+  // each adds its own parameters, the tied token table counted once, on the
+  // first stage (its copies are equal).
+  const bool replica_tensor_rank = mesh_->shape().tensor > 1 && mesh_->coordinates().tensor != 0;
+  std::vector<Parameter*> copies;
+  if (pipelined() && mesh_->coordinates().pipeline != 0) copies = model_of(*model_).parameters_tied_across_stages();
+  double dense = !replica_tensor_rank && copies.empty()
+                     ? state_->local_grad_square_sum()
+                     : state_->local_grad_square_sum([&](const Parameter& p) {
+                         if (std::find(copies.begin(), copies.end(), &p) != copies.end()) return false;
+                         return !replica_tensor_rank || p.slice().has_value();
+                       });
+  if (expert_state_ == nullptr) return dense;
+  // Expert parallelism: the sum over the data group follows. Gradients
+  // every rank of a group holds whole (stage 0) count from its first rank
+  // only; each expert-data group holds other experts, so their squares add.
+  if (state_->grads_replicated() && comm().rank() != 0) dense = 0;
+  double experts = expert_state_->local_grad_square_sum();
+  if (expert_state_->grads_replicated() && mesh_->expert_data().rank() != 0) experts = 0;
+  return dense + experts;
+}
+
 absl::StatusOr<float> Engine::evaluate(const Batch& batch) {
   if (pipelined()) return evaluate_pipeline(batch);
   ctx_.clear();
   ctx_.set_grad_enabled(false);
-  state_->set_evaluating(true);
+  for (ModelState* st : states()) st->set_evaluating(true);
   Tensor logits = ctx_.forward(*model_, to_compute(batch.inputs));
-  state_->set_evaluating(false);
+  for (ModelState* st : states()) st->set_evaluating(false);
   ctx_.set_grad_enabled(true);
   if (absl::Status s = ctx_.take_status(); !s.ok()) {
     ctx_.clear();
@@ -591,18 +647,19 @@ void Engine::restore(const EngineProgress& p) {
   scheduler_.set_last_batch_iteration(p.scheduler_iteration);
   scaler_.set_state(p.loss_scaler);
   loss_sum_ = 0.0;
-  state_->zero_grads();
+  for (ModelState* st : states()) st->zero_grads();
 }
 
 std::vector<float> Engine::master_values(const Parameter& p) {
-  absl::StatusOr<std::vector<float>> v = state_->gather_master(p);
+  absl::StatusOr<std::vector<float>> v = state_of(p).gather_master(p);
   ZE_CHECK(v.ok()) << v.status().ToString();
   return *std::move(v);
 }
 
 std::vector<float> Engine::grad_values(const Parameter& p) {
   ZE_CHECK(p.requires_grad()) << p.name() << " is frozen: it has no gradient";
-  ZE_CHECK(p.grad.defined()) << p.name() << " has no full gradient on this rank (stage " << stage_number(state_->stage()) << ")";
+  ZE_CHECK(p.grad.defined()) << p.name() << " has no full gradient on this rank (stage "
+                             << stage_number(state_->stage()) << ")";
   return download_fp32(backend_, p.grad.view({p.numel()}));
 }
 

@@ -166,13 +166,25 @@ class Engine {
   // The data-parallel group (the world when the mesh is data only).
   Communicator& comm() { return mesh_->data(); }
   const DeviceMesh& mesh() const { return *mesh_; }
+  // The model state: every parameter's, or under expert parallelism
+  // (mesh().shape().expert > 1) the dense parameters' over the data group,
+  // the experts' being expert_state()'s over the expert-data group.
   ModelState& state() { return *state_; }
+  ModelState* expert_state() { return expert_state_.get(); }
+  // The state that holds p.
+  ModelState& state_of(const Parameter& p) {
+    return expert_state_ != nullptr && expert_state_->holds(p) ? *expert_state_ : *state_;
+  }
   const EngineConfig& config() const { return config_; }
   int64_t global_step() const { return global_step_; }
-  int64_t num_parameters() const { return state_->num_parameters(); }
+  int64_t num_parameters() const {
+    return state_->num_parameters() + (expert_state_ ? expert_state_->num_parameters() : 0);
+  }
   // Of those, the elements that train (Parameter::requires_grad); the rest
   // are frozen: weights only, no gradient or optimizer state.
-  int64_t num_trainable_parameters() const { return state_->num_trainable_parameters(); }
+  int64_t num_trainable_parameters() const {
+    return state_->num_trainable_parameters() + (expert_state_ ? expert_state_->num_trainable_parameters() : 0);
+  }
   double loss_scale() const { return scaler_.scale(); }
   const LrScheduler& scheduler() const { return scheduler_; }
   bool is_accumulation_boundary() const {
@@ -207,7 +219,7 @@ class Engine {
   // fp32 master values of a parameter, gathered from every rank's partition
   // (a frozen parameter has none: its model-dtype weights, as fp32).
   // A collective: every rank calls it, in the same order.
-  absl::StatusOr<std::vector<float>> gather_master(const Parameter& p) { return state_->gather_master(p); }
+  absl::StatusOr<std::vector<float>> gather_master(const Parameter& p) { return state_of(p).gather_master(p); }
   // Single-process convenience for tests and tools.
   std::vector<float> master_values(const Parameter& p);
   // The gradient of one parameter as fp32, between backward() and step(),
@@ -269,6 +281,17 @@ class Engine {
   std::vector<std::unique_ptr<Context>> pipeline_contexts_;
   std::vector<PipeInstruction> executed_;
   std::unique_ptr<ModelState> state_;
+  std::unique_ptr<ModelState> expert_state_;  // expert parallelism only
+  std::unique_ptr<FanOutHooks> both_states_;  // the contexts' hooks when expert_state_ exists
+  // state_, then expert_state_ when it exists.
+  std::vector<ModelState*> states() const {
+    return expert_state_ ? std::vector<ModelState*>{state_.get(), expert_state_.get()}
+                         : std::vector<ModelState*>{state_.get()};
+  }
+  // The squares of this rank's share of the global gradient norm (each
+  // element of the model once over the world, after the sum over the data
+  // group, the tensor and the pipeline groups).
+  double local_norm_square_sum();
   LossScaler scaler_;
   LrScheduler scheduler_;
 

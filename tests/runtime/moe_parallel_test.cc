@@ -15,6 +15,7 @@
 #include <optional>
 
 #include "comm/device_mesh.h"
+#include "core/strings.h"
 #include "graph/build_model.h"
 #include "graph/gpt.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -27,11 +28,11 @@ namespace {
 
 using testing::world;
 
-GptConfig moe_model(double capacity_factor) {
+GptConfig moe_model(double capacity_factor, int64_t experts = 4) {
   GptConfig g{.arch = ModelArch::kMixtral, .n_layer = 2, .n_head = 4, .d_model = 16, .vocab_size = 37, .seq_len = 8};
   g.n_kv_head = 2;
   g.d_ff = 24;
-  g.moe.num_experts = 4;
+  g.moe.num_experts = experts;
   g.moe.top_k = 2;
   g.moe.expert_d_ff = 12;
   g.moe.aux_loss_coef = 0.05f;
@@ -60,14 +61,24 @@ EngineConfig engine_config(int stage, int accumulation, int data_size, std::opti
 
 struct TrainRun {
   std::vector<double> losses, norms;
+  int64_t parameters = 0;   // this rank's (Engine::num_parameters)
+  std::string first_expert;  // the name of the first expert parameter this rank holds
   int64_t dropped = 0;
   double recompute_s = 0;  // time spent recomputing checkpointed segments
 };
 
-// W micro-batches per step: on one rank with accumulation, or one per data rank.
-TrainRun train(const GptConfig& model, Communicator& comm, int stage, int w, std::optional<int64_t> segments = {}) {
+// W micro-batches per step: on one rank with accumulation, or one per data
+// rank; with ep > 1 the experts split over expert groups of ep ranks.
+TrainRun train(const GptConfig& model, Communicator& comm, int stage, int w, std::optional<int64_t> segments = {},
+               int ep = 1) {
   TrainRun out;
   absl::StatusOr<std::unique_ptr<DeviceMesh>> mesh = DeviceMesh::create(comm);
+  if (ep > 1) {
+    absl::StatusOr<MeshLayout> layout = MeshLayout::create("tp-ep-dp-pp", {{"ep", ep}}, comm.world_size());
+    EXPECT_TRUE(layout.ok()) << layout.status();
+    if (!layout.ok()) return out;
+    mesh = DeviceMesh::create(comm, *layout);
+  }
   EXPECT_TRUE(mesh.ok()) << mesh.status();
   if (!mesh.ok()) return out;
   const bool one_rank = comm.world_size() == 1;
@@ -81,7 +92,11 @@ TrainRun train(const GptConfig& model, Communicator& comm, int stage, int w, std
   EXPECT_TRUE(engine.ok()) << engine.status();
   if (!engine.ok()) return out;
   testing::CountingRows rows{model.seq_len, model.vocab_size};
-  const int rank = comm.rank();
+  const int rank = (*mesh)->coordinates().data;
+  out.parameters = (*engine)->num_parameters();
+  for (Parameter* p : (*engine)->model().parameters()) {
+    if (out.first_expert.empty() && p->name().find(".experts.") != std::string::npos) out.first_expert = p->name();
+  }
   for (int step = 0; step < kSteps; ++step) {
     absl::StatusOr<StepResult> r = (*engine)->train_batch([&](int micro) -> absl::StatusOr<Batch> {
       return rows.make((step * w + (one_rank ? micro : rank)) * kMicro, kMicro);
@@ -144,6 +159,51 @@ TEST(MoeParallelTest, RecomputedSegmentsRouteAndCountAsTheFirstPass) {
     EXPECT_GT(recomputed.recompute_s, 0.0) << "stage " << stage << ": nothing was recomputed";
     EXPECT_EQ(kept.recompute_s, 0.0);
   }
+}
+
+// Expert parallelism (DeepSpeed-MoE's): the experts split over ep ranks, the
+// tokens exchanged all-to-all, the experts' ZeRO state over the ranks that
+// hold the same ones, the rest over all: the same training as one rank, at
+// every stage, dropless and with a capacity; each rank holds its share of
+// the experts, named by their global index.
+TEST(MoeParallelTest, ExpertParallelRanksTrainTheModelOneRankTrains) {
+  Communicator& comm = world();
+  const int w = comm.world_size();
+  constexpr int64_t kExperts = 6;
+  bool ran = false;
+  for (int ep : {2, 3}) {
+    if (w % ep != 0) continue;
+    ran = true;
+    for (double capacity : {0.0, 0.75}) {
+      const GptConfig model = moe_model(capacity, kExperts);
+      for (int stage = 0; stage <= 3; ++stage) {
+        if (capacity > 0 && stage % 3 != 0) continue;
+        SCOPED_TRACE(cat("ZeRO stage ", stage, ", ep ", ep, " of ", w, " ranks, capacity_factor ", capacity));
+        std::unique_ptr<Communicator> self = make_local_communicator();
+        const TrainRun one = train(model, *self, stage, w);
+        const TrainRun many = train(model, comm, stage, w, {}, ep);
+        ASSERT_EQ(one.losses.size(), static_cast<size_t>(kSteps));
+        ASSERT_EQ(many.losses.size(), static_cast<size_t>(kSteps));
+        for (int s = 0; s < kSteps; ++s) {
+          EXPECT_NEAR(many.losses[s], one.losses[s], 2e-6 * std::fabs(one.losses[s])) << "step " << s;
+          EXPECT_NEAR(many.norms[s], one.norms[s], 1e-4 * one.norms[s]) << "step " << s;
+        }
+        EXPECT_LT(many.losses.back(), many.losses.front());
+        // Two sparse blocks of kExperts experts, each 3 d_model x expert_d_ff
+        // weights: this rank holds kExperts / ep of them.
+        const int64_t per_expert = 3 * model.d_model * model.moe.expert_d_ff;
+        EXPECT_EQ(one.parameters - many.parameters, 2 * per_expert * (kExperts - kExperts / ep));
+        const int64_t first = (comm.rank() % ep) * (kExperts / ep);
+        EXPECT_NE(many.first_expert.find(cat(".experts.", first, ".")), std::string::npos) << many.first_expert;
+        if (comm.rank() == 0 && stage == 0) {
+          std::printf("ep %d of %d ranks, capacity_factor %g: loss %.6f -> %.6f on one rank, %.6f -> %.6f split\n",
+                      ep, w, capacity, one.losses.front(), one.losses.back(), many.losses.front(),
+                      many.losses.back());
+        }
+      }
+    }
+  }
+  if (!ran) GTEST_SKIP() << "ep 2 or 3 must divide the " << w << " ranks";
 }
 
 }  // namespace
