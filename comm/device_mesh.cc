@@ -73,8 +73,12 @@ absl::StatusOr<std::unique_ptr<DeviceMesh>> DeviceMesh::create(Communicator& wor
   mesh->data_ = &mesh->group("dp");
   if (layout.size("ep") > 1) {
     // The dense data group: the ranks equal on every axis but ep and dp.
-    const MeshShape& s = mesh->shape_;
-    if (s.data == w) {
+    // The world itself when it is that group in the same rank order.
+    bool world_order = mesh->shape_.data == w;
+    for (int q = 0; q < w && world_order; ++q) {
+      world_order = layout.coordinate(q, "dp") * layout.size("ep") + layout.coordinate(q, "ep") == q;
+    }
+    if (world_order) {
       mesh->data_ = &world;
     } else {
       ZE_ASSIGN_OR_RETURN(mesh->owned_data_,
@@ -99,14 +103,21 @@ absl::StatusOr<std::unique_ptr<DeviceMesh>> DeviceMesh::create(Communicator& wor
 }
 
 absl::StatusOr<std::unique_ptr<DeviceMesh>> DeviceMesh::dry_run(const MeshShape& shape, int rank) {
-  if (shape.data < 1 || shape.tensor < 1 || shape.pipeline < 1 || rank < 0 || rank >= shape.world()) {
-    return absl::InvalidArgumentError(cat("rank ", rank, " of a mesh of data ", shape.data, " x tensor ", shape.tensor,
-                                          " x pipeline ", shape.pipeline));
+  if (shape.data < 1 || shape.tensor < 1 || shape.pipeline < 1 || shape.expert < 1 || shape.data % shape.expert != 0 ||
+      rank < 0 || rank >= shape.world()) {
+    return absl::InvalidArgumentError(cat("rank ", rank, " of a mesh of data ", shape.data, " (expert ", shape.expert,
+                                          ") x tensor ", shape.tensor, " x pipeline ", shape.pipeline));
   }
+  // Expert parallelism: the ep axis inside dp (DeepSpeed's layout, the config's default).
   ZE_ASSIGN_OR_RETURN(MeshLayout layout,
-                      MeshLayout::create(kDefaultMeshOrder,
-                                         {{"tp", shape.tensor}, {"dp", shape.data}, {"pp", shape.pipeline}},
-                                         shape.world()));
+                      shape.expert > 1
+                          ? MeshLayout::create("tp-ep-dp-pp",
+                                               {{"tp", shape.tensor}, {"ep", shape.expert},
+                                                {"dp", shape.data / shape.expert}, {"pp", shape.pipeline}},
+                                               shape.world())
+                          : MeshLayout::create(kDefaultMeshOrder,
+                                               {{"tp", shape.tensor}, {"dp", shape.data}, {"pp", shape.pipeline}},
+                                               shape.world()));
   return dry_run(layout, rank);
 }
 

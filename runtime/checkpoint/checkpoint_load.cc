@@ -340,6 +340,10 @@ absl::Status load_local(Engine& engine, const Manifest& m, const std::string& ta
 
 absl::Status load_checkpoint(Engine& engine, const std::string& dir, const std::string& tag_in,
                              const LoadOptions& options) {
+  if (engine.expert_state() != nullptr) {
+    return absl::UnimplementedError(cat("checkpoint: experts split over ", engine.mesh().shape().expert,
+                                        " expert-parallel ranks (model.ep_size) cannot be loaded yet"));
+  }
   Communicator& comm = engine.mesh().world();
   absl::StatusOr<std::string> tag = tag_in;
   if (tag_in.empty() && options.node_local) {

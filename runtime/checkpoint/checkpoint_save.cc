@@ -202,6 +202,10 @@ absl::Status decode_model_description(const std::string& bytes, SaveOptions& o) 
 }  // namespace
 
 absl::StatusOr<std::string> save_checkpoint(Engine& engine, const SaveOptions& options) {
+  if (engine.expert_state() != nullptr) {
+    return absl::UnimplementedError(cat("checkpoint: experts split over ", engine.mesh().shape().expert,
+                                        " expert-parallel ranks (model.ep_size) cannot be saved yet"));
+  }
   // Every rank of the world writes a shard (world rank = file); the data
   // group's layout says which elements of its tensor slice each writes.
   Communicator& comm = engine.mesh().world();

@@ -453,9 +453,9 @@ absl::Status load_weight_set(Engine& engine, const GptConfig& config, const std:
   absl::Status local = [&]() -> absl::Status {
     ZE_ASSIGN_OR_RETURN(const HfWeights w, HfWeights::open(path));
     ZE_ASSIGN_OR_RETURN(const auto matched, match_tensors(w, config, set));
-    ModelState& state = engine.state();
     // The trainable parameters into their master weights, the frozen ones
-    // (no master) straight into their model-dtype weights.
+    // (no master) straight into their model-dtype weights; under expert
+    // parallelism each state its own (the experts by their global names).
     auto load = [&](const StateRange& r, OptimizerStateStore& into) -> absl::Status {
       const Parameter& p = *r.param;
       if (is_lora_parameter(p.name()) != (set == WeightSet::kAdapters)) return absl::OkStatus();
@@ -469,16 +469,20 @@ absl::Status load_weight_set(Engine& engine, const GptConfig& config, const std:
       }
       return load_range(w, it->second, r, into, max_read_bytes);
     };
-    for (const StateRange& r : state.held_ranges()) ZE_RETURN_IF_ERROR(load(r, state.state_store()));
-    if (OptimizerStateStore* frozen = state.frozen_weights()) {
-      for (const StateRange& r : state.frozen_held_ranges()) ZE_RETURN_IF_ERROR(load(r, *frozen));
+    for (ModelState* state : engine.states()) {
+      for (const StateRange& r : state->held_ranges()) ZE_RETURN_IF_ERROR(load(r, state->state_store()));
+      if (OptimizerStateStore* frozen = state->frozen_weights()) {
+        for (const StateRange& r : state->frozen_held_ranges()) ZE_RETURN_IF_ERROR(load(r, *frozen));
+      }
+      ZE_RETURN_IF_ERROR(state->state_store().flush());
     }
-    return state.state_store().flush();
+    return absl::OkStatus();
   }();
   ZE_ASSIGN_OR_RETURN(double failed, engine.mesh().world().all_reduce_max(local.ok() ? 0.0 : 1.0));
   if (!local.ok()) return local;
   if (failed > 0) return absl::AbortedError(cat("reading ", path, ": another rank failed"));
-  return engine.state().refresh_parameters();
+  for (ModelState* state : engine.states()) ZE_RETURN_IF_ERROR(state->refresh_parameters());
+  return absl::OkStatus();
 }
 
 }  // namespace

@@ -15,6 +15,7 @@ PlanInput plan_input(const RunConfig& config, int world, int rank) {
   in.engine = config.engine;
   in.world = world;
   in.tensor = config.tensor_size();
+  in.expert = config.expert_size();
   in.sequence_parallel = config.sequence_parallel;
   in.rank = rank;
   in.compute_tier = config.run.backend == "cuda" ? Tier::kDevice : Tier::kHost;

@@ -1,6 +1,7 @@
 // The model section's mixture-of-experts keys and rules; see moe_section.h.
 #include "runtime/config/moe_section.h"
 
+#include "absl/strings/strip.h"
 #include "core/strings.h"
 #include "graph/moe.h"
 #include "runtime/config/config_key_builders.h"
@@ -9,10 +10,13 @@
 
 namespace zero {
 
-void check_moe_model(ConfigReader& r, GptConfig& g) {
+void check_moe_model(ConfigReader& r, GptConfig& g, int64_t ep_size) {
   if (is_mixture_of_experts(g.arch) && !g.moe.enabled() && r.diagnostics().errors.empty()) {
     r.error("num_experts", cat("the ", model_family(g.arch).display, " family is a mixture of experts: set "
                                "model.num_experts (and num_experts_per_tok, moe_intermediate_size)"));
+  }
+  if (absl::Status s = check_expert_parallel(g.moe, static_cast<int>(ep_size)); !s.ok()) {
+    r.error("ep_size", std::string(absl::StripPrefix(s.message(), "model.ep_size: ")));
   }
   if (!g.moe.enabled() || !r.diagnostics().errors.empty()) return;
   if (g.moe.expert_d_ff == 0) g.moe.expert_d_ff = g.ffn_width();  // Mixtral's: d_ff
@@ -50,6 +54,10 @@ std::vector<ConfigKey> moe_keys() {
                      "DeepSpeed-MoE's token dropping: each expert takes at most max(min_capacity, ceil(k tokens / "
                      "experts x capacity_factor)) of a micro-batch's choices, first choices first, and drops the "
                      "rest (0: dropless, Mixtral's and Megatron's default)"));
+  k.push_back(integer("model.ep_size", ZE_FIELD(ep_size), 1, 1 << 16,
+                      "expert parallelism (DeepSpeed-MoE's ep_size): the experts split over groups of this many "
+                      "data-parallel ranks, tokens exchanged all-to-all; must divide num_experts and the data-parallel "
+                      "ranks (1: every rank holds every expert)"));
   k.push_back(integer("model.min_capacity", ZE_FIELD(model.gpt.moe.min_capacity), 0, int64_t{1} << 30,
                       "the capacity's floor (DeepSpeed-MoE's min_capacity)"));
   return k;

@@ -10,7 +10,11 @@
 //  * moe_intermediate_size 0 is d_ff (Mixtral's experts are
 //    intermediate_size wide);
 //  * the experts' split rules (graph/gpt.h check_gpt_split: a SwiGLU family,
-//    1 <= num_experts_per_tok <= num_experts, ...), each error naming its key.
+//    1 <= num_experts_per_tok <= num_experts, ...), each error naming its key;
+//  * ep_size (DeepSpeed-MoE's name; Megatron's expert_model_parallel_size)
+//    > 1 splits the experts over that many data-parallel ranks: it needs
+//    experts, and must divide num_experts (graph/moe.h
+//    check_expert_parallel) and the data-parallel ranks (the mesh section).
 #pragma once
 
 #include "graph/gpt.h"
@@ -19,6 +23,6 @@
 namespace zero {
 
 // The rules above, on the model section `r` once the architecture is read.
-void check_moe_model(ConfigReader& r, GptConfig& g);
+void check_moe_model(ConfigReader& r, GptConfig& g, int64_t ep_size);
 
 }  // namespace zero

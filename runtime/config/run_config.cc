@@ -25,6 +25,14 @@
 
 namespace zero {
 
+std::map<std::string, int> RunConfig::mesh_sizes() const {
+  std::map<std::string, int> sizes;
+  if (tensor_size() > 1) sizes["tp"] = tensor_size();
+  if (expert_size() > 1) sizes["ep"] = expert_size();
+  if (pipeline_size() > 1) sizes["pp"] = pipeline_size();
+  return sizes;
+}
+
 namespace {
 
 // The keys that say what the architecture is (a Hugging Face config.json
@@ -180,7 +188,7 @@ void parse_model(ConfigReader r, RunConfig& c, const std::optional<CheckpointMod
   if (resumed && !resumed->hf.is_null() && !from_checkpoint && r.diagnostics().errors.empty()) {
     check_resumed_model(r, c, *resumed);
   }
-  check_moe_model(r, g);  // moe_section.cc
+  check_moe_model(r, g, c.ep_size);  // moe_section.cc
   if (r.diagnostics().errors.empty()) parse_lora_section(r.section("lora"), c);  // on the model read above
   r.mark_known("lora");
   r.finish();
@@ -331,21 +339,22 @@ absl::Status resolve_batch(ConfigReader& r, int world, RunConfig& out) {
 }
 
 // What the pipeline asks of the other sections, once they are read.
+
 // "mesh": the order of the mesh's axes. The sizes come from
-// tensor_parallel.autotp_size, pipeline.stages and the world (dp takes the
-// rest); the axes without a size here (cp, ep) are 1.
+// tensor_parallel.autotp_size, model.ep_size, pipeline.stages and the world
+// (dp takes the rest); cp is 1. With experts split and the default order,
+// the ep axis goes inside dp: "tp-ep-dp-pp", DeepSpeed's expert groups of
+// consecutive data-parallel ranks.
 void parse_mesh_section(ConfigReader r, RunConfig& c) {
   read_declared_keys(r, c);
+  if (c.expert_size() > 1 && c.mesh_order == kDefaultMeshOrder) c.mesh_order = "tp-ep-dp-pp";
   if (absl::Status s = MeshLayout::check_order(c.mesh_order); !s.ok()) {
     r.error("order", std::string(s.message()));
   } else if (r.diagnostics().errors.empty()) {
-    std::map<std::string, int> sizes;
-    if (c.tensor_size() > 1) sizes["tp"] = c.tensor_size();
-    if (c.pipeline_size() > 1) sizes["pp"] = c.pipeline_size();
-    const absl::StatusOr<MeshLayout> layout = MeshLayout::create(c.mesh_order, sizes, c.world_size);
+    const absl::StatusOr<MeshLayout> layout = MeshLayout::create(c.mesh_order, c.mesh_sizes(), c.world_size);
     if (!layout.ok()) {
-      r.error("order", cat(layout.status().message(), " (tp is tensor_parallel.autotp_size, pp pipeline.stages, dp the "
-                                                      "ranks they leave)"));
+      r.error("order", cat(layout.status().message(), " (tp is tensor_parallel.autotp_size, ep model.ep_size, pp "
+                                                      "pipeline.stages, dp the ranks they leave)"));
     }
   }
   r.finish();
@@ -487,6 +496,12 @@ absl::StatusOr<RunConfig> parse_run_config(const Json& config, const ConfigOptio
                                          out);
   parse_checkpoint_section(root.section("checkpoint", UnknownKeys::kWarnUnlessNearMiss), out);
   check_pipeline_composition(root, out);
+  if (out.expert_size() > 1 && (!out.run.save_dir.empty() || !out.run.resume.empty())) {
+    root.error("model.ep_size", cat(out.ep_size, " with ", out.run.save_dir.empty() ? "run.resume" : "run.save_dir",
+                                    ": checkpoints of experts split over ranks are not implemented yet (each rank "
+                                    "would need to write its experts under their global names); train with "
+                                    "model.ep_size 1 to save checkpoints"));
+  }
   check_evaluation(root, out);
   check_lora_composition(root, out);
   parse_unsupported_feature_sections(root);

@@ -155,6 +155,12 @@ struct RunConfig {
   int tensor_size() const { return autotp_size > 1 ? static_cast<int>(autotp_size) : 1; }
   int pipeline_size() const { return engine.pipeline.stages; }
   int data_size() const { return world_size / (tensor_size() * pipeline_size()); }
+  // model.ep_size: expert parallelism, groups of that many data-parallel
+  // ranks splitting the experts (graph/moe.h).
+  int64_t ep_size = 1;
+  int expert_size() const { return static_cast<int>(ep_size); }
+  // The sizes of the mesh's axes that are not 1 (dp left to the layout).
+  std::map<std::string, int> mesh_sizes() const;
   int64_t steps_per_print = 10;  // DeepSpeed's default is None (no progress log); ours prints every 10
   bool wall_clock_breakdown = false;  // forward/backward/step times at each print
   bool memory_breakdown = false;      // every category and tier at each print

@@ -342,6 +342,10 @@ int64_t Engine::comm_bytes() const {
   if (mesh_->shape().tensor > 1) bytes += mesh_->tensor().bytes_communicated();
   if (pipelined()) bytes += mesh_->pipeline().bytes_communicated();
   if (const Communicator* tied = mesh_->embedding()) bytes += tied->bytes_communicated();
+  if (mesh_->shape().expert > 1) {
+    bytes += mesh_->expert().bytes_communicated();
+    if (&mesh_->expert_data() != &mesh_->data()) bytes += mesh_->expert_data().bytes_communicated();
+  }
   return bytes;
 }
 

@@ -171,6 +171,12 @@ class Engine {
   // the experts' being expert_state()'s over the expert-data group.
   ModelState& state() { return *state_; }
   ModelState* expert_state() { return expert_state_.get(); }
+  // state(), then expert_state() when it exists: a collective over the
+  // states runs on every rank in this order.
+  std::vector<ModelState*> states() const {
+    return expert_state_ ? std::vector<ModelState*>{state_.get(), expert_state_.get()}
+                         : std::vector<ModelState*>{state_.get()};
+  }
   // The state that holds p.
   ModelState& state_of(const Parameter& p) {
     return expert_state_ != nullptr && expert_state_->holds(p) ? *expert_state_ : *state_;
@@ -283,11 +289,6 @@ class Engine {
   std::unique_ptr<ModelState> state_;
   std::unique_ptr<ModelState> expert_state_;  // expert parallelism only
   std::unique_ptr<FanOutHooks> both_states_;  // the contexts' hooks when expert_state_ exists
-  // state_, then expert_state_ when it exists.
-  std::vector<ModelState*> states() const {
-    return expert_state_ ? std::vector<ModelState*>{state_.get(), expert_state_.get()}
-                         : std::vector<ModelState*>{state_.get()};
-  }
   // The squares of this rank's share of the global gradient norm (each
   // element of the model once over the world, after the sum over the data
   // group, the tensor and the pipeline groups).

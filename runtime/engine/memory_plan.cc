@@ -49,9 +49,13 @@ absl::StatusOr<MemoryPlan> plan_memory(const PlanInput& in) {
     return absl::InvalidArgumentError(cat("pipeline.stages ", stages, " x tensor_parallel.autotp_size ", in.tensor,
                                           " must divide the world of ", in.world, " ranks"));
 
+  const int data = in.world / (in.tensor * stages);
+  if (in.expert < 1 || data % in.expert != 0)
+    return absl::InvalidArgumentError(cat("model.ep_size ", in.expert, " must divide the ", data,
+                                          " data-parallel ranks"));
   DryRunBackend backend(in.compute_tier);
   ZE_ASSIGN_OR_RETURN(const std::unique_ptr<DeviceMesh> mesh,
-                      DeviceMesh::dry_run({in.world / (in.tensor * stages), in.tensor, stages}, in.rank));
+                      DeviceMesh::dry_run({data, in.tensor, stages, in.expert}, in.rank));
   EngineConfig e = in.engine;
   e.micro_batch_size = in.micro_batch;
   // This rank's stage and tensor slice, built as zero-train builds it (first
@@ -75,7 +79,7 @@ absl::StatusOr<MemoryPlan> plan_memory(const PlanInput& in) {
   plan.compute_tier = in.compute_tier;
   plan.num_parameters = engine->num_parameters();
   plan.trainable_parameters = engine->num_trainable_parameters();
-  plan.partition_numel = engine->state().state_store().numel();
+  for (ModelState* state : engine->states()) plan.partition_numel += state->state_store().numel();
   plan.checkpoint_segments = static_cast<int64_t>(engine->num_checkpoint_segments());
   plan.after_init = currents(tracker.snapshot());
 

@@ -41,6 +41,7 @@ struct PlanInput {
   EngineConfig engine;
   int world = 1;            // ranks: data x tensor x pipeline (engine.pipeline.stages)
   int tensor = 1;           // tensor-parallel size T (dividing world and the model's heads)
+  int expert = 1;           // expert-parallel size (model.ep_size: dividing the data ranks and the experts)
   bool sequence_parallel = false;  // Megatron-SP over the tensor group (T > 1)
   int rank = 0;             // which rank to plan (padding, the last shard and the vocabulary slice differ per rank)
   Tier compute_tier = Tier::kHost;  // where the backend computes: kHost (CPU), kDevice (CUDA)

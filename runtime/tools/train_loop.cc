@@ -192,15 +192,17 @@ absl::Status TrainingRun::build() {
   // The mesh (comm/device_mesh.h): tensor groups of T adjacent ranks, ZeRO
   // over the data groups; the model splits over this rank's tensor group.
   // With pipeline stages (outermost), this rank builds its own stage.
-  std::map<std::string, int> sizes;  // the config checked them against mesh.order
-  if (c_.tensor_size() > 1) sizes["tp"] = c_.tensor_size();
-  if (c_.pipeline_size() > 1) sizes["pp"] = c_.pipeline_size();
-  ZE_ASSIGN_OR_RETURN(const MeshLayout layout, MeshLayout::create(c_.mesh_order, sizes, comm_.world_size()));
+  // The config checked the sizes against mesh.order.
+  ZE_ASSIGN_OR_RETURN(const MeshLayout layout, MeshLayout::create(c_.mesh_order, c_.mesh_sizes(), comm_.world_size()));
   ZE_ASSIGN_OR_RETURN(mesh_, DeviceMesh::create(comm_, layout));
   if (comm_log_) {
     mesh_->data().set_log(comm_log_.get(), "data");
     if (c_.tensor_size() > 1) mesh_->tensor().set_log(comm_log_.get(), "tensor");
     if (c_.pipeline_size() > 1) mesh_->pipeline().set_log(comm_log_.get(), "pipeline");
+    if (c_.expert_size() > 1) {
+      mesh_->expert().set_log(comm_log_.get(), "expert");
+      mesh_->expert_data().set_log(comm_log_.get(), "expert_data");
+    }
     if (mesh_->embedding() != nullptr) mesh_->embedding()->set_log(comm_log_.get(), "embedding");
   }
   ZE_ASSIGN_OR_RETURN(std::unique_ptr<Gpt> model,
@@ -323,6 +325,14 @@ void TrainingRun::describe() {
         "%d data-parallel group%s; Megatron's split: heads, MLP features and vocabulary / %d%s\n",
         c_.tensor_size(), first_copy, c_.data_size(), c_.data_size() == 1 ? "" : "s", c_.tensor_size(),
         c_.sequence_parallel ? "; sequence parallel: layer norms and residuals on seq_len / T" : "");
+  }
+  if (c_.expert_size() > 1) {
+    const int ep = c_.expert_size();
+    out_ << absl::StrFormat(
+        "expert parallel: %d ranks per expert group (consecutive data-parallel ranks), each holding %d of the %d "
+        "experts of every sparse block; the experts' ZeRO state over the %d ranks holding the same ones, the rest "
+        "over all %d data-parallel ranks\n",
+        ep, g_.moe.num_experts / ep, g_.moe.num_experts, c_.data_size() / ep, c_.data_size());
   }
   if (c_.pipeline_size() > 1) {
     // Stage s holds world ranks [s W / P, (s + 1) W / P) (comm/device_mesh.h).

@@ -167,6 +167,46 @@ TEST(DeviceMeshTest, EveryOrderGivesGroupsOfTheRanksEqualOnTheOtherAxes) {
   }
 }
 
+// Expert parallelism (DeepSpeed-MoE's layout): the dense data group is the
+// ep and dp axes together, ranked ep-fastest so that each ep group is
+// consecutive data ranks; the expert-data group is the data ranks at the
+// same place in their ep groups. The dry run builds the same groups.
+TEST(DeviceMeshTest, ExpertGroupsAreConsecutiveDataRanksWhateverTheOrder) {
+  const int w = world().world_size(), r = world().rank();
+  if (w != 4) GTEST_SKIP() << "4 ranks: ep 2 x dp 2";
+  for (const char* order : {"tp-ep-dp-pp", "dp-ep"}) {
+    absl::StatusOr<MeshLayout> layout = MeshLayout::create(order, {{"ep", 2}}, w);
+    ASSERT_TRUE(layout.ok()) << layout.status();
+    auto mesh = DeviceMesh::create(world(), *layout);
+    ASSERT_TRUE(mesh.ok()) << mesh.status();
+    const int e = layout->coordinate(r, "ep"), d = layout->coordinate(r, "dp");
+    EXPECT_EQ((*mesh)->shape().data, 4) << order;
+    EXPECT_EQ((*mesh)->shape().expert, 2) << order;
+    EXPECT_EQ((*mesh)->coordinates().data, d * 2 + e) << order;
+    EXPECT_EQ((*mesh)->coordinates().expert, e) << order;
+    EXPECT_EQ((*mesh)->data().world_size(), 4) << order;
+    EXPECT_EQ((*mesh)->data().rank(), d * 2 + e) << order;
+    EXPECT_EQ((*mesh)->expert().world_size(), 2) << order;
+    EXPECT_EQ((*mesh)->expert().rank(), e) << order;
+    EXPECT_EQ((*mesh)->expert_data().world_size(), 2) << order;
+    EXPECT_EQ((*mesh)->expert_data().rank(), d) << order;
+    // The members, by their world ranks: the ep group's share d, the expert-data group's e.
+    double ep_members = 0, edp_members = 0;
+    for (int q = 0; q < w; ++q) {
+      if (layout->coordinate(q, "dp") == d) ep_members += q + 1;
+      if (layout->coordinate(q, "ep") == e) edp_members += q + 1;
+    }
+    EXPECT_EQ(group_rank_sum((*mesh)->expert()), ep_members) << order;
+    EXPECT_EQ(group_rank_sum((*mesh)->expert_data()), edp_members) << order;
+    auto dry = DeviceMesh::dry_run(MeshShape{.data = 4, .expert = 2}, r);
+    ASSERT_TRUE(dry.ok()) << dry.status();
+    EXPECT_EQ((*dry)->data().world_size(), 4);
+    EXPECT_EQ((*dry)->expert().world_size(), 2);
+    EXPECT_EQ((*dry)->expert_data().world_size(), 2);
+    EXPECT_EQ((*dry)->coordinates().data, r);
+  }
+}
+
 TEST(DeviceMeshTest, SendAndReceiveAroundARing) {
   const int w = world().world_size(), r = world().rank();
   if (w == 1) {
