@@ -277,9 +277,14 @@ absl::Status check_gpt_split(const GptConfig& c, int tensor, bool sequence_paral
   const std::string t = cat("tensor_parallel.autotp_size: ", tensor);
   if (tensor < 1) return bad(t, " must be at least 1");
   if (tensor == 1) return absl::OkStatus();
-  if (c.moe.enabled()) {
-    return bad(t, ": a mixture of experts under tensor parallelism is not implemented yet (model.num_experts ",
-               c.moe.num_experts, ")");
+  // A sparse MLP runs whole on every tensor rank (the attention and the
+  // dense MLPs split): on the sequence shards of sequence parallelism each
+  // tensor rank would route other tokens, and the experts' gradients would
+  // need a sum over the group that is not there yet.
+  if (c.moe.enabled() && sequence_parallel) {
+    return bad("tensor_parallel.sequence_parallel: a mixture of experts with sequence parallelism is not implemented "
+               "yet (model.num_experts ", c.moe.num_experts, "); without it the experts run whole on every tensor "
+               "rank");
   }
   if (c.features().fused_qkv && c.n_head % tensor != 0) {
     return bad(t, " does not divide model.n_head ", c.n_head, " (", c.family_name(),

@@ -266,9 +266,13 @@ MoeMlp::MoeMlp(std::string name, const BlockConfig& c, int64_t layer)
     : Module(std::move(name)), moe_(c.moe), layer_(layer), losses_(c.moe_losses) {
   ZE_CHECK(moe_.enabled() && moe_.top_k >= 1 && moe_.top_k <= moe_.num_experts && losses_ != nullptr)
       << "MoE layer " << layer << ": top_k " << moe_.top_k << " of " << moe_.num_experts << " experts";
-  ZE_CHECK(c.tensor_group == nullptr) << "MoE layers are not split over a tensor group";
   gate_ = add_child<Linear>("gate", c.d_model, moe_.num_experts, false, c.init_std);
+  // Under tensor parallelism (without sequence parallelism, gpt.h
+  // check_gpt_split) every tensor rank runs the whole layer on the same
+  // tokens: its gradients are the same on each, as a layer norm's.
   BlockConfig expert = c;
+  expert.tensor_group = nullptr;
+  expert.sequence_parallel = false;
   expert.d_ff = moe_.expert_d_ff;
   expert.dropout = 0.0f;
   expert.lora = LoraConfig{};

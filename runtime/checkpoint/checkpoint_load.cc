@@ -194,8 +194,11 @@ absl::Status read_segment(const FileReader& file, const CheckpointSegment& seg, 
 
 namespace {
 
-// The live model against the checkpoint's: same parameters, names and shapes.
-absl::Status check_model(const Manifest& m, Module& model, const std::string& where) {
+// The live model against the checkpoint's: same parameters, names and
+// shapes. `part`: this rank holds part of the model (a pipeline stage, or
+// its share of the experts); the checkpoint's other tensors are the other
+// ranks'.
+absl::Status check_model(const Manifest& m, Module& model, const std::string& where, bool part) {
   std::vector<Parameter*> params = model.parameters();
   std::map<std::string, Shape> saved(m.parameters.begin(), m.parameters.end());
   for (Parameter* p : params) {
@@ -211,9 +214,7 @@ absl::Status check_model(const Manifest& m, Module& model, const std::string& wh
                                                shape_string(p->global_shape()), " in the model"));
     }
   }
-  // A pipeline stage holds part of the model: the checkpoint's other
-  // tensors are other stages'.
-  if (saved.size() != params.size() && model_of(model).pipeline_stages() == 1) {
+  if (saved.size() != params.size() && !part) {
     for (const auto& [name, shape] : m.parameters) {
       const bool known = std::any_of(params.begin(), params.end(), [&](Parameter* p) { return p->name() == name; });
       if (!known) {
@@ -261,7 +262,8 @@ namespace {
 
 absl::Status load_local(Engine& engine, const Manifest& m, const std::string& tag_dir) {
   ModelState& state = engine.state();
-  ZE_RETURN_IF_ERROR(check_model(m, engine.model(), tag_dir));
+  ZE_RETURN_IF_ERROR(
+      check_model(m, engine.model(), tag_dir, engine.mesh().shape().pipeline > 1 || engine.expert_state() != nullptr));
   OptimizerStateStore& store = state.state_store();
   const std::vector<std::string>& kinds = store.names();  // "master", then the optimizer's
   const std::vector<std::string> live_states(kinds.begin() + 1, kinds.end());
@@ -324,26 +326,28 @@ absl::Status load_local(Engine& engine, const Manifest& m, const std::string& ta
     }
     return absl::OkStatus();
   };
-  for (int index = 0; index < static_cast<int>(kinds.size()); ++index) {
-    for (const StateRange& r : state.held_ranges()) ZE_RETURN_IF_ERROR(load_range(index, kinds[index], r, store));
+  // Each state its own ranges (under expert parallelism the experts' by
+  // their global names, whichever ranks wrote them).
+  for (ModelState* held : engine.states()) {
+    OptimizerStateStore& into = held->state_store();
+    for (int index = 0; index < static_cast<int>(kinds.size()); ++index) {
+      for (const StateRange& r : held->held_ranges()) ZE_RETURN_IF_ERROR(load_range(index, kinds[index], r, into));
+    }
+    // A frozen parameter's weights from its "master" (a trained one's master
+    // weights too: freezing what an earlier run trained), cast to the model
+    // dtype; its optimizer state, if the checkpoint has any, stays unread.
+    if (OptimizerStateStore* frozen = held->frozen_weights()) {
+      for (const StateRange& r : held->frozen_held_ranges()) ZE_RETURN_IF_ERROR(load_range(0, kinds[0], r, *frozen));
+    }
+    ZE_RETURN_IF_ERROR(into.flush());
   }
-  // A frozen parameter's weights from its "master" (a trained one's master
-  // weights too: freezing what an earlier run trained), cast to the model
-  // dtype; its optimizer state, if the checkpoint has any, stays unread.
-  if (OptimizerStateStore* frozen = state.frozen_weights()) {
-    for (const StateRange& r : state.frozen_held_ranges()) ZE_RETURN_IF_ERROR(load_range(0, kinds[0], r, *frozen));
-  }
-  return store.flush();
+  return absl::OkStatus();
 }
 
 }  // namespace
 
 absl::Status load_checkpoint(Engine& engine, const std::string& dir, const std::string& tag_in,
                              const LoadOptions& options) {
-  if (engine.expert_state() != nullptr) {
-    return absl::UnimplementedError(cat("checkpoint: experts split over ", engine.mesh().shape().expert,
-                                        " expert-parallel ranks (model.ep_size) cannot be loaded yet"));
-  }
   Communicator& comm = engine.mesh().world();
   absl::StatusOr<std::string> tag = tag_in;
   if (tag_in.empty() && options.node_local) {
@@ -372,7 +376,8 @@ absl::Status load_checkpoint(Engine& engine, const std::string& dir, const std::
   if (!local.ok()) return local;
   if (failed > 0) return absl::AbortedError(cat("loading checkpoint ", dir, ": another rank failed to read its part"));
   engine.restore(m->progress);
-  return engine.state().refresh_parameters();
+  for (ModelState* state : engine.states()) ZE_RETURN_IF_ERROR(state->refresh_parameters());
+  return absl::OkStatus();
 }
 
 }  // namespace zero

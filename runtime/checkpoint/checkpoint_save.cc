@@ -40,6 +40,7 @@ struct PlannedSegment {
   int64_t offset;    // byte offset in the file
   int64_t element = 0, run = 0, stride = 0;  // CheckpointSegment's geometry in the unsplit tensor
   bool frozen = false;  // read from frozen_weights(), not state_store()
+  int state = 0;        // which of Engine::states() holds it
 };
 
 std::vector<PlannedSegment> pieces_of(const std::vector<StateRange>& ranges, bool with_replicated,
@@ -73,11 +74,23 @@ std::vector<PlannedSegment> pieces_of(const std::vector<StateRange>& ranges, boo
   return pieces;
 }
 
-std::vector<PlannedSegment> plan(const ModelState& state, const std::vector<std::string>& kinds, int data_rank,
+// What this rank writes of each state: `data_rank` its place in the
+// state's group (the data group, or the expert-data group).
+struct StateShare {
+  ModelState* state;
+  int data_rank;
+};
+
+std::vector<PlannedSegment> plan(const std::vector<StateShare>& shares, const std::vector<std::string>& kinds,
                                  bool with_replicated, const std::vector<Parameter*>& copies) {
-  const std::vector<PlannedSegment> trained = pieces_of(state.written_ranges(data_rank), with_replicated, copies);
-  std::vector<PlannedSegment> frozen = pieces_of(state.frozen_written_ranges(data_rank), with_replicated, copies);
-  for (PlannedSegment& s : frozen) s.frozen = true;
+  std::vector<std::vector<PlannedSegment>> trained, frozen;
+  for (size_t i = 0; i < shares.size(); ++i) {
+    const ModelState& state = *shares[i].state;
+    trained.push_back(pieces_of(state.written_ranges(shares[i].data_rank), with_replicated, copies));
+    frozen.push_back(pieces_of(state.frozen_written_ranges(shares[i].data_rank), with_replicated, copies));
+    for (PlannedSegment& s : trained.back()) s.state = static_cast<int>(i);
+    for (PlannedSegment& s : frozen.back()) s.state = static_cast<int>(i), s.frozen = true;
+  }
   std::vector<PlannedSegment> out;
   int64_t offset = kShardHeaderBytes;
   auto add = [&](const std::string& kind, const std::vector<PlannedSegment>& pieces) {
@@ -89,14 +102,16 @@ std::vector<PlannedSegment> plan(const ModelState& state, const std::vector<std:
     }
   };
   for (const std::string& kind : kinds) {
-    add(kind, trained);
-    if (kind == kinds.front()) add(kind, frozen);  // "master": the frozen weights too
+    for (size_t i = 0; i < shares.size(); ++i) {
+      add(kind, trained[i]);
+      if (kind == kinds.front()) add(kind, frozen[i]);  // "master": the frozen weights too
+    }
   }
   return out;
 }
 
 // Writes this rank's shard; returns the CRC of each planned segment.
-absl::StatusOr<std::vector<uint32_t>> write_shard(OptimizerStateStore& store, OptimizerStateStore* frozen,
+absl::StatusOr<std::vector<uint32_t>> write_shard(const std::vector<StateShare>& shares,
                                                   const std::vector<PlannedSegment>& segs, const std::string& path,
                                                   int rank, int world, const std::string& tag) {
   const int64_t payload = segs.empty() ? 0 : segs.back().offset + (segs.back().range.end - segs.back().range.begin) * 4 - kShardHeaderBytes;
@@ -106,11 +121,13 @@ absl::StatusOr<std::vector<uint32_t>> write_shard(OptimizerStateStore& store, Op
   ZE_RETURN_IF_ERROR(w.write(header.data(), header.size()));
   std::vector<uint32_t> crcs;
   constexpr int64_t kChunk = 2 << 20;  // elements staged at a time
-  const std::vector<std::string>& kinds = store.names();
   for (const PlannedSegment& s : segs) {
+    ModelState& state = *shares.at(s.state).state;
+    const std::vector<std::string>& kinds = state.state_store().names();
     const int index = static_cast<int>(std::find(kinds.begin(), kinds.end(), s.kind) - kinds.begin());
+    OptimizerStateStore* frozen = state.frozen_weights();
     ZE_CHECK(!s.frozen || (frozen != nullptr && index == 0)) << s.range.param->name();
-    OptimizerStateStore& from = s.frozen ? *frozen : store;
+    OptimizerStateStore& from = s.frozen ? *frozen : state.state_store();
     uint32_t crc = 0;
     for (int64_t e = 0; e < s.range.end - s.range.begin; e += kChunk) {
       const int64_t n = std::min(kChunk, s.range.end - s.range.begin - e);
@@ -128,7 +145,8 @@ absl::StatusOr<std::vector<uint32_t>> write_shard(OptimizerStateStore& store, Op
 using ParameterList = std::vector<std::pair<std::string, Shape>>;
 
 // Every rank's parameters (name, unsplit shape) for rank 0's manifest: the
-// ranks of different pipeline stages hold different ones. Sent as the
+// ranks of different pipeline stages hold different ones, and under expert
+// parallelism different experts. Sent as the
 // characters of "name:d0,d1;..." in an all-reduced table of doubles, each
 // rank filling its own slots (exact: characters are small integers).
 absl::StatusOr<std::vector<ParameterList>> every_ranks_parameters(Communicator& comm,
@@ -202,10 +220,6 @@ absl::Status decode_model_description(const std::string& bytes, SaveOptions& o) 
 }  // namespace
 
 absl::StatusOr<std::string> save_checkpoint(Engine& engine, const SaveOptions& options) {
-  if (engine.expert_state() != nullptr) {
-    return absl::UnimplementedError(cat("checkpoint: experts split over ", engine.mesh().shape().expert,
-                                        " expert-parallel ranks (model.ep_size) cannot be saved yet"));
-  }
   // Every rank of the world writes a shard (world rank = file); the data
   // group's layout says which elements of its tensor slice each writes.
   Communicator& comm = engine.mesh().world();
@@ -300,12 +314,16 @@ absl::StatusOr<std::string> save_checkpoint(Engine& engine, const SaveOptions& o
   const std::vector<std::string> kinds = state.state_store().names();  // "master", then the optimizer's
   // A pipeline's later stages hold copies of a tied table; the first stage writes it.
   const bool later_stage = engine.mesh().coordinates().pipeline > 0;
+  // Under expert parallelism the experts' state is written by each
+  // expert-data group's ranks, each group its own experts under their global
+  // names: together every parameter once, as without.
+  std::vector<StateShare> shares{{&state, engine.mesh().coordinates().data}};
+  if (ModelState* experts = engine.expert_state()) shares.push_back({experts, engine.mesh().expert_data().rank()});
   const std::vector<PlannedSegment> mine =
-      plan(state, kinds, engine.mesh().coordinates().data, engine.mesh().coordinates().tensor == 0,
+      plan(shares, kinds, engine.mesh().coordinates().tensor == 0,
            later_stage ? model_of(engine.model()).parameters_tied_across_stages() : std::vector<Parameter*>{});
   absl::StatusOr<std::vector<uint32_t>> crcs =
-      write_shard(state.state_store(), state.frozen_weights(), mine, partial + "/" + shard_name(rank), rank, world,
-                  tag);
+      write_shard(shares, mine, partial + "/" + shard_name(rank), rank, world, tag);
   absl::Status written = agree(crcs.status(), "to write its shard");
   if (!written.ok()) {
     if (leader) (void)remove_tree(partial);  // the previous checkpoint stays as it was
@@ -325,7 +343,7 @@ absl::StatusOr<std::string> save_checkpoint(Engine& engine, const SaveOptions& o
   // Parameters by their index in the writing rank's list: each rank's own
   // list, or with pipeline stages every rank's, exchanged.
   std::vector<ParameterList> lists;
-  if (engine.mesh().shape().pipeline > 1) {
+  if (engine.mesh().shape().pipeline > 1 || engine.mesh().shape().expert > 1) {
     ZE_ASSIGN_OR_RETURN(lists, every_ranks_parameters(comm, params));
   } else {
     ParameterList own;

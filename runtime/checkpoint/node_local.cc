@@ -89,10 +89,12 @@ std::set<int> files_needed(Engine& engine, const Manifest& m) {
       out.insert(seg.file);
     }
   };
-  for (const std::string& kind : kinds)
-    for (const StateRange& r : state.held_ranges()) add(kind, r);
-  if (state.frozen_weights() != nullptr)
-    for (const StateRange& r : state.frozen_held_ranges()) add(kinds[0], r);
+  for (ModelState* held : engine.states()) {
+    for (const std::string& kind : kinds)
+      for (const StateRange& r : held->held_ranges()) add(kind, r);
+    if (held->frozen_weights() != nullptr)
+      for (const StateRange& r : held->frozen_held_ranges()) add(kinds[0], r);
+  }
   return out;
 }
 

@@ -227,7 +227,7 @@ void parse_unsupported_feature_sections(ConfigReader& root) {
   // turns sparse attention on with its defaults for "sparse_attention": {}).
   static const Switch kPresence[] = {
       {"sparse_attention", "no block-sparse attention"},
-      {"expert_parallel", "no expert parallelism"},
+      {"expert_parallel", "expert parallelism is model.ep_size here"},
       {"compression_training", "no compression training"},
       {"weight_quantization", "no weight quantization"},
       {"timers", "timers are not configurable; see wall_clock_breakdown"},

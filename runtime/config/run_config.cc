@@ -496,12 +496,6 @@ absl::StatusOr<RunConfig> parse_run_config(const Json& config, const ConfigOptio
                                          out);
   parse_checkpoint_section(root.section("checkpoint", UnknownKeys::kWarnUnlessNearMiss), out);
   check_pipeline_composition(root, out);
-  if (out.expert_size() > 1 && (!out.run.save_dir.empty() || !out.run.resume.empty())) {
-    root.error("model.ep_size", cat(out.ep_size, " with ", out.run.save_dir.empty() ? "run.resume" : "run.save_dir",
-                                    ": checkpoints of experts split over ranks are not implemented yet (each rank "
-                                    "would need to write its experts under their global names); train with "
-                                    "model.ep_size 1 to save checkpoints"));
-  }
   check_evaluation(root, out);
   check_lora_composition(root, out);
   parse_unsupported_feature_sections(root);
@@ -710,7 +704,9 @@ std::vector<ConfigKey> run_config_keys() {
                       "DeepSpeed-Ulysses (all-to-all over heads) is not here; Megatron's sequence parallelism is "
                       "tensor_parallel.sequence_parallel"));
   k.push_back(refused("graph_harvesting", false, "there are no CUDA graphs"));
-  k.push_back(refused("use_data_before_expert_parallelism", false, "there is no expert parallelism"));
+  k.push_back(refused("use_data_before_expert_parallelism", false,
+                    "expert groups are consecutive data-parallel ranks (DeepSpeed's default); mesh.order "
+                    "\"tp-dp-ep-pp\" gives the other layout"));
   k.push_back(refused("log_level", "info", "ZeroEngine's log has one level"));
   return k;
 }

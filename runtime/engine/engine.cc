@@ -598,7 +598,7 @@ double Engine::local_norm_square_sum() {
   // every rank of a group holds whole (stage 0) count from its first rank
   // only; each expert-data group holds other experts, so their squares add.
   if (state_->grads_replicated() && comm().rank() != 0) dense = 0;
-  double experts = expert_state_->local_grad_square_sum();
+  double experts = replica_tensor_rank ? 0.0 : expert_state_->local_grad_square_sum();  // no expert is split
   if (expert_state_->grads_replicated() && mesh_->expert_data().rank() != 0) experts = 0;
   return dense + experts;
 }

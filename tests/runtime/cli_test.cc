@@ -183,25 +183,6 @@ TEST(CliTest, ExpertsThatCannotRouteExitTwoNamingBothNumbers) {
       << r.output;
 }
 
-// Checkpoints of experts split over ranks are refused before training, not
-// at the first save.
-TEST(CliTest, ExpertParallelCheckpointsAreRefusedUpFront) {
-  const std::string moe = write("moe_ep.json", R"({
-  "model": {"arch": "mixtral", "n_layer": 2, "n_head": 2, "d_model": 32, "vocab_size": 256, "seq_len": 16,
-            "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16, "ep_size": 2},
-  "data": {"format": "text", "path": "/usr/share/common-licenses"},
-  "run": {"steps": 2, "save_dir": ")" + ::testing::TempDir() + R"(/CliTest.ep_ckpt"},
-  "train_micro_batch_size_per_gpu": 4
-})");
-  CommandResult r = stderr_of(std::string(ZE_TRAIN_BIN) + " --config " + moe);
-  EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_NE(r.output.find("model.ep_size: 2 with run.save_dir: checkpoints of experts split over ranks are not "
-                          "implemented yet"),
-            std::string::npos)
-      << r.output;
-  EXPECT_FALSE(std::filesystem::exists(::testing::TempDir() + "/CliTest.ep_ckpt"));
-}
-
 // With several layers, an error about a key says which file or option gave it.
 TEST(CliTest, LayeredConfigErrorNamesTheSource) {
   const std::string base = write("errbase.json", kBase);

@@ -192,6 +192,7 @@ Json adjust(const ConfigKey& k, Json v) {
   if (k.path == "gradient_allreduce_op") return "sum";
   if (k.name() == "job_name") return "some_value";  // one directory name: no separator
   if (k.path == "pipeline.stages") return Json();  // needs a world of 2 ranks: zero_train_mpi_test sets it
+  if (k.path == "model.ep_size") return Json();  // needs experts and 2 ranks: cli_test, moe_parallel_test
   if (k.path == "pipeline.num_layers_per_virtual_stage") return Json();  // needs 2 stages: pipeline_interleaved_test
   if (k.path == "mesh.order") return "dp-tp-pp";  // names the axes of a mesh
   if (k.path == "model.lora.target_modules") return Json::array({"c_fc"});  // a layer of the model

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <memory>
 #include <optional>
 
@@ -19,6 +20,7 @@
 #include "graph/build_model.h"
 #include "graph/gpt.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "runtime/checkpoint/checkpoint.h"
 #include "runtime/engine/engine.h"
 #include "tests/testing/counting_rows.h"
 #include "tests/testing/mpi_test_main.h"
@@ -68,13 +70,16 @@ struct TrainRun {
 };
 
 // W micro-batches per step: on one rank with accumulation, or one per data
-// rank; with ep > 1 the experts split over expert groups of ep ranks.
-TrainRun train(const GptConfig& model, Communicator& comm, int stage, int w, std::optional<int64_t> segments = {},
-               int ep = 1) {
+// rank; with ep > 1 the experts split over expert groups of ep ranks. Steps
+// [from, to): from a checkpoint in load_dir (when given), saving one into
+// save_dir after the last (when given).
+TrainRun train_steps(const GptConfig& model, Communicator& comm, int stage, int w, std::optional<int64_t> segments,
+                     int ep, int from, int to, const std::string& load_dir = "", const std::string& save_dir = "",
+                     int tp = 1) {
   TrainRun out;
   absl::StatusOr<std::unique_ptr<DeviceMesh>> mesh = DeviceMesh::create(comm);
-  if (ep > 1) {
-    absl::StatusOr<MeshLayout> layout = MeshLayout::create("tp-ep-dp-pp", {{"ep", ep}}, comm.world_size());
+  if (ep > 1 || tp > 1) {
+    absl::StatusOr<MeshLayout> layout = MeshLayout::create("tp-ep-dp-pp", {{"tp", tp}, {"ep", ep}}, comm.world_size());
     EXPECT_TRUE(layout.ok()) << layout.status();
     if (!layout.ok()) return out;
     mesh = DeviceMesh::create(comm, *layout);
@@ -91,13 +96,18 @@ TrainRun train(const GptConfig& model, Communicator& comm, int stage, int w, std
                      **mesh);
   EXPECT_TRUE(engine.ok()) << engine.status();
   if (!engine.ok()) return out;
+  if (!load_dir.empty()) {
+    const absl::Status loaded = load_checkpoint(**engine, load_dir);
+    EXPECT_TRUE(loaded.ok()) << loaded;
+    if (!loaded.ok()) return out;
+  }
   testing::CountingRows rows{model.seq_len, model.vocab_size};
   const int rank = (*mesh)->coordinates().data;
   out.parameters = (*engine)->num_parameters();
   for (Parameter* p : (*engine)->model().parameters()) {
     if (out.first_expert.empty() && p->name().find(".experts.") != std::string::npos) out.first_expert = p->name();
   }
-  for (int step = 0; step < kSteps; ++step) {
+  for (int step = from; step < to; ++step) {
     absl::StatusOr<StepResult> r = (*engine)->train_batch([&](int micro) -> absl::StatusOr<Batch> {
       return rows.make((step * w + (one_rank ? micro : rank)) * kMicro, kMicro);
     });
@@ -109,7 +119,16 @@ TrainRun train(const GptConfig& model, Communicator& comm, int stage, int w, std
     if (r->moe) out.dropped += r->moe->dropped;
     out.recompute_s += r->recompute_s;
   }
+  if (!save_dir.empty()) {
+    const absl::StatusOr<std::string> saved = save_checkpoint(**engine, SaveOptions{.dir = save_dir});
+    EXPECT_TRUE(saved.ok()) << saved.status();
+  }
   return out;
+}
+
+TrainRun train(const GptConfig& model, Communicator& comm, int stage, int w, std::optional<int64_t> segments = {},
+               int ep = 1, int tp = 1) {
+  return train_steps(model, comm, stage, w, segments, ep, 0, kSteps, "", "", tp);
 }
 
 void expect_same_training(double capacity_factor) {
@@ -204,6 +223,69 @@ TEST(MoeParallelTest, ExpertParallelRanksTrainTheModelOneRankTrains) {
     }
   }
   if (!ran) GTEST_SKIP() << "ep 2 or 3 must divide the " << w << " ranks";
+}
+
+// Tensor parallelism splits the attention (and the dense MLPs) while each
+// tensor rank runs the sparse MLP whole, with expert parallelism among the
+// ranks of the same tensor rank: the same training as one rank.
+TEST(MoeParallelTest, TensorParallelAttentionWithExpertsTrainsTheModelOneRankTrains) {
+  Communicator& comm = world();
+  const int w = comm.world_size();
+  if (w % 2 != 0) GTEST_SKIP() << "tensor parallelism of 2 on " << w << " ranks";
+  const GptConfig model = moe_model(0.0);
+  for (int ep : {1, 2}) {
+    if ((w / 2) % ep != 0) continue;
+    for (int stage : {0, 3}) {
+      SCOPED_TRACE(cat("ZeRO stage ", stage, ", tp 2 x ep ", ep, " of ", w, " ranks"));
+      const int data = w / 2;
+      std::unique_ptr<Communicator> self = make_local_communicator();
+      const TrainRun one = train(model, *self, stage, data);
+      const TrainRun many = train(model, comm, stage, data, {}, ep, 2);
+      ASSERT_EQ(many.losses.size(), static_cast<size_t>(kSteps));
+      for (int s = 0; s < kSteps; ++s) {
+        EXPECT_NEAR(many.losses[s], one.losses[s], 2e-6 * std::fabs(one.losses[s])) << "step " << s;
+        EXPECT_NEAR(many.norms[s], one.norms[s], 1e-4 * one.norms[s]) << "step " << s;
+      }
+    }
+  }
+}
+
+// A checkpoint of split experts names each by its global index, whichever
+// ranks wrote it: the run resumes on the same layout bit for bit, and on
+// another (every expert on every rank; one rank alone) as the same model.
+TEST(MoeParallelTest, ExpertParallelCheckpointsResumeOnAnyLayout) {
+  Communicator& comm = world();
+  const int w = comm.world_size();
+  const int ep = w % 2 == 0 ? 2 : w;
+  constexpr int64_t kExperts = 6;
+  if (kExperts % ep != 0) GTEST_SKIP() << "ep " << ep << " does not divide " << kExperts << " experts";
+  const GptConfig model = moe_model(0.0, kExperts);
+  const std::string dir = cat(::testing::TempDir(), "/MoeParallelTest.ep_ckpt_", w);
+  for (int stage : {1, 3}) {
+    SCOPED_TRACE(cat("ZeRO stage ", stage, ", ep ", ep, " of ", w, " ranks"));
+    if (comm.rank() == 0) std::filesystem::remove_all(dir);
+    ASSERT_TRUE(comm.barrier().ok());
+    const TrainRun whole = train_steps(model, comm, stage, w, {}, ep, 0, kSteps);
+    const TrainRun first = train_steps(model, comm, stage, w, {}, ep, 0, kSteps / 2, "", dir);
+    ASSERT_EQ(first.losses.size(), static_cast<size_t>(kSteps / 2));
+    const TrainRun same = train_steps(model, comm, stage, w, {}, ep, kSteps / 2, kSteps, dir);
+    const TrainRun replicated = train_steps(model, comm, stage, w, {}, 1, kSteps / 2, kSteps, dir);
+    std::unique_ptr<Communicator> self = make_local_communicator();
+    const TrainRun alone = train_steps(model, *self, stage, w, {}, 1, kSteps / 2, kSteps, dir);
+    ASSERT_EQ(same.losses.size(), static_cast<size_t>(kSteps - kSteps / 2));
+    ASSERT_EQ(replicated.losses.size(), same.losses.size());
+    ASSERT_EQ(alone.losses.size(), same.losses.size());
+    for (size_t s = 0; s < same.losses.size(); ++s) {
+      const size_t at = s + kSteps / 2;
+      EXPECT_EQ(same.losses[s], whole.losses[at]) << "step " << at;
+      EXPECT_EQ(same.norms[s], whole.norms[at]) << "step " << at;
+      EXPECT_NEAR(replicated.losses[s], whole.losses[at], 2e-6 * std::fabs(whole.losses[at])) << "step " << at;
+      EXPECT_NEAR(alone.losses[s], whole.losses[at], 2e-6 * std::fabs(whole.losses[at])) << "step " << at;
+      EXPECT_NEAR(alone.norms[s], whole.norms[at], 1e-4 * whole.norms[at]) << "step " << at;
+    }
+  }
+  ASSERT_TRUE(comm.barrier().ok());
+  if (comm.rank() == 0) std::filesystem::remove_all(dir);
 }
 
 }  // namespace
