@@ -149,6 +149,8 @@ class MoeMlp : public Module {
   // The experts this rank holds: [first, first + count) of num_experts.
   int64_t first_expert() const { return first_expert_; }
   int64_t held_experts() const { return static_cast<int64_t>(experts_.size()); }
+  // The expert group the experts split over (nullptr: every expert here).
+  Communicator* expert_group() const { return expert_group_; }
   // The parameters of the experts this rank holds (not the router's, not
   // the shared expert's): what expert parallelism shards apart.
   std::vector<Parameter*> expert_parameters() const;

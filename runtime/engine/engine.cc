@@ -86,6 +86,24 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<Module> m
                      "mesh), graph/build_model.h)"));
     }
   }
+  {
+    // Expert parallelism: every sparse block's experts split over this
+    // mesh's expert group, or none when the mesh has no ep axis; a model
+    // built otherwise would reduce its experts over the wrong ranks.
+    Communicator* want = mesh.shape().expert > 1 ? &mesh.expert() : nullptr;
+    int64_t sparse = 0, wrong = 0;
+    for (Module* m : model->modules()) {
+      if (auto* moe = dynamic_cast<MoeMlp*>(m)) ++sparse, wrong += moe->expert_group() != want ? 1 : 0;
+    }
+    if (wrong > 0 || (want != nullptr && sparse == 0)) {
+      return absl::InvalidArgumentError(cat(
+          "model.ep_size ", mesh.shape().expert, ": the model, a ", model_type_name(*model), ", ",
+          sparse == 0      ? "has no experts to split (train it with ep_size 1)"
+          : want == nullptr ? "splits its experts over ranks the mesh has no ep axis for"
+                            : "was built with every expert here, not on the mesh's expert group",
+          " (build it with build_model(spec, mesh), graph/build_model.h)"));
+    }
+  }
   if (config.micro_batch_size <= 0)
     return absl::InvalidArgumentError(cat("micro batch size ", config.micro_batch_size, " must be > 0"));
   if (config.gradient_accumulation_steps <= 0)

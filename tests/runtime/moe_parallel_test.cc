@@ -65,6 +65,7 @@ struct TrainRun {
   std::vector<double> losses, norms;
   int64_t parameters = 0;   // this rank's (Engine::num_parameters)
   std::string first_expert;  // the name of the first expert parameter this rank holds
+  double first_step_tokens_on_last_experts = -1;  // the first step's choices of the upper half of the experts
   int64_t dropped = 0;
   double recompute_s = 0;  // time spent recomputing checkpointed segments
 };
@@ -117,6 +118,12 @@ TrainRun train_steps(const GptConfig& model, Communicator& comm, int stage, int 
     out.norms.push_back(r->grad_norm);
     EXPECT_TRUE(r->moe.has_value());
     if (r->moe) out.dropped += r->moe->dropped;
+    if (r->moe && step == from) {
+      out.first_step_tokens_on_last_experts = 0;
+      for (const auto& [layer, tokens] : r->moe->expert_tokens) {
+        for (size_t e = tokens.size() / 2; e < tokens.size(); ++e) out.first_step_tokens_on_last_experts += tokens[e];
+      }
+    }
     out.recompute_s += r->recompute_s;
   }
   if (!save_dir.empty()) {
@@ -223,6 +230,51 @@ TEST(MoeParallelTest, ExpertParallelRanksTrainTheModelOneRankTrains) {
     }
   }
   if (!ran) GTEST_SKIP() << "ep 2 or 3 must divide the " << w << " ranks";
+}
+
+// With every weight zero the router's probabilities tie and every token
+// picks the first experts: the ranks that hold the others receive no rows,
+// yet still run their experts (on a row of zeros) so that the collectives
+// match, and the run is still one rank's.
+TEST(MoeParallelTest, AnExpertRankThatReceivesNoTokensStillTrainsInStep) {
+  Communicator& comm = world();
+  const int w = comm.world_size();
+  if (w % 2 != 0) GTEST_SKIP() << "ep 2 on " << w << " ranks";
+  GptConfig model = moe_model(0.0);
+  model.init_std = 0.0f;
+  for (int stage : {0, 3}) {
+    SCOPED_TRACE(cat("ZeRO stage ", stage));
+    std::unique_ptr<Communicator> self = make_local_communicator();
+    const TrainRun one = train(model, *self, stage, w);
+    const TrainRun many = train(model, comm, stage, w, {}, 2);
+    ASSERT_EQ(many.losses.size(), static_cast<size_t>(kSteps));
+    for (int s = 0; s < kSteps; ++s) {
+      EXPECT_NEAR(many.losses[s], one.losses[s], 2e-6 * std::fabs(one.losses[s])) << "step " << s;
+      EXPECT_NEAR(many.norms[s], one.norms[s], 1e-4 * one.norms[s] + 1e-12) << "step " << s;
+    }
+    EXPECT_EQ(many.first_step_tokens_on_last_experts, 0);
+  }
+}
+
+// A model built with every expert on a mesh with an ep axis would reduce
+// its experts over the wrong ranks: refused, naming the key.
+TEST(MoeParallelTest, AModelNotBuiltForTheExpertGroupIsRefused) {
+  Communicator& comm = world();
+  const int w = comm.world_size();
+  if (w % 2 != 0) GTEST_SKIP() << "ep 2 on " << w << " ranks";
+  auto mesh = DeviceMesh::create(comm, MeshLayout::create("tp-ep-dp-pp", {{"ep", 2}}, w).value());
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  CpuBackend backend;
+  auto whole = Engine::create(std::make_unique<Gpt>(moe_model(0.0)), engine_config(0, 1, w), backend, **mesh);
+  EXPECT_EQ(whole.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(whole.status().message().find("model.ep_size 2: the model"), std::string_view::npos) << whole.status();
+  EXPECT_NE(whole.status().message().find("was built with every expert here"), std::string_view::npos)
+      << whole.status();
+  GptConfig dense = moe_model(0.0);
+  dense.arch = ModelArch::kLlama;
+  dense.moe = MoeConfig{};
+  auto none = Engine::create(std::make_unique<Gpt>(dense), engine_config(0, 1, w), backend, **mesh);
+  EXPECT_NE(none.status().message().find("has no experts to split"), std::string_view::npos) << none.status();
 }
 
 // Tensor parallelism splits the attention (and the dense MLPs) while each
