@@ -3,20 +3,14 @@
 
 #include "core/status.h"
 #include "core/strings.h"
+#include "graph/moe.h"
 #include "graph/parallel_layers.h"
 
 namespace zero {
 
 absl::StatusOr<std::unique_ptr<Gpt>> build_model(const GptConfig& spec, DeviceMesh& mesh, const ModelLayout& layout) {
   ZE_RETURN_IF_ERROR(check_gpt_split(spec, mesh.shape().tensor, layout.sequence_parallel));
-  if (spec.moe.enabled() && mesh.shape().pipeline > 1) {
-    // The routers' load-balancing loss couples every layer of a micro-batch
-    // (transformers' form), and a stage's backward would need the later
-    // stages' statistics: not carried between stages yet.
-    return absl::InvalidArgumentError(cat("pipeline.stages: ", mesh.shape().pipeline,
-                                          ": a mixture of experts under pipeline parallelism is not implemented yet "
-                                          "(model.num_experts ", spec.moe.num_experts, ")"));
-  }
+  ZE_RETURN_IF_ERROR(check_moe_pipeline(spec.moe, mesh.shape().pipeline));
   ZE_RETURN_IF_ERROR(check_expert_parallel(spec.moe, mesh.shape().expert));
   ZE_ASSIGN_OR_RETURN(const PipelineStage stage, gpt_pipeline_stage(spec, mesh.coordinates().pipeline,
                                                                     mesh.shape().pipeline, layout.partition,

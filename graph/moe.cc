@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <utility>
 
 #include "comm/communicator.h"
 #include "core/check.h"
@@ -32,71 +33,73 @@ int64_t MoeConfig::capacity(int64_t tokens) const {
 
 // ---- the auxiliary losses
 
-void MoeLosses::add(int64_t layer, std::vector<double> choices, std::vector<double> prob_sum, int64_t rows,
-                    double lse_sq_sum, int64_t dropped) {
-  pending_.push_back({layer, std::move(choices), std::move(prob_sum), rows, lse_sq_sum, dropped});
+std::shared_ptr<const MoeRouting> MoeLosses::add(const void* pass, int64_t layer, std::vector<double> choices,
+                                                 std::vector<double> prob_sum, int64_t rows, double lse_sq_sum,
+                                                 int64_t dropped) {
+  auto r = std::make_shared<MoeRouting>();
+  r->layer = layer;
+  r->choices = std::move(choices);
+  r->prob_sum = std::move(prob_sum);
+  r->rows = rows;
+  r->lse_sq_sum = lse_sq_sum;
+  r->dropped = dropped;
+  pending_.push_back(r);
+  by_pass_[{pass, layer}] = r;
+  return r;
+}
+
+std::shared_ptr<const MoeRouting> MoeLosses::find(const void* pass, int64_t layer) const {
+  auto it = by_pass_.find({pass, layer});
+  return it == by_pass_.end() ? nullptr : it->second;
 }
 
 double MoeLosses::finish(double grad_scale) {
-  active_ = std::move(pending_);
-  pending_.clear();
-  grad_scale_ = grad_scale;
+  const std::vector<std::shared_ptr<MoeRouting>> done = std::exchange(pending_, {});
   const int64_t e = config_.num_experts;
-  global_choices_.assign(e, 0.0);
-  global_rows_ = 0;
-  std::vector<double> global_probs(e, 0.0);
+  std::vector<double> global_choices(e, 0.0), global_probs(e, 0.0);
+  int64_t global_rows = 0;
   last_aux_ = last_z_ = 0;
   last_dropped_ = 0;
   last_choices_.clear();
-  for (const Layer& l : active_) {
-    for (int64_t j = 0; j < e; ++j) global_choices_[j] += l.choices[j], global_probs[j] += l.prob_sum[j];
-    global_rows_ += l.rows;
-    last_dropped_ += l.dropped;
-    last_choices_.emplace_back(l.layer, l.choices);
-    if (l.rows > 0) {
-      last_z_ += l.lse_sq_sum / static_cast<double>(l.rows);
+  for (const auto& l : done) {
+    for (int64_t j = 0; j < e; ++j) global_choices[j] += l->choices[j], global_probs[j] += l->prob_sum[j];
+    global_rows += l->rows;
+    last_dropped_ += l->dropped;
+    last_choices_.emplace_back(l->layer, l->choices);
+    if (l->rows > 0) {
+      last_z_ += l->lse_sq_sum / static_cast<double>(l->rows);
       if (config_.aux_loss_scope == AuxLossScope::kPerLayer) {
         double s = 0;
-        for (int64_t j = 0; j < e; ++j) s += l.choices[j] * l.prob_sum[j];
-        last_aux_ += static_cast<double>(e) * s / (static_cast<double>(l.rows) * static_cast<double>(l.rows));
+        for (int64_t j = 0; j < e; ++j) s += l->choices[j] * l->prob_sum[j];
+        last_aux_ += static_cast<double>(e) * s / (static_cast<double>(l->rows) * static_cast<double>(l->rows));
       }
     }
   }
-  if (config_.aux_loss_scope == AuxLossScope::kGlobal && global_rows_ > 0) {
+  const bool global = config_.aux_loss_scope == AuxLossScope::kGlobal;
+  if (global && global_rows > 0) {
     double s = 0;
-    for (int64_t j = 0; j < e; ++j) s += global_choices_[j] * global_probs[j];
-    const double r = static_cast<double>(global_rows_);
+    for (int64_t j = 0; j < e; ++j) s += global_choices[j] * global_probs[j];
+    const double r = static_cast<double>(global_rows);
     last_aux_ = static_cast<double>(e) * s / (r * r);
   }
-  return config_.aux_loss_coef * last_aux_ + config_.z_loss_coef * last_z_;
-}
-
-const MoeLosses::Layer* MoeLosses::find(int64_t layer) const {
-  for (const Layer& l : active_)
-    if (l.layer == layer) return &l;
-  return nullptr;
-}
-
-std::vector<float> MoeLosses::prob_gradient(int64_t layer) const {
-  const Layer* l = find(layer);
-  if (l == nullptr || config_.aux_loss_coef == 0.0f || l->rows == 0) return {};
-  // d aux / d p[n, e] = E f_e / R with f_e the choices' share: over every
-  // layer (global) or this one's.
-  const bool global = config_.aux_loss_scope == AuxLossScope::kGlobal;
-  const std::vector<double>& choices = global ? global_choices_ : l->choices;
-  const double r = static_cast<double>(global ? global_rows_ : l->rows);
-  const int64_t e = config_.num_experts;
-  std::vector<float> g(e);
-  for (int64_t j = 0; j < e; ++j) {
-    g[j] = static_cast<float>(grad_scale_ * config_.aux_loss_coef * static_cast<double>(e) * choices[j] / (r * r));
+  // The gradients: d aux / d p[n, e] = E f_e / R with f_e the choices'
+  // share, over every layer (global) or this one's; the z-loss's factor.
+  for (const auto& l : done) {
+    if (l->rows == 0) continue;
+    if (config_.aux_loss_coef != 0.0f) {
+      const std::vector<double>& choices = global ? global_choices : l->choices;
+      const double r = static_cast<double>(global ? global_rows : l->rows);
+      l->prob_gradient.resize(e);
+      for (int64_t j = 0; j < e; ++j) {
+        l->prob_gradient[j] =
+            static_cast<float>(grad_scale * config_.aux_loss_coef * static_cast<double>(e) * choices[j] / (r * r));
+      }
+    }
+    if (config_.z_loss_coef != 0.0f) {
+      l->z_scale = static_cast<float>(grad_scale * config_.z_loss_coef / static_cast<double>(l->rows));
+    }
   }
-  return g;
-}
-
-float MoeLosses::z_scale(int64_t layer) const {
-  const Layer* l = find(layer);
-  if (l == nullptr || config_.z_loss_coef == 0.0f || l->rows == 0) return 0.0f;
-  return static_cast<float>(grad_scale_ * config_.z_loss_coef / static_cast<double>(l->rows));
+  return config_.aux_loss_coef * last_aux_ + config_.z_loss_coef * last_z_;
 }
 
 // Which rows each expert computes: for expert e, rows [offset[e], offset[e]
@@ -246,6 +249,17 @@ Tensor combine(Context& ctx, const std::vector<Tensor>& hs, const std::vector<Te
 
 }  // namespace
 
+absl::Status check_moe_pipeline(const MoeConfig& moe, int stages) {
+  if (stages <= 1 || !moe.enabled() || moe.aux_loss_scope != AuxLossScope::kGlobal || moe.aux_loss_coef == 0.0f) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(cat(
+      "pipeline.stages: ", stages, " with model.aux_loss_scope \"global\" (router_aux_loss_coef ", moe.aux_loss_coef,
+      "): transformers' load-balancing loss couples every sparse layer of a micro-batch, and each stage's backward "
+      "would need the later stages' routing; use \"per_layer\" (Megatron's and DeepSpeed-MoE's) with pipeline "
+      "stages"));
+}
+
 absl::Status check_expert_parallel(const MoeConfig& moe, int ep) {
   if (ep <= 1) return absl::OkStatus();
   if (!moe.enabled()) {
@@ -318,7 +332,9 @@ Tensor MoeMlp::forward(Context& ctx, const Tensor& x) {
   // Under expert parallelism the experts' owners pad (exchanged_experts).
   DispatchPlan plan = make_plan(host_indices, n, k, e, moe_.capacity(n), expert_group_ == nullptr);
 
-  // A training forward (not a recompute) reports its routing to the losses.
+  // A training forward (not a recompute) reports its routing to the losses;
+  // a recompute's router reads the first pass's.
+  std::shared_ptr<const MoeRouting> routing;
   if (ctx.grad_enabled() && !ctx.recomputing()) {
     std::vector<double> prob_sum(e, 0.0);
     double lse_sq = 0;
@@ -328,22 +344,21 @@ Tensor MoeMlp::forward(Context& ctx, const Tensor& x) {
         for (int64_t j = 0; j < e; ++j) prob_sum[j] += p[t * e + j];
       for (float z : download<float>(ctx, lse)) lse_sq += static_cast<double>(z) * z;
     }
-    losses_->add(layer_, plan.choices, std::move(prob_sum), n, lse_sq, plan.dropped);
+    routing = losses_->add(&ctx, layer_, plan.choices, std::move(prob_sum), n, lse_sq, plan.dropped);
+  } else if (ctx.recomputing()) {
+    routing = losses_->find(&ctx, layer_);
   }
   const bool renormalize = moe_.norm_topk_prob;
-  MoeLosses* losses = losses_;
-  const int64_t layer = layer_;
   ctx.record("moe_router", {logits}, weights,
-             [probs, indices, lse, renormalize, losses, layer, e](Context& c2, const Tensor& dweights) {
+             [probs, indices, lse, renormalize, routing, e](Context& c2, const Tensor& dweights) {
                Tensor extra;
-               const std::vector<float> g = losses->prob_gradient(layer);
-               if (!g.empty()) {
+               if (routing != nullptr && !routing->prob_gradient.empty()) {
                  extra = c2.backend().empty({e}, DType::kF32, MemCategory::kActivations);
-                 c2.backend().copy(extra.data(), g.data(), g.size() * sizeof(float));
+                 c2.backend().copy(extra.data(), routing->prob_gradient.data(), e * sizeof(float));
                }
                Tensor dlogits = c2.activation(probs.shape());
-               c2.ops().moe_router_backward(probs, indices, dweights, renormalize, extra, losses->z_scale(layer), lse,
-                                            dlogits);
+               c2.ops().moe_router_backward(probs, indices, dweights, renormalize, extra,
+                                            routing != nullptr ? routing->z_scale : 0.0f, lse, dlogits);
                return std::vector<Tensor>{dlogits};
              });
 

@@ -47,6 +47,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -83,35 +85,53 @@ struct MoeConfig {
   int64_t capacity(int64_t tokens) const;
 };
 
-// The auxiliary losses of the micro-batch in flight, shared by one model's
-// MoE layers (keyed by layer number). Forward adds each layer's routing
-// statistics (not a recompute's, not an evaluation's); finish() turns them
-// into the loss and the gradient factors backward reads; the next forward
-// starts afresh.
+// One sparse layer's routing in one training forward, and what its
+// router's backward adds for the auxiliary losses (set by MoeLosses::finish).
+struct MoeRouting {
+  int64_t layer = 0;
+  std::vector<double> choices, prob_sum;  // per expert: top-k choices (kept or not), probabilities summed
+  int64_t rows = 0;
+  double lse_sq_sum = 0;  // the sum over rows of logsumexp(logits)^2
+  int64_t dropped = 0;    // choices a capacity dropped
+  // The gradient each expert's probability gets in every row (the
+  // load-balancing loss's; empty: none) and the z-loss's factor (ops.h
+  // moe_router_backward's z_scale).
+  std::vector<float> prob_gradient;
+  float z_scale = 0.0f;
+};
+
+// The auxiliary losses of one model's MoE layers. Each training forward
+// adds its layers' routings (not a recompute's, not an evaluation's);
+// finish() turns those added since the last call (one micro-batch's, or
+// with pipeline stages one stage's part of it) into the loss and sets the
+// gradient factors their routers' backward reads. A routing is kept per
+// forward pass (the Context that ran it): a recompute inside backward finds
+// its own micro-batch's, even with several micro-batches in flight (a
+// pipeline schedule).
 class MoeLosses {
  public:
   MoeLosses(const MoeConfig& config) : config_(config) {}
 
-  // A layer's routing of `rows` tokens: top-k choices per expert (kept or
-  // not), the sum of each expert's probability, the sum of lse^2, and how
-  // many choices its capacity dropped.
-  void add(int64_t layer, std::vector<double> choices, std::vector<double> prob_sum, int64_t rows, double lse_sq_sum,
-           int64_t dropped = 0);
+  // Layer `layer`'s routing in the forward pass `pass` (its Context): `rows`
+  // tokens, the top-k choices per expert (kept or not), the sum of each
+  // expert's probability, the sum of lse^2, and how many choices its
+  // capacity dropped. Replaces what an earlier forward of `pass` added.
+  std::shared_ptr<const MoeRouting> add(const void* pass, int64_t layer, std::vector<double> choices,
+                                        std::vector<double> prob_sum, int64_t rows, double lse_sq_sum,
+                                        int64_t dropped = 0);
+  // What `pass`'s last forward added for `layer` (a recompute's routing is
+  // the first pass's); nullptr: nothing.
+  std::shared_ptr<const MoeRouting> find(const void* pass, int64_t layer) const;
   // Drops what a forward added without reaching finish() (a forward that
   // failed): the engine calls it before each training forward.
   void discard_pending() { pending_.clear(); }
   // The weighted auxiliary losses of what was added since the last call
-  // (aux_coef * aux + z_coef * z), and from now on the gradients backward
-  // adds, times grad_scale (the factor the cross-entropy's mean gradient
-  // carries: the loss scale over the accumulation steps). 0 without MoE.
+  // (aux_coef * aux + z_coef * z), and the gradients backward adds, times
+  // grad_scale (the factor the cross-entropy's mean gradient carries: the
+  // loss scale over the accumulation steps). 0 without MoE.
   double finish(double grad_scale);
-  // For layer `layer`'s backward: the gradient each expert's probability
-  // gets in every row (the load-balancing loss's; empty: none) and the
-  // z-loss's factor (ops.h moe_router_backward's z_scale).
-  std::vector<float> prob_gradient(int64_t layer) const;
-  float z_scale(int64_t layer) const;
 
-  // The last finished micro-batch's load-balancing loss (unweighted), z-loss
+  // The last finish()'s load-balancing loss (unweighted), z-loss
   // (unweighted), the choices capacities dropped (all layers) and, per layer,
   // the top-k choices each expert received.
   double last_aux_loss() const { return last_aux_; }
@@ -120,20 +140,9 @@ class MoeLosses {
   const std::vector<std::pair<int64_t, std::vector<double>>>& last_choices() const { return last_choices_; }
 
  private:
-  struct Layer {
-    int64_t layer = 0;
-    std::vector<double> choices, prob_sum;
-    int64_t rows = 0;
-    double lse_sq_sum = 0;
-    int64_t dropped = 0;
-  };
-  const Layer* find(int64_t layer) const;
-
   MoeConfig config_;
-  std::vector<Layer> pending_, active_;
-  std::vector<double> global_choices_;  // active_'s choices summed over layers
-  int64_t global_rows_ = 0;
-  double grad_scale_ = 0;
+  std::vector<std::shared_ptr<MoeRouting>> pending_;
+  std::map<std::pair<const void*, int64_t>, std::shared_ptr<MoeRouting>> by_pass_;
   double last_aux_ = 0, last_z_ = 0;
   int64_t last_dropped_ = 0;
   std::vector<std::pair<int64_t, std::vector<double>>> last_choices_;
@@ -171,6 +180,12 @@ class MoeMlp : public Module {
   Communicator* expert_group_ = nullptr;  // expert parallelism over > 1 ranks
   int64_t first_expert_ = 0;
 };
+
+// `stages` pipeline stages for `moe`: INVALID_ARGUMENT naming
+// pipeline.stages and model.aux_loss_scope when the load-balancing loss is
+// "global" (transformers' form couples every sparse layer of a micro-batch,
+// and a stage's backward would need the later stages' routing).
+absl::Status check_moe_pipeline(const MoeConfig& moe, int stages);
 
 // Expert parallelism of `ep` ranks for `moe`: INVALID_ARGUMENT naming
 // model.ep_size when the model has no experts or ep does not divide them.

@@ -5,7 +5,9 @@
 #include <cctype>
 #include <cmath>
 
+#include "absl/strings/strip.h"
 #include "core/strings.h"
+#include "graph/moe.h"
 #include "graph/gpt.h"
 #include "runtime/config/config_key_builders.h"
 #include "runtime/config/config_schema.h"
@@ -166,9 +168,8 @@ void parse_pipeline_section(ConfigReader r, RunConfig& c) {
   if (p > 1 && c.world_size % tp != 0) {
     r.error("stages", cat(p, " pipeline stages x tensor_parallel.autotp_size ", c.tensor_size(),
                           " do not divide the world of ", c.world_size, " ranks (world = data x tensor x pipeline)"));
-  } else if (p > 1 && c.model.gpt.moe.enabled()) {
-    r.error("stages", cat(p, " pipeline stages: a mixture of experts (model.num_experts ", c.model.gpt.moe.num_experts,
-                          ") under pipeline parallelism is not implemented yet"));
+  } else if (absl::Status moe = check_moe_pipeline(c.model.gpt.moe, p); !moe.ok()) {
+    r.error("stages", std::string(absl::StripPrefix(moe.message(), "pipeline.stages: ")));
   } else if (p > c.model.gpt.n_layer) {
     r.error("stages", cat(p, " pipeline stages for model.n_layer ", c.model.gpt.n_layer,
                           " blocks: each stage needs at least one block"));

@@ -424,26 +424,34 @@ absl::StatusOr<float> Engine::loss_and_gradient(const Tensor& logits, const Tens
   double sum = 0.0;
   for (float l : host) sum += l;
   double loss = valid == 0 ? 0.0 : sum / valid;
-  // The routers' auxiliary losses (graph/moe.h), already means: their
-  // gradients carry the loss scale and the divisors, not the token count.
-  if (MoeLosses* moe = model_of(*model_).moe_losses()) {
-    loss += moe->finish(scaler_.scale() / (static_cast<double>(config_.gradient_accumulation_steps) *
-                                           config_.pre_divide));
-    moe_step_.aux_loss += moe->last_aux_loss();
-    moe_step_.z_loss += moe->last_z_loss();
-    moe_step_.dropped += moe->last_dropped();
-    if (moe_step_.expert_tokens.empty()) {
-      moe_step_.expert_tokens = moe->last_choices();
-    } else {
-      for (size_t l = 0; l < moe_step_.expert_tokens.size() && l < moe->last_choices().size(); ++l) {
-        std::vector<double>& sum = moe_step_.expert_tokens[l].second;
-        const std::vector<double>& add = moe->last_choices()[l].second;
-        for (size_t e = 0; e < sum.size() && e < add.size(); ++e) sum[e] += add[e];
-      }
-    }
-    ++moe_step_.micro_batches;
-  }
+  // The routers' auxiliary losses (graph/moe.h); with pipeline stages each
+  // stage adds its own layers' after its forward (run_pipeline).
+  if (!pipelined()) loss += finish_moe_losses();
   return static_cast<float>(loss);
+}
+
+double Engine::finish_moe_losses() {
+  MoeLosses* moe = model_of(*model_).moe_losses();
+  if (moe == nullptr) return 0.0;
+  // Already means: their gradients carry the loss scale and the divisors,
+  // not the token count.
+  const double weighted =
+      moe->finish(scaler_.scale() / (static_cast<double>(config_.gradient_accumulation_steps) * config_.pre_divide));
+  if (moe->last_choices().empty()) return weighted;  // a pipeline chunk without sparse layers
+  moe_step_.aux_loss += moe->last_aux_loss();
+  moe_step_.z_loss += moe->last_z_loss();
+  moe_step_.dropped += moe->last_dropped();
+  if (moe_step_.expert_tokens.empty()) {
+    moe_step_.expert_tokens = moe->last_choices();
+  } else {
+    for (size_t l = 0; l < moe_step_.expert_tokens.size() && l < moe->last_choices().size(); ++l) {
+      std::vector<double>& sum = moe_step_.expert_tokens[l].second;
+      const std::vector<double>& add = moe->last_choices()[l].second;
+      for (size_t e = 0; e < sum.size() && e < add.size(); ++e) sum[e] += add[e];
+    }
+  }
+  ++moe_step_.micro_batches;
+  return weighted;
 }
 
 absl::Status Engine::backward() {

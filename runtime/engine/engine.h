@@ -249,6 +249,10 @@ class Engine {
   // valid_targets >= 0: their count, taken when the targets were drawn (a
   // copy made on the compute backend has no values in the planner's dry run).
   absl::StatusOr<float> loss_and_gradient(const Tensor& logits, const Tensor& targets, int64_t valid_targets = -1);
+  // The routers' auxiliary losses of the forward just run (graph/moe.h
+  // MoeLosses::finish, with the cross-entropy's gradient scale), added into
+  // the step's MoE statistics; 0 without experts.
+  double finish_moe_losses();
   // Targets >= 0 of host int32 targets.
   static int64_t count_valid_targets(const Tensor& targets);
   // The optimizer step's bookkeeping after a micro-step (step()'s body).

@@ -42,6 +42,7 @@
 #include "absl/strings/str_join.h"
 #include "core/status.h"
 #include "core/strings.h"
+#include "graph/moe.h"
 #include "runtime/engine/engine.h"
 
 namespace zero {
@@ -186,7 +187,7 @@ absl::StatusOr<StepResult> Engine::run_pipeline(const MicroBatchSource& next) {
     Context& ctx = *sl.ctx;
     ctx.clear();
     ctx.set_grad_enabled(true);
-    state_->begin_forward();
+    for (ModelState* st : states()) st->begin_forward();
     const int64_t rows = batch.inputs.dim(0);
     ctx.set_dropout_key(config_.seed,
                         first_global_sample(base_micro_step + m, comm().world_size(), comm().rank(), rows));
@@ -196,11 +197,15 @@ absl::StatusOr<StepResult> Engine::run_pipeline(const MicroBatchSource& next) {
       sl.input = backend_.empty(batch.inputs.shape(), batch.inputs.dtype(), MemCategory::kActivations);
       backend_.copy(sl.input, batch.inputs);
     }
+    if (MoeLosses* moe = model_of(*model_).moe_losses()) moe->discard_pending();
     Tensor out = ctx.forward(chunk_module(c), sl.input);
     sl.input = Tensor();  // the context holds what backward needs of it
     ZE_RETURN_IF_ERROR(annotate(ctx.take_status(), cat("forward of micro-batch ", m,
                                                        chunks > 1 ? cat(" (chunk ", c, ")") : "",
                                                        " on pipeline stage ", stage)));
+    // This chunk's sparse layers' auxiliary losses (per layer: pipeline
+    // stages refuse the global scope), into the loss the stages sum.
+    loss_sum_ += finish_moe_losses();
     if (last_virtual(c)) {
       const Tensor& targets = copy_targets ? drawn[m].targets : batch.targets;
       ZE_ASSIGN_OR_RETURN(const float loss, loss_and_gradient(out, targets, drawn[m].valid_targets));
@@ -221,14 +226,14 @@ absl::StatusOr<StepResult> Engine::run_pipeline(const MicroBatchSource& next) {
     if (!last_virtual(c)) ZE_RETURN_IF_ERROR(wait_for(sl.output_grad_ready, false, c, m));
     const auto t0 = std::chrono::steady_clock::now();
     Context& ctx = *sl.ctx;
-    state_->begin_backward(c == final_backward.chunk && m == final_backward.micro);
+    for (ModelState* st : states()) st->begin_backward(c == final_backward.chunk && m == final_backward.micro);
     Tensor dx = ctx.backward(chunk_module(c), sl.output_grad);
     sl.output_grad = Tensor();
     ZE_CHECK_EQ(ctx.live_frames(), 0u);
     free_contexts.push_back(std::exchange(sl.ctx, nullptr));
     timing_.recompute_s += ctx.take_recompute_seconds();
     absl::Status s = ctx.take_status();
-    s.Update(state_->end_backward());
+    for (ModelState* st : states()) s.Update(st->end_backward());
     ZE_RETURN_IF_ERROR(annotate(s, cat("backward of micro-batch ", m, chunks > 1 ? cat(" (chunk ", c, ")") : "",
                                        " on pipeline stage ", stage)));
     if (!first_virtual(c)) sl.input_grad = dx;
@@ -347,9 +352,9 @@ absl::StatusOr<float> Engine::evaluate_pipeline(const Batch& batch) {
     // (tensor-parallel all-reduces, the vocabulary-parallel loss) still match
     // the other tensor ranks'; the result is then not used.
     ctx_.set_grad_enabled(false);
-    state_->set_evaluating(true);
+    for (ModelState* st : states()) st->set_evaluating(true);
     Tensor out = ctx_.forward(chunk_module(c), input);
-    state_->set_evaluating(false);
+    for (ModelState* st : states()) st->set_evaluating(false);
     ctx_.set_grad_enabled(true);
     status.Update(annotate(ctx_.take_status(), cat(where, chunk, ": forward")));
     input = Tensor();

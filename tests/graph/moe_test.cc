@@ -214,8 +214,8 @@ TEST(MoeLossesTest, GlobalCouplesTheLayersAndPerLayerDoesNot) {
   for (const AuxLossScope scope : {AuxLossScope::kGlobal, AuxLossScope::kPerLayer}) {
     moe.aux_loss_scope = scope;
     MoeLosses l(moe);
-    l.add(0, c0, p0, 10, 30.0);
-    l.add(1, c1, p1, 10, 50.0);
+    const auto r0 = l.add(nullptr, 0, c0, p0, 10, 30.0);
+    const auto r1 = l.add(nullptr, 1, c1, p1, 10, 50.0);
     const double weighted = l.finish(2.0);
     double aux = 0;
     if (scope == AuxLossScope::kGlobal) {  // E sum_e (C_e / R)(P_e / R), R = 20
@@ -228,17 +228,17 @@ TEST(MoeLossesTest, GlobalCouplesTheLayersAndPerLayerDoesNot) {
     EXPECT_NEAR(l.last_z_loss(), z, 1e-12);
     EXPECT_NEAR(weighted, 0.5 * aux + 0.25 * z, 1e-12);
     // d(coef aux)/d p[n, e] of layer 0, times the gradient scale 2.
-    const std::vector<float> g0 = l.prob_gradient(0);
+    const std::vector<float>& g0 = r0->prob_gradient;
     ASSERT_EQ(g0.size(), 4u);
     for (int e = 0; e < 4; ++e) {
       const double want = scope == AuxLossScope::kGlobal ? 2.0 * 0.5 * 4 * (c0[e] + c1[e]) / (20.0 * 20.0)
                                                          : 2.0 * 0.5 * 4 * c0[e] / (10.0 * 10.0);
       EXPECT_NEAR(g0[e], want, 1e-6) << "expert " << e;
     }
-    EXPECT_FLOAT_EQ(l.z_scale(1), static_cast<float>(2.0 * 0.25 / 10));
+    EXPECT_FLOAT_EQ(r1->z_scale, static_cast<float>(2.0 * 0.25 / 10));
+    EXPECT_EQ(l.find(nullptr, 1), r1);  // what a recompute of layer 1 reads
     // The next micro-batch starts afresh.
     EXPECT_EQ(l.finish(1.0), 0.0);
-    EXPECT_TRUE(l.prob_gradient(0).empty());
   }
 }
 

@@ -302,6 +302,77 @@ TEST(MoeParallelTest, TensorParallelAttentionWithExpertsTrainsTheModelOneRankTra
   }
 }
 
+// Pipeline stages: each stage adds its own sparse layers' load-balancing
+// (per layer) and z losses after its forward, and the stages' losses are
+// summed; each router's backward reads its own micro-batch's routing with
+// several micro-batches in flight (1F1B). With and without split experts:
+// the same training as one rank. The global load-balancing loss, which
+// couples the stages' layers, is refused by name.
+TEST(MoeParallelTest, PipelineStagesWithExpertsTrainTheModelOneRankTrains) {
+  Communicator& comm = world();
+  const int w = comm.world_size();
+  if (w % 2 != 0) GTEST_SKIP() << "2 pipeline stages on " << w << " ranks";
+  GptConfig model = moe_model(0.0);
+  model.n_layer = 4;
+  {
+    auto mesh = DeviceMesh::create(comm, 1, 2);
+    ASSERT_TRUE(mesh.ok()) << mesh.status();
+    const absl::Status global = build_model(model, **mesh).status();
+    EXPECT_NE(global.message().find("pipeline.stages: 2 with model.aux_loss_scope \"global\""), std::string::npos)
+        << global;
+  }
+  model.moe.aux_loss_scope = AuxLossScope::kPerLayer;
+  constexpr int kMicroBatches = 4;
+  const int data = w / 2;
+  auto run = [&](Communicator& c, int stage, int ep) {
+    TrainRun out;
+    const int stages = c.world_size() == 1 ? 1 : 2;
+    auto mesh = DeviceMesh::create(c, MeshLayout::create("tp-ep-dp-pp", {{"ep", ep}, {"pp", stages}},
+                                                         c.world_size()).value());
+    EXPECT_TRUE(mesh.ok()) << mesh.status();
+    if (!mesh.ok()) return out;
+    absl::StatusOr<std::unique_ptr<Gpt>> gpt = build_model(model, **mesh);
+    EXPECT_TRUE(gpt.ok()) << gpt.status();
+    if (!gpt.ok()) return out;
+    EngineConfig ec = engine_config(stage, stages == 1 ? data * kMicroBatches : kMicroBatches,
+                                    stages == 1 ? 1 : data);
+    ec.pipeline.stages = stages;
+    CpuBackend backend;
+    auto engine = Engine::create(*std::move(gpt), ec, backend, **mesh);
+    EXPECT_TRUE(engine.ok()) << engine.status();
+    if (!engine.ok()) return out;
+    testing::CountingRows rows{model.seq_len, model.vocab_size};
+    const int d = (*mesh)->coordinates().data;
+    for (int step = 0; step < kSteps; ++step) {
+      absl::StatusOr<StepResult> r = (*engine)->train_batch([&](int micro) -> absl::StatusOr<Batch> {
+        const int index = stages == 1 ? micro : d * kMicroBatches + micro;
+        return rows.make((step * data * kMicroBatches + index) * kMicro, kMicro);
+      });
+      EXPECT_TRUE(r.ok()) << r.status();
+      if (!r.ok()) return out;
+      out.losses.push_back(r->loss);
+      out.norms.push_back(r->grad_norm);
+    }
+    return out;
+  };
+  for (int ep : {1, 2}) {
+    if (data % ep != 0) continue;
+    for (int stage : {0, 2}) {
+      SCOPED_TRACE(cat("ZeRO stage ", stage, ", pp 2 x ep ", ep, " of ", w, " ranks"));
+      std::unique_ptr<Communicator> self = make_local_communicator();
+      const TrainRun one = run(*self, stage, 1);
+      const TrainRun many = run(comm, stage, ep);
+      ASSERT_EQ(one.losses.size(), static_cast<size_t>(kSteps));
+      ASSERT_EQ(many.losses.size(), static_cast<size_t>(kSteps));
+      for (int s = 0; s < kSteps; ++s) {
+        EXPECT_NEAR(many.losses[s], one.losses[s], 2e-6 * std::fabs(one.losses[s])) << "step " << s;
+        EXPECT_NEAR(many.norms[s], one.norms[s], 1e-4 * one.norms[s]) << "step " << s;
+      }
+      EXPECT_LT(many.losses.back(), many.losses.front());
+    }
+  }
+}
+
 // A checkpoint of split experts names each by its global index, whichever
 // ranks wrote it: the run resumes on the same layout bit for bit, and on
 // another (every expert on every rank; one rank alone) as the same model.
