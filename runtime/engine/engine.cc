@@ -426,13 +426,14 @@ absl::StatusOr<float> Engine::loss_and_gradient(const Tensor& logits, const Tens
   double loss = valid == 0 ? 0.0 : sum / valid;
   // The routers' auxiliary losses (graph/moe.h); with pipeline stages each
   // stage adds its own layers' after its forward (run_pipeline).
-  if (!pipelined()) loss += finish_moe_losses();
+  if (!pipelined()) loss += finish_moe_losses(true);
   return static_cast<float>(loss);
 }
 
-double Engine::finish_moe_losses() {
+double Engine::finish_moe_losses(bool new_micro_batch) {
   MoeLosses* moe = model_of(*model_).moe_losses();
   if (moe == nullptr) return 0.0;
+  if (new_micro_batch) ++moe_step_.micro_batches;
   // Already means: their gradients carry the loss scale and the divisors,
   // not the token count.
   const double weighted =
@@ -441,16 +442,16 @@ double Engine::finish_moe_losses() {
   moe_step_.aux_loss += moe->last_aux_loss();
   moe_step_.z_loss += moe->last_z_loss();
   moe_step_.dropped += moe->last_dropped();
-  if (moe_step_.expert_tokens.empty()) {
-    moe_step_.expert_tokens = moe->last_choices();
-  } else {
-    for (size_t l = 0; l < moe_step_.expert_tokens.size() && l < moe->last_choices().size(); ++l) {
-      std::vector<double>& sum = moe_step_.expert_tokens[l].second;
-      const std::vector<double>& add = moe->last_choices()[l].second;
-      for (size_t e = 0; e < sum.size() && e < add.size(); ++e) sum[e] += add[e];
+  // Per layer (a pipeline chunk adds its own layers).
+  for (const auto& [layer, add] : moe->last_choices()) {
+    auto it = std::find_if(moe_step_.expert_tokens.begin(), moe_step_.expert_tokens.end(),
+                           [&](const auto& entry) { return entry.first == layer; });
+    if (it == moe_step_.expert_tokens.end()) {
+      moe_step_.expert_tokens.emplace_back(layer, add);
+      continue;
     }
+    for (size_t e = 0; e < it->second.size() && e < add.size(); ++e) it->second[e] += add[e];
   }
-  ++moe_step_.micro_batches;
   return weighted;
 }
 

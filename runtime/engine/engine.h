@@ -251,8 +251,9 @@ class Engine {
   absl::StatusOr<float> loss_and_gradient(const Tensor& logits, const Tensor& targets, int64_t valid_targets = -1);
   // The routers' auxiliary losses of the forward just run (graph/moe.h
   // MoeLosses::finish, with the cross-entropy's gradient scale), added into
-  // the step's MoE statistics; 0 without experts.
-  double finish_moe_losses();
+  // the step's MoE statistics (`new_micro_batch`: the first forward of a
+  // micro-batch, not a later pipeline chunk's); 0 without experts.
+  double finish_moe_losses(bool new_micro_batch);
   // Targets >= 0 of host int32 targets.
   static int64_t count_valid_targets(const Tensor& targets);
   // The optimizer step's bookkeeping after a micro-step (step()'s body).

@@ -205,7 +205,7 @@ absl::StatusOr<StepResult> Engine::run_pipeline(const MicroBatchSource& next) {
                                                        " on pipeline stage ", stage)));
     // This chunk's sparse layers' auxiliary losses (per layer: pipeline
     // stages refuse the global scope), into the loss the stages sum.
-    loss_sum_ += finish_moe_losses();
+    loss_sum_ += finish_moe_losses(c == 0);
     if (last_virtual(c)) {
       const Tensor& targets = copy_targets ? drawn[m].targets : batch.targets;
       ZE_ASSIGN_OR_RETURN(const float loss, loss_and_gradient(out, targets, drawn[m].valid_targets));
