@@ -21,8 +21,12 @@
 #include "graph/gpt.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "runtime/checkpoint/checkpoint.h"
+#include "runtime/checkpoint/hf_weights.h"
+#include "runtime/config/hf_config.h"
+#include "runtime/config/json_file.h"
 #include "runtime/engine/engine.h"
 #include "tests/testing/counting_rows.h"
+#include "tests/testing/hf_files.h"
 #include "tests/testing/mpi_test_main.h"
 
 namespace zero {
@@ -370,6 +374,45 @@ TEST(MoeParallelTest, PipelineStagesWithExpertsTrainTheModelOneRankTrains) {
       }
       EXPECT_LT(many.losses.back(), many.losses.front());
     }
+  }
+}
+
+// Hugging Face weights into split experts: each rank loads its experts by
+// their global names, and every rank, given transformers' golden batch,
+// computes transformers' loss (its load-balancing term included) while the
+// tokens cross to the experts' owners and back.
+TEST(MoeParallelTest, HuggingFaceWeightsLoadIntoSplitExpertsAsTransformersComputes) {
+  Communicator& comm = world();
+  const int w = comm.world_size();
+  if (w % 2 != 0) GTEST_SKIP() << "ep 2 on " << w << " ranks";
+  const std::string dir = std::string(ZE_SOURCE_DIR) + "/tests/data/hf/mixtral";
+  absl::StatusOr<Json> j = load_json_file(dir + "/config.json");
+  ASSERT_TRUE(j.ok()) << j.status();
+  absl::StatusOr<GptConfig> config = gpt_config_from_hf(*j, dir + "/config.json");
+  ASSERT_TRUE(config.ok()) << config.status();
+  absl::StatusOr<HfWeights> golden = HfWeights::open(dir + "/golden.safetensors");
+  ASSERT_TRUE(golden.ok()) << golden.status();
+  std::vector<int32_t> ids = testing::hf_i32(*golden, "input_ids"), targets = testing::hf_i32(*golden, "targets");
+  const float want = testing::hf_fp32(*golden, "loss").at(0);
+  const int64_t batch = 2, seq = static_cast<int64_t>(ids.size()) / batch;
+  config->seq_len = seq;
+  for (int stage : {0, 3}) {
+    auto mesh = DeviceMesh::create(comm, MeshLayout::create("tp-ep-dp-pp", {{"ep", 2}}, w).value());
+    ASSERT_TRUE(mesh.ok()) << mesh.status();
+    absl::StatusOr<std::unique_ptr<Gpt>> gpt = build_model(*config, **mesh);
+    ASSERT_TRUE(gpt.ok()) << gpt.status();
+    CpuBackend backend;
+    EngineConfig ec;
+    ec.micro_batch_size = batch;
+    ec.zero.stage = zero_stage(stage);
+    auto engine = Engine::create(*std::move(gpt), ec, backend, **mesh);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    ASSERT_TRUE(load_hf_weights(**engine, *config, dir).ok());
+    const absl::StatusOr<float> loss = (*engine)->forward(Batch{Tensor::wrap(ids.data(), {batch, seq}, DType::kI32),
+                                                                Tensor::wrap(targets.data(), {batch, seq}, DType::kI32)});
+    ASSERT_TRUE(loss.ok()) << loss.status();
+    EXPECT_NEAR(*loss, want, 1e-5 * std::fabs(want)) << "ZeRO stage " << stage;
+    ASSERT_TRUE((*engine)->backward().ok());
   }
 }
 
