@@ -212,10 +212,12 @@ Tensor collect_rows(Context& ctx, const std::vector<Tensor>& hs, const std::vect
   const int64_t c = hs[0].dim(-1);
   Tensor out = ctx.backend().zeros({total, c}, DType::kF32, MemCategory::kActivations);
   for (size_t j = 0; j < hs.size(); ++j) ctx.ops().scatter_add_rows(hs[j], rows_of[j], out);
-  ctx.record("moe_collect", hs, out, [hs, rows_of](Context& c2, const Tensor& dy) {
-    std::vector<Tensor> grads(hs.size());
-    for (size_t j = 0; j < hs.size(); ++j) {
-      grads[j] = c2.activation(hs[j].shape());
+  std::vector<Shape> shapes;  // what backward needs of hs: not their values
+  for (const Tensor& h : hs) shapes.push_back(h.shape());
+  ctx.record("moe_collect", hs, out, [shapes, rows_of](Context& c2, const Tensor& dy) {
+    std::vector<Tensor> grads(shapes.size());
+    for (size_t j = 0; j < shapes.size(); ++j) {
+      grads[j] = c2.activation(shapes[j]);
       c2.ops().gather_rows(dy, rows_of[j], grads[j]);
     }
     return grads;
