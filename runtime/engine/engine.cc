@@ -268,7 +268,9 @@ absl::Status Engine::init() {
     ZE_ASSIGN_OR_RETURN(expert_state_, ModelState::create(*model_, eo, backend_, mesh_->expert_data()));
   }
   ZE_ASSIGN_OR_RETURN(state_, ModelState::create(*model_, o, backend_, comm()));
-  if (expert_state_) both_states_ = std::make_unique<FanOutHooks>(std::vector<ModuleHooks*>{state_.get(), expert_state_.get()});
+  if (expert_state_) {
+    both_states_ = std::make_unique<FanOutHooks>(std::vector<ModuleHooks*>{state_.get(), expert_state_.get()});
+  }
   // Pipeline: a context for each micro-batch that can be in flight on this
   // stage (1F1B: min(P - s, M); GPipe: M; interleaved: (chunk, micro-batch)
   // pairs, at most its warm-up forwards + 1).

@@ -408,8 +408,9 @@ TEST(MoeParallelTest, HuggingFaceWeightsLoadIntoSplitExpertsAsTransformersComput
     auto engine = Engine::create(*std::move(gpt), ec, backend, **mesh);
     ASSERT_TRUE(engine.ok()) << engine.status();
     ASSERT_TRUE(load_hf_weights(**engine, *config, dir).ok());
-    const absl::StatusOr<float> loss = (*engine)->forward(Batch{Tensor::wrap(ids.data(), {batch, seq}, DType::kI32),
-                                                                Tensor::wrap(targets.data(), {batch, seq}, DType::kI32)});
+    const Batch b{Tensor::wrap(ids.data(), {batch, seq}, DType::kI32),
+                  Tensor::wrap(targets.data(), {batch, seq}, DType::kI32)};
+    const absl::StatusOr<float> loss = (*engine)->forward(b);
     ASSERT_TRUE(loss.ok()) << loss.status();
     EXPECT_NEAR(*loss, want, 1e-5 * std::fabs(want)) << "ZeRO stage " << stage;
     ASSERT_TRUE((*engine)->backward().ok());
