@@ -14,6 +14,12 @@ MeshCoordinates mesh_coordinates(const MeshShape& s, int rank) {
 
 namespace {
 
+// World rank `rank`'s place in its dense data group (device_mesh.h): ep
+// fastest, whatever order the layout gives the ep and dp axes.
+int dense_data_rank(const MeshLayout& layout, int rank) {
+  return layout.coordinate(rank, "dp") * layout.size("ep") + layout.coordinate(rank, "ep");
+}
+
 size_t axis_index(std::string_view axis) {
   for (size_t i = 0; i < std::size(kMeshAxisNames); ++i) {
     if (kMeshAxisNames[i] == axis) return i;
@@ -28,8 +34,8 @@ DeviceMesh::DeviceMesh(Communicator& world, MeshLayout layout, int rank)
     : world_(world),
       layout_(std::move(layout)),
       shape_{layout_.size("dp") * layout_.size("ep"), layout_.size("tp"), layout_.size("pp"), layout_.size("ep")},
-      coords_{layout_.coordinate(rank, "dp") * layout_.size("ep") + layout_.coordinate(rank, "ep"),
-              layout_.coordinate(rank, "tp"), layout_.coordinate(rank, "pp"), layout_.coordinate(rank, "ep")} {}
+      coords_{dense_data_rank(layout_, rank), layout_.coordinate(rank, "tp"), layout_.coordinate(rank, "pp"),
+              layout_.coordinate(rank, "ep")} {}
 
 Communicator& DeviceMesh::group(std::string_view axis) const { return *groups_[axis_index(axis)]; }
 
@@ -76,7 +82,7 @@ absl::StatusOr<std::unique_ptr<DeviceMesh>> DeviceMesh::create(Communicator& wor
     // The world itself when it is that group in the same rank order.
     bool world_order = mesh->shape_.data == w;
     for (int q = 0; q < w && world_order; ++q) {
-      world_order = layout.coordinate(q, "dp") * layout.size("ep") + layout.coordinate(q, "ep") == q;
+      world_order = dense_data_rank(layout, q) == q;
     }
     if (world_order) {
       mesh->data_ = &world;

@@ -303,7 +303,6 @@ MoeMlp::MoeMlp(std::string name, const BlockConfig& c, int64_t layer)
     held = moe_.num_experts / ep;
     first = expert_group_->rank() * held;
   }
-  first_expert_ = first;
   for (int64_t x = first; x < first + held; ++x) experts_.push_back(add_child<Mlp>(cat("experts.", x), expert));
   if (moe_.shared_expert_d_ff > 0) {
     BlockConfig shared = expert;

@@ -155,9 +155,6 @@ class MoeMlp : public Module {
  public:
   MoeMlp(std::string name, const BlockConfig& config, int64_t layer);
   Tensor forward(Context& ctx, const Tensor& x) override;
-  // The experts this rank holds: [first, first + count) of num_experts.
-  int64_t first_expert() const { return first_expert_; }
-  int64_t held_experts() const { return static_cast<int64_t>(experts_.size()); }
   // The expert group the experts split over (nullptr: every expert here).
   Communicator* expert_group() const { return expert_group_; }
   // The parameters of the experts this rank holds (not the router's, not
@@ -178,7 +175,6 @@ class MoeMlp : public Module {
   Module* shared_expert_ = nullptr;
   Module* shared_expert_gate_ = nullptr;
   Communicator* expert_group_ = nullptr;  // expert parallelism over > 1 ranks
-  int64_t first_expert_ = 0;
 };
 
 // `stages` pipeline stages for `moe`: INVALID_ARGUMENT naming

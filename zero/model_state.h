@@ -108,8 +108,6 @@ class ModelState : public ModuleHooks {
   int64_t num_trainable_parameters() const { return num_trainable_parameters_; }
   // Whether `p` is one of this state's parameters (ModelStateOptions::holds).
   bool holds(const Parameter& p) const { return !options_.holds || options_.holds(p); }
-  // The data-parallel group this state shards and reduces over.
-  Communicator& comm() const { return comm_; }
 
   // Bracket of one micro-step's backward. `boundary`: the last micro-step of
   // an accumulation, after which step() runs.

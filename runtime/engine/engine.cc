@@ -161,7 +161,7 @@ std::unordered_set<const Parameter*> expert_parameter_set(Module& model) {
 
 }  // namespace
 
-absl::Status Engine::check_frozen_parameters() {
+absl::Status Engine::check_frozen_parameters(const std::unordered_set<const Parameter*>& experts) {
   // Every rank of a data (or tensor) group lays its buffers out and issues
   // its reductions from the same frozen set, and the stages holding a tied
   // table sum its gradient only if they all train it: a rank that froze
@@ -201,7 +201,6 @@ absl::Status Engine::check_frozen_parameters() {
   if (mesh_->shape().expert > 1) {
     // Expert parallelism: the data group holds the same dense parameters,
     // the expert-data group the same experts.
-    const std::unordered_set<const Parameter*> experts = expert_parameter_set(*model_);
     std::vector<Parameter*> dense, mine;
     for (Parameter* p : params) (experts.count(p) ? mine : dense).push_back(p);
     ZE_ASSIGN_OR_RETURN(found[1], differs(comm(), dense));
@@ -245,7 +244,9 @@ absl::Status Engine::check_frozen_parameters() {
 }
 
 absl::Status Engine::init() {
-  ZE_RETURN_IF_ERROR(check_frozen_parameters());
+  auto experts = std::make_shared<const std::unordered_set<const Parameter*>>(
+      mesh_->shape().expert > 1 ? expert_parameter_set(*model_) : std::unordered_set<const Parameter*>());
+  ZE_RETURN_IF_ERROR(check_frozen_parameters(*experts));
   ModelStateOptions o;
   o.zero = config_.zero;
   o.aio = config_.aio;
@@ -261,7 +262,6 @@ absl::Status Engine::init() {
     // Expert parallelism: the experts this rank holds live in a state of
     // their own over the ranks that hold the same experts (DeepSpeed's
     // expert-data-parallel group); the rest over the whole data group.
-    auto experts = std::make_shared<std::unordered_set<const Parameter*>>(expert_parameter_set(*model_));
     ModelStateOptions eo = o;
     eo.holds = [experts](const Parameter& p) { return experts->count(&p) > 0; };
     o.holds = [experts](const Parameter& p) { return experts->count(&p) == 0; };

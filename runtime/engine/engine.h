@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -238,7 +239,8 @@ class Engine {
   Engine(std::unique_ptr<Module> model, const EngineConfig& config, Backend& backend, const DeviceMesh& mesh);
   absl::Status init();
   // At least one parameter trains, and every rank of a group freezes the same ones.
-  absl::Status check_frozen_parameters();
+  // `experts`: under expert parallelism, the experts this rank holds.
+  absl::Status check_frozen_parameters(const std::unordered_set<const Parameter*>& experts);
   Tensor to_compute(const Tensor& host);
   // The loss of logits [N, V] and its gradient in place: the fused kernel,
   // or the vocabulary-parallel one when the model's logits are a slice.

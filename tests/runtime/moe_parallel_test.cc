@@ -142,6 +142,17 @@ TrainRun train(const GptConfig& model, Communicator& comm, int stage, int w, std
   return train_steps(model, comm, stage, w, segments, ep, 0, kSteps, "", "", tp);
 }
 
+// `many` trained the model `one` trained: kSteps steps of the same losses
+// (within 2e-6) and gradient norms (within 1e-4).
+void expect_same_run(const TrainRun& many, const TrainRun& one) {
+  ASSERT_EQ(one.losses.size(), static_cast<size_t>(kSteps));
+  ASSERT_EQ(many.losses.size(), static_cast<size_t>(kSteps));
+  for (int s = 0; s < kSteps; ++s) {
+    EXPECT_NEAR(many.losses[s], one.losses[s], 2e-6 * std::fabs(one.losses[s])) << "step " << s;
+    EXPECT_NEAR(many.norms[s], one.norms[s], 1e-4 * one.norms[s]) << "step " << s;
+  }
+}
+
 void expect_same_training(double capacity_factor) {
   Communicator& comm = world();
   const int w = comm.world_size();
@@ -151,12 +162,7 @@ void expect_same_training(double capacity_factor) {
     std::unique_ptr<Communicator> self = make_local_communicator();
     const TrainRun one = train(model, *self, stage, w);
     const TrainRun many = train(model, comm, stage, w);
-    ASSERT_EQ(one.losses.size(), static_cast<size_t>(kSteps));
-    ASSERT_EQ(many.losses.size(), static_cast<size_t>(kSteps));
-    for (int s = 0; s < kSteps; ++s) {
-      EXPECT_NEAR(many.losses[s], one.losses[s], 2e-6 * std::fabs(one.losses[s])) << "step " << s;
-      EXPECT_NEAR(many.norms[s], one.norms[s], 1e-4 * one.norms[s]) << "step " << s;
-    }
+    expect_same_run(many, one);
     EXPECT_LT(one.losses.back(), one.losses.front());
     if (capacity_factor > 0.0) {
       // This rank's drops are its micro-batch's drops in the one-rank run (summed over all there).
@@ -212,12 +218,7 @@ TEST(MoeParallelTest, ExpertParallelRanksTrainTheModelOneRankTrains) {
         std::unique_ptr<Communicator> self = make_local_communicator();
         const TrainRun one = train(model, *self, stage, w);
         const TrainRun many = train(model, comm, stage, w, {}, ep);
-        ASSERT_EQ(one.losses.size(), static_cast<size_t>(kSteps));
-        ASSERT_EQ(many.losses.size(), static_cast<size_t>(kSteps));
-        for (int s = 0; s < kSteps; ++s) {
-          EXPECT_NEAR(many.losses[s], one.losses[s], 2e-6 * std::fabs(one.losses[s])) << "step " << s;
-          EXPECT_NEAR(many.norms[s], one.norms[s], 1e-4 * one.norms[s]) << "step " << s;
-        }
+        expect_same_run(many, one);
         EXPECT_LT(many.losses.back(), many.losses.front());
         // Two sparse blocks of kExperts experts, each 3 d_model x expert_d_ff
         // weights: this rank holds kExperts / ep of them.
@@ -251,11 +252,7 @@ TEST(MoeParallelTest, AnExpertRankThatReceivesNoTokensStillTrainsInStep) {
     std::unique_ptr<Communicator> self = make_local_communicator();
     const TrainRun one = train(model, *self, stage, w);
     const TrainRun many = train(model, comm, stage, w, {}, 2);
-    ASSERT_EQ(many.losses.size(), static_cast<size_t>(kSteps));
-    for (int s = 0; s < kSteps; ++s) {
-      EXPECT_NEAR(many.losses[s], one.losses[s], 2e-6 * std::fabs(one.losses[s])) << "step " << s;
-      EXPECT_NEAR(many.norms[s], one.norms[s], 1e-4 * one.norms[s] + 1e-12) << "step " << s;
-    }
+    expect_same_run(many, one);
     EXPECT_EQ(many.first_step_tokens_on_last_experts, 0);
   }
 }
@@ -297,11 +294,7 @@ TEST(MoeParallelTest, TensorParallelAttentionWithExpertsTrainsTheModelOneRankTra
       std::unique_ptr<Communicator> self = make_local_communicator();
       const TrainRun one = train(model, *self, stage, data);
       const TrainRun many = train(model, comm, stage, data, {}, ep, 2);
-      ASSERT_EQ(many.losses.size(), static_cast<size_t>(kSteps));
-      for (int s = 0; s < kSteps; ++s) {
-        EXPECT_NEAR(many.losses[s], one.losses[s], 2e-6 * std::fabs(one.losses[s])) << "step " << s;
-        EXPECT_NEAR(many.norms[s], one.norms[s], 1e-4 * one.norms[s]) << "step " << s;
-      }
+      expect_same_run(many, one);
     }
   }
 }
@@ -366,12 +359,7 @@ TEST(MoeParallelTest, PipelineStagesWithExpertsTrainTheModelOneRankTrains) {
       std::unique_ptr<Communicator> self = make_local_communicator();
       const TrainRun one = run(*self, stage, 1);
       const TrainRun many = run(comm, stage, ep);
-      ASSERT_EQ(one.losses.size(), static_cast<size_t>(kSteps));
-      ASSERT_EQ(many.losses.size(), static_cast<size_t>(kSteps));
-      for (int s = 0; s < kSteps; ++s) {
-        EXPECT_NEAR(many.losses[s], one.losses[s], 2e-6 * std::fabs(one.losses[s])) << "step " << s;
-        EXPECT_NEAR(many.norms[s], one.norms[s], 1e-4 * one.norms[s]) << "step " << s;
-      }
+      expect_same_run(many, one);
       EXPECT_LT(many.losses.back(), many.losses.front());
     }
   }
