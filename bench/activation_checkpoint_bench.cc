@@ -140,6 +140,7 @@ void register_all() {
 int main(int argc, char** argv) {
   zero::register_all();
   benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;  // a mistyped flag is not ignored
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

@@ -9,7 +9,7 @@
 //    wgrad> times each of the three alone. Counters: GFLOP/s, and its ratio to
 //    the arithmetic peak (bench/fma_peak.h) measured just before, in the same
 //    process. bench/peers/gemm_vs_torch.py runs these beside PyTorch's GEMMs
-//    of the same shapes, interleaved, for the per-shape table in the README.
+//    of the same shapes, interleaved, for the per-shape table in docs/benchmarks.md.
 //  * BM_GptStep/<dtype>: one optimizer step of configs/gpt2-124m.json's model
 //    (forward, backward, AdamW) on synthetic tokens. Counters: achieved
 //    GFLOP/s (6 x parameters x tokens + 12 x layers x d_model x seq x tokens),
@@ -215,7 +215,7 @@ void BM_Step(benchmark::State& state, const GptConfig& model, int64_t micro, Eng
   // noisy host moves ratio_to_gemm (a ratio of sums), not this.
   state.counters["median_ratio_to_gemm"] = bench::median(pair_ratios) * step_flops / gemms.flops();
   state.counters["peak_MiB"] = static_cast<double>(peak_bytes) / (1024.0 * 1024.0);
-  state.counters["peak_GiB"] = static_cast<double>(peak_bytes) / (1024.0 * 1024.0 * 1024.0);  // the README's unit
+  state.counters["peak_GiB"] = static_cast<double>(peak_bytes) / (1024.0 * 1024.0 * 1024.0);  // docs/benchmarks.md's unit
   state.counters["params_M"] = static_cast<double>(model.num_parameters()) / 1e6;
 }
 
@@ -259,6 +259,7 @@ void register_all() {
 int main(int argc, char** argv) {
   zero::register_all();
   benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;  // a mistyped flag is not ignored
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

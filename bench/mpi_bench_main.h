@@ -27,6 +27,8 @@ int main(int argc, char** argv) {
   if (!comm.ok()) return 1;
   zero::register_benchmarks(**comm);
   benchmark::Initialize(&argc, argv);
+  // A mistyped flag is not ignored; every rank has the same arguments, so all stop.
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   if ((*comm)->rank() == 0) {
     benchmark::RunSpecifiedBenchmarks();
   } else {

@@ -1,5 +1,5 @@
-# Install rules and the CMake and pkg-config packages (README.md, "The C++
-# API"). Included from the top-level CMakeLists.txt after every library and
+# Install rules and the CMake and pkg-config packages (docs/cpp-api.md,
+# "Using ZeroEngine from your own project"). Included from the top-level CMakeLists.txt after every library and
 # program is defined; nothing here builds code.
 #
 #   cmake --install build --prefix P  installs

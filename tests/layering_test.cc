@@ -1,7 +1,7 @@
-// The source folders are layers (README.md, "Layout"): a file includes from
-// its own layer and the layers before it, never from a later one, and never
-// from tests/, bench/ or examples/. The order is read from the README's
-// layers line, so the documentation and the rule cannot drift apart; every
+// The source folders are layers (docs/internals.md, "Layers"): a file
+// includes from its own layer and the layers before it, never from a later
+// one, and never from tests/, bench/ or examples/. The order is read from the
+// page's layers line, so the documentation and the rule cannot drift apart; every
 // source file must sit in a layer, and every CMake target of a layer folder
 // builds sources of that folder only.
 #include <gtest/gtest.h>
@@ -18,6 +18,7 @@ namespace {
 
 namespace fs = std::filesystem;
 const fs::path kSource = ZE_SOURCE_DIR;
+const fs::path kPage = "docs/internals.md";  // the page that names the layers, under kSource
 constexpr const char* kMarker = "<!-- layers (tests/layering_test.cc reads this line) -->";
 
 std::string read(const fs::path& p) {
@@ -27,13 +28,13 @@ std::string read(const fs::path& p) {
   return s.str();
 }
 
-// The README's layer order: the line after the marker, "`a` → `b` → ...".
-std::vector<std::string> readme_layers() {
-  std::istringstream readme(read(kSource / "README.md"));
+// The page's layer order: the line after the marker, "`a` → `b` → ...".
+std::vector<std::string> documented_layers() {
+  std::istringstream page(read(kSource / kPage));
   std::string line;
-  while (std::getline(readme, line)) {
+  while (std::getline(page, line)) {
     if (line != kMarker) continue;
-    std::getline(readme, line);
+    std::getline(page, line);
     std::vector<std::string> layers;
     const std::regex item("`([a-z_/]+)`");
     for (auto it = std::sregex_iterator(line.begin(), line.end(), item); it != std::sregex_iterator(); ++it) {
@@ -74,7 +75,7 @@ struct Tree {
 
 Tree scan() {
   Tree t;
-  t.layers = readme_layers();
+  t.layers = documented_layers();
   for (const std::string& l : t.layers) {
     if (std::find(t.tops.begin(), t.tops.end(), top_folder(l)) == t.tops.end()) t.tops.push_back(top_folder(l));
   }
@@ -88,9 +89,9 @@ Tree scan() {
   return t;
 }
 
-TEST(LayeringTest, TheReadmeNamesTheLayers) {
-  const std::vector<std::string> layers = readme_layers();
-  ASSERT_GE(layers.size(), 5u) << "README.md has no layers line after " << kMarker;
+TEST(LayeringTest, TheDocsNameTheLayers) {
+  const std::vector<std::string> layers = documented_layers();
+  ASSERT_GE(layers.size(), 5u) << kPage.string() << " has no layers line after " << kMarker;
   for (const std::string& l : layers) EXPECT_TRUE(fs::is_directory(kSource / l)) << l << " is not a folder";
 }
 
@@ -104,7 +105,7 @@ TEST(LayeringTest, EveryIncludeRunsDownTheLayers) {
     const std::string rel = fs::relative(file, kSource).string();
     const int from = layer_of(t.layers, rel);
     if (from < 0) {
-      against.push_back(rel + ": in no layer (add its folder to the README's layers line)");
+      against.push_back(rel + ": in no layer (add its folder to the layers line of " + kPage.string() + ")");
       continue;
     }
     std::istringstream in(read(file));

@@ -12,6 +12,7 @@
 #include "comm/comm_log.h"
 #include "core/status.h"
 #include "core/strings.h"
+#include "graph/gpt.h"
 #include "runtime/config/config_key_builders.h"
 #include "runtime/config/config_reader.h"
 #include "runtime/config/config_schema.h"
@@ -400,6 +401,26 @@ void check_pipeline_composition(ConfigReader& root, RunConfig& out) {
 
 }  // namespace
 
+// number_checkpoints splits each rank's blocks into segments: at most as
+// many as the fewest blocks a rank holds (the model's, or the smallest
+// pipeline stage's). A config error, before anything is built.
+void check_checkpoint_segments(ConfigReader& root, const RunConfig& out) {
+  const std::optional<int64_t>& k = out.engine.activation_checkpointing.number_checkpoints;
+  const PipelineConfig& p = out.engine.pipeline;
+  if (!k || p.num_layers_per_virtual_stage > 0) return;  // interleaving: check_pipeline_composition's
+  int64_t blocks = out.model.gpt.n_layer;
+  for (int s = 0; p.stages > 1 && s < p.stages; ++s) {
+    const absl::StatusOr<PipelineStage> stage = gpt_pipeline_stage(out.model.gpt, s, p.stages, p.partition_method);
+    if (!stage.ok()) return;  // the pipeline's own error says why
+    blocks = std::min(blocks, stage->layers.size);
+  }
+  if (*k > blocks) {
+    root.error("activation_checkpointing.number_checkpoints",
+               p.stages > 1 ? cat(*k, " must be between 1 and the smallest pipeline stage's ", blocks, " blocks")
+                            : cat(*k, " must be between 1 and the model's ", blocks, " blocks"));
+  }
+}
+
 absl::StatusOr<RunConfig> parse_run_config(const Json& config, const ConfigOptions& options) {
   ConfigDiagnostics diag;
   diag.allow_unknown_keys = options.allow_unknown_keys;
@@ -496,6 +517,7 @@ absl::StatusOr<RunConfig> parse_run_config(const Json& config, const ConfigOptio
                                          out);
   parse_checkpoint_section(root.section("checkpoint", UnknownKeys::kWarnUnlessNearMiss), out);
   check_pipeline_composition(root, out);
+  check_checkpoint_segments(root, out);
   check_evaluation(root, out);
   check_lora_composition(root, out);
   parse_unsupported_feature_sections(root);

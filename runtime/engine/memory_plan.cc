@@ -124,7 +124,10 @@ absl::StatusOr<MemoryPlan> plan_memory(const PlanInput& in) {
   }
   const HostOffload offload = engine->state().host_offload();
   if (offload.optimizer) {
-    plan.notes.push_back(cat("ZeRO-Offload: optimizer state in host memory, the step on the CPU; host comm_buffers "
+    plan.notes.push_back(cat(e.zero.offload_optimizer.device == OffloadDevice::kNvme
+                                 ? "ZeRO-Infinity: optimizer state on NVMe, swapped through host memory, the step on "
+                                   "the CPU; host comm_buffers "
+                                 : "ZeRO-Offload: optimizer state in host memory, the step on the CPU; host comm_buffers ",
                              "hold its pinned staging (2 chunks of ",
                              host_step_chunk_elems(plan.partition_numel, e.zero.sub_group_size), " elements)",
                              offload.parameters ? "; the stage-3 parameter shard in host memory" : ""));

@@ -44,6 +44,12 @@ std::string last_checkpoint_name(const std::string& resume_dir, const absl::Stat
   return resume_dir.empty() || !point.ok() ? std::string("the model") : cat(resume_dir, "/", point->tag);
 }
 
+// The block ranges stage s of the pipeline holds: one, or one per chunk when interleaved.
+std::vector<SplitRange> stage_block_ranges(const GptConfig& g, const PipelineConfig& p, int s) {
+  const PipelineStage st = *gpt_pipeline_stage(g, s, p.stages, p.partition_method, p.num_layers_per_virtual_stage);
+  return st.chunk_layers.empty() ? std::vector<SplitRange>{st.layers} : st.chunk_layers;
+}
+
 // One zero-train run as the phases it goes through, in this order (each a
 // method, run_training below calls them): take the inputs (the data and the
 // evaluation set, opened before the run by open_training_data), choose MFU's
@@ -57,12 +63,12 @@ class TrainingRun {
  public:
   TrainingRun(const RunConfig& c, TrainingData data, Backend& backend, Communicator& comm, std::ostream& rank0_out)
       : c_(c),
-        inputs_(std::move(data)),
         g_(c.model.gpt),
         backend_(backend),
         comm_(comm),
         rank0_out_(rank0_out),
-        out_(comm.rank() == 0 ? rank0_out : discard_) {}
+        out_(comm.rank() == 0 ? rank0_out : discard_),
+        inputs_(std::move(data)) {}
   ~TrainingRun() {
     if (comm_log_) comm_.set_log(nullptr);  // the world outlives the run; the groups go with the mesh
   }
@@ -330,9 +336,10 @@ void TrainingRun::describe() {
     const int ep = c_.expert_size();
     out_ << absl::StrFormat(
         "expert parallel: %d ranks per expert group (consecutive data-parallel ranks), each holding %d of the %d "
-        "experts of every sparse block; the experts' ZeRO state over the %d ranks holding the same ones, the rest "
-        "over all %d data-parallel ranks\n",
-        ep, g_.moe.num_experts / ep, g_.moe.num_experts, c_.data_size() / ep, c_.data_size());
+        "experts of every sparse block; the experts' ZeRO state over the %d rank%s holding the same ones, the "
+        "rest over all %d data-parallel ranks\n",
+        ep, g_.moe.num_experts / ep, g_.moe.num_experts, c_.data_size() / ep, c_.data_size() / ep == 1 ? "" : "s",
+        c_.data_size());
   }
   if (c_.pipeline_size() > 1) {
     // Stage s holds world ranks [s W / P, (s + 1) W / P) (comm/device_mesh.h).
@@ -340,10 +347,8 @@ void TrainingRun::describe() {
     const int per_stage = c_.world_size / p.stages;
     std::string stages;
     for (int s = 0; s < p.stages; ++s) {
-      const PipelineStage st =
-          *gpt_pipeline_stage(g_, s, p.stages, p.partition_method, p.num_layers_per_virtual_stage);
       std::string blocks;  // interleaved: one range per chunk
-      for (const SplitRange& r : st.chunk_layers.empty() ? std::vector<SplitRange>{st.layers} : st.chunk_layers)
+      for (const SplitRange& r : stage_block_ranges(g_, p, s))
         blocks += absl::StrFormat("%s%d-%d", blocks.empty() ? "" : ", ", r.offset, r.offset + r.size - 1);
       stages += absl::StrFormat("%s stage %d: ranks %d-%d, blocks %s", s == 0 ? "" : ";", s, s * per_stage,
                                 (s + 1) * per_stage - 1, blocks);
@@ -422,7 +427,15 @@ void TrainingRun::describe() {
     out_ << "scheduler: " << scheduler_type_name(c_.engine.scheduler.type) << "\n";
   }
   if (engine_->num_checkpoint_segments() > 0) {
-    out_ << "activation checkpointing: " << g_.n_layer << " blocks in " << engine_->num_checkpoint_segments()
+    // With pipeline stages a rank checkpoints its own stage's blocks only.
+    std::string blocks = absl::StrCat(g_.n_layer, " blocks");
+    if (c_.pipeline_size() > 1) {
+      const int stage = mesh_->coordinates().pipeline;
+      int64_t n = 0;
+      for (const SplitRange& r : stage_block_ranges(g_, c_.engine.pipeline, stage)) n += r.size;
+      blocks = absl::StrCat("stage ", stage, "'s ", n, " blocks");
+    }
+    out_ << "activation checkpointing: " << blocks << " in " << engine_->num_checkpoint_segments()
          << " segments (each keeps its input; backward recomputes it)\n";
     if (engine_->checkpoint_inputs_partitioned()) {
       out_ << "activation checkpointing: partition_activations: each rank keeps 1/" << c_.tensor_size()

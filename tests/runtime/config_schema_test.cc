@@ -1,7 +1,7 @@
 // One declaration per config key (runtime/config/config_schema.h), and
 // everything follows from it:
-//  * the README's key tables are the declarations printed (fails when they
-//    differ; ZE_UPDATE_README=1 writes them into README.md);
+//  * the key tables of docs/config-reference.md are the declarations printed
+//    (fails when they differ; ZE_UPDATE_DOCS=1 writes them into the page);
 //  * every declared key that the parser reads is wired to its field: a
 //    config giving it a valid value other than its default parses, and the
 //    field then holds that value;
@@ -23,7 +23,7 @@
 namespace zero {
 namespace {
 
-const std::string kReadme = std::string(ZE_SOURCE_DIR) + "/README.md";
+const std::string kPage = std::string(ZE_SOURCE_DIR) + "/docs/config-reference.md";
 constexpr const char* kBegin = "<!-- config-keys: begin (tests/runtime/config_schema_test.cc writes this) -->";
 constexpr const char* kEnd = "<!-- config-keys: end -->";
 
@@ -34,21 +34,21 @@ std::string read_file(const std::string& path) {
   return s.str();
 }
 
-TEST(ConfigSchemaTest, ReadmeTablesAreTheDeclarations) {
-  const std::string readme = read_file(kReadme);
-  const size_t begin = readme.find(kBegin), end = readme.find(kEnd);
-  ASSERT_NE(begin, std::string::npos) << "README.md has no " << kBegin;
-  ASSERT_NE(end, std::string::npos) << "README.md has no " << kEnd;
+TEST(ConfigSchemaTest, DocsTablesAreTheDeclarations) {
+  const std::string page = read_file(kPage);
+  const size_t begin = page.find(kBegin), end = page.find(kEnd);
+  ASSERT_NE(begin, std::string::npos) << kPage << " has no " << kBegin;
+  ASSERT_NE(end, std::string::npos) << kPage << " has no " << kEnd;
   const size_t from = begin + std::string(kBegin).size() + 1;
   const std::string table = config_key_table();
-  const std::string current = readme.substr(from, end - from);
+  const std::string current = page.substr(from, end - from);
   if (current == table) return;
-  if (std::getenv("ZE_UPDATE_README") != nullptr) {
-    std::ofstream(kReadme) << readme.substr(0, from) + table + readme.substr(end);
-    GTEST_SKIP() << "README.md updated";
+  if (std::getenv("ZE_UPDATE_DOCS") != nullptr) {
+    std::ofstream(kPage) << page.substr(0, from) + table + page.substr(end);
+    GTEST_SKIP() << "docs/config-reference.md updated";
   }
-  EXPECT_EQ(current, table) << "the README's key tables differ from config_schema.cc (ZE_UPDATE_README=1 rewrites "
-                               "them)";
+  EXPECT_EQ(current, table) << "the key tables of docs/config-reference.md differ from the declarations "
+                               "(ZE_UPDATE_DOCS=1 rewrites them)";
 }
 
 // Sets `path` (dotted) in `j` to v.

@@ -562,5 +562,27 @@ TEST(ConfigTest, TheDataSectionsKeysFollowItsFormat) {
   }
 }
 
+// More checkpoint segments than a rank has blocks is the config's error (exit
+// 2 in zero-train), naming the key: the model's blocks, or with pipeline
+// stages the smallest stage's (each stage splits its own blocks).
+TEST(ConfigTest, MoreCheckpointSegmentsThanBlocksAreRefusedByKey) {
+  const std::string model = R"("model": {"n_layer": 5, "n_head": 2, "d_model": 16, "vocab_size": 64, "seq_len": 8})";
+  EXPECT_TRUE(parse(cat(R"({"train_micro_batch_size_per_gpu": 1, "activation_checkpointing": {"number_checkpoints": 5}, )",
+                        model, "}"))
+                  .ok());
+  EXPECT_NE(error_of(cat(R"({"train_micro_batch_size_per_gpu": 1, "activation_checkpointing": {"number_checkpoints": 6}, )",
+                         model, "}"))
+                .find("activation_checkpointing.number_checkpoints: 6 must be between 1 and the model's 5 blocks"),
+            std::string::npos);
+  // Five blocks over two stages: 3 and 2 (or 2 and 3), so at most 2 segments.
+  const std::string staged = cat(R"({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 2,
+                                     "pipeline": {"stages": 2}, "activation_checkpointing": {"number_checkpoints": )");
+  EXPECT_TRUE(parse(cat(staged, "2}, ", model, "}"), 2).ok()) << error_of(cat(staged, "2}, ", model, "}"), 2);
+  EXPECT_NE(error_of(cat(staged, "3}, ", model, "}"), 2)
+                .find("activation_checkpointing.number_checkpoints: 3 must be between 1 and the smallest pipeline "
+                      "stage's 2 blocks"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace zero

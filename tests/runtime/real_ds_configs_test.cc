@@ -1,15 +1,15 @@
-// The README's table of real DeepSpeed configs is what they do: every file of
-// tests/data/ds_configs (verbatim copies of configs from public projects,
-// listed with their origins in its README.md) is layered on
+// The table of real DeepSpeed configs in docs/config-reference.md is what
+// they do: every file of tests/data/ds_configs (verbatim copies of configs
+// from public projects, listed with their origins in its README.md) is layered on
 // configs/small-gpt.json and run through zero-train for a few steps, exactly
 // as a user would run it; the outcome (trains, or refused and why, with the
 // messages zero-train printed) becomes one row. The rows must equal the
-// README's table between its markers. A file whose offload asks for an
+// page's table between its markers. A file whose offload asks for an
 // nvme_path gets it pointed at a local directory (the only change, and the
 // row says so).
 //
 // When a change alters an outcome, the test fails with the new table;
-// ZE_UPDATE_README=1 writes it into README.md instead.
+// ZE_UPDATE_DOCS=1 writes it into docs/config-reference.md instead.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -97,7 +97,7 @@ std::string table() {
     }
     if (!sets.empty()) outcome += " (with `nvme_path` set to a local directory)";
     std::string said = messages(r.output);
-    // The swap directory is this machine's; the README shows a placeholder.
+    // The swap directory is this machine's; the page shows a placeholder.
     for (size_t at; (at = said.find(swap)) != std::string::npos;) said.replace(at, swap.size(), "DIR");
     // A layered key's message names its file, which the table's first column already does.
     const std::string source = "tests/data/ds_configs/" + file + ": ";
@@ -110,27 +110,27 @@ std::string table() {
   return out;
 }
 
-TEST(RealDeepSpeedConfigsTest, ReadmeTableIsWhatTheyDo) {
+TEST(RealDeepSpeedConfigsTest, DocsTableIsWhatTheyDo) {
   const std::string want = table();
-  const std::string readme_path = kSource + "/README.md";
-  std::ifstream in(readme_path);
+  const std::string page_path = kSource + "/docs/config-reference.md";
+  std::ifstream in(page_path);
   std::stringstream buf;
   buf << in.rdbuf();
-  std::string readme = buf.str();
-  const size_t begin = readme.find(kBegin), end = readme.find(kEnd);
-  ASSERT_NE(begin, std::string::npos) << "README.md lacks the marker " << kBegin;
-  ASSERT_NE(end, std::string::npos) << "README.md lacks the marker " << kEnd;
+  std::string page = buf.str();
+  const size_t begin = page.find(kBegin), end = page.find(kEnd);
+  ASSERT_NE(begin, std::string::npos) << "docs/config-reference.md lacks the marker " << kBegin;
+  ASSERT_NE(end, std::string::npos) << "docs/config-reference.md lacks the marker " << kEnd;
   const size_t from = begin + std::string(kBegin).size() + 1;
-  const std::string have = readme.substr(from, end - from);
+  const std::string have = page.substr(from, end - from);
   if (have == want) return;
-  const char* update = std::getenv("ZE_UPDATE_README");
+  const char* update = std::getenv("ZE_UPDATE_DOCS");
   if (update != nullptr && std::string(update) == "1") {
-    readme.replace(from, end - from, want);
-    std::ofstream(readme_path) << readme;
-    GTEST_SKIP() << "README.md's table rewritten";
+    page.replace(from, end - from, want);
+    std::ofstream(page_path) << page;
+    GTEST_SKIP() << "docs/config-reference.md's table rewritten";
   }
-  FAIL() << "README.md's table of real DeepSpeed configs is out of date (rerun with ZE_UPDATE_README=1 to write "
-            "it). What they do now:\n"
+  FAIL() << "the table of real DeepSpeed configs in docs/config-reference.md is out of date (rerun with "
+            "ZE_UPDATE_DOCS=1 to write it). What they do now:\n"
          << want;
 }
 
