@@ -78,6 +78,30 @@ std::string known_synonym(std::string_view word, const std::vector<std::string>&
   return "";
 }
 
+namespace {
+
+// Hugging Face TrainingArguments' names given at the top level of a
+// DeepSpeed config, for settings that live in a section here: DeepSpeed
+// ignores them silently, and the run trains with another value.
+std::string_view key_elsewhere(std::string_view word) {
+  static const std::pair<std::string_view, std::string_view> kElsewhere[] = {
+      {"learning_rate", "optimizer.params.lr"},
+      {"lr", "optimizer.params.lr"},
+      {"weight_decay", "optimizer.params.weight_decay"},
+      {"adam_beta1", "optimizer.params.betas"},
+      {"adam_beta2", "optimizer.params.betas"},
+      {"adam_epsilon", "optimizer.params.eps"},
+      {"warmup_steps", "scheduler.params.warmup_num_steps"},
+      {"max_steps", "run.steps"},
+  };
+  for (const auto& [from, to] : kElsewhere) {
+    if (word == from) return to;
+  }
+  return {};
+}
+
+}  // namespace
+
 absl::Status ConfigDiagnostics::status() const {
   if (errors.empty()) return absl::OkStatus();
   std::string msg = errors.size() == 1 ? "invalid config: " : cat("invalid config (", errors.size(), " errors):");
@@ -337,13 +361,15 @@ void ConfigReader::finish() {
     if (path_.empty() && it.key() == kDerivedKeysKey) continue;  // --print-config's list, read back
     std::string suggestion = known_synonym(it.key(), known);
     if (suggestion.empty()) suggestion = closest_match(it.key(), known);
+    if (!suggestion.empty()) suggestion = key_path(suggestion);
+    if (suggestion.empty() && path_.empty()) suggestion = std::string(key_elsewhere(it.key()));
     std::string msg = cat("unknown key \"", key_path(it.key()), "\"");
     if (suggestion.empty() && unknown_ == UnknownKeys::kWarnUnlessNearMiss) {
       diag_->warnings.push_back(cat(msg, " ignored (DeepSpeed ignores unknown keys ",
                                     path_.empty() ? "at the top level" : cat("in \"", path_, "\""), ")"));
       continue;
     }
-    if (!suggestion.empty()) msg += cat(" (did you mean \"", key_path(suggestion), "\"?)");
+    if (!suggestion.empty()) msg += cat(" (did you mean \"", suggestion, "\"?)");
     if (diag_->allow_unknown_keys) {
       diag_->warnings.push_back(msg + "; ignored because of --allow-unknown-keys");
     } else if (unknown_ == UnknownKeys::kWarnUnlessNearMiss) {

@@ -65,6 +65,22 @@ TEST(ConfigTest, TypoAtTopLevelGetsDidYouMean) {
       << msg;
 }
 
+// Trainer-style names at the top level of a DeepSpeed config (which DeepSpeed
+// ignores, training with another value) point to the key that sets them.
+TEST(ConfigTest, TrainerNamesAtTopLevelPointToTheirSection) {
+  for (const auto& [key, want] : std::vector<std::pair<std::string, std::string>>{
+           {"learning_rate", "optimizer.params.lr"},
+           {"weight_decay", "optimizer.params.weight_decay"},
+           {"warmup_steps", "scheduler.params.warmup_num_steps"}}) {
+    const std::string msg = error_of(cat(R"({"train_micro_batch_size_per_gpu": 4, ")", key, R"(": 1})"));
+    EXPECT_NE(msg.find(cat("unknown key \"", key, "\" (did you mean \"", want, "\"?)")), std::string::npos) << msg;
+  }
+  // Inside a section the section's own keys are the candidates.
+  const std::string in_optimizer =
+      error_of(R"({"train_micro_batch_size_per_gpu": 4, "optimizer": {"type": "AdamW", "params": {"learning_rate": 1}}})");
+  EXPECT_NE(in_optimizer.find("did you mean \"optimizer.params.lr\""), std::string::npos) << in_optimizer;
+}
+
 TEST(ConfigTest, TypoInSectionGetsDidYouMeanWithFullPath) {
   const std::string msg = error_of(R"({"train_micro_batch_size_per_gpu": 4, "model": {"n_layers": 2}})");
   EXPECT_NE(msg.find("unknown key \"model.n_layers\" (did you mean \"model.n_layer\"?)"), std::string::npos) << msg;
