@@ -49,6 +49,34 @@ absl::StatusOr<FreezeCount> freeze_parameters(Module& root, const std::function<
   return count;
 }
 
+namespace {
+
+// Hugging Face's separate projections name tensors the Llama family fuses
+// (self_attn.qkv_proj, mlp.gate_up_proj): a pattern written against them
+// matches nothing, and the error says what to freeze instead.
+std::string fused_names_hint(const std::string& pattern, const std::vector<Parameter*>& params) {
+  auto any_named = [&](std::string_view part) {
+    for (const Parameter* p : params)
+      if (p->name().find(part) != std::string::npos) return true;
+    return false;
+  };
+  const bool attention = pattern.find("q_proj") != std::string::npos || pattern.find("k_proj") != std::string::npos ||
+                         (pattern.find("v_proj") != std::string::npos && pattern.find("qkv_proj") == std::string::npos);
+  const bool mlp = pattern.find("gate_proj") != std::string::npos ||
+                   (pattern.find("up_proj") != std::string::npos && pattern.find("gate_up_proj") == std::string::npos);
+  if (attention && any_named("qkv_proj")) {
+    return "; q_proj, k_proj and v_proj are one fused self_attn.qkv_proj here (Hugging Face's names are for the "
+           "weights in and out), so freeze qkv_proj";
+  }
+  if (mlp && any_named("gate_up_proj")) {
+    return "; gate_proj and up_proj are one fused mlp.gate_up_proj here (Hugging Face's names are for the weights in "
+           "and out), so freeze gate_up_proj";
+  }
+  return "";
+}
+
+}  // namespace
+
 absl::StatusOr<FreezeCount> freeze_matching(Module& root, absl::Span<const std::string> patterns,
                                             UnmatchedPattern unmatched) {
   std::vector<std::regex> compiled;
@@ -79,7 +107,8 @@ absl::StatusOr<FreezeCount> freeze_matching(Module& root, absl::Span<const std::
       if (count.per_pattern[i] > 0) continue;
       return absl::InvalidArgumentError(cat(
           "freeze pattern \"", patterns[i], "\" matches no parameter (a pattern must match a whole dotted name, e.g. "
-          "\"h\\\\.0\\\\..*\" for every parameter of block 0; the model's are ", some_names(params), ")"));
+          "\"h\\\\.0\\\\..*\" for every parameter of block 0; the model's are ", some_names(params), ")",
+          fused_names_hint(patterns[i], params)));
     }
   }
   ZE_RETURN_IF_ERROR(set_all(chosen, false));

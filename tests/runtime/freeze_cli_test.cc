@@ -119,6 +119,25 @@ TEST(FreezeCliTest, APatternThatMatchesNothingIsAUsageErrorNamingIt) {
   EXPECT_NE(r.output.find("is not a regular expression"), std::string::npos) << r.output;
 }
 
+// Hugging Face's q_proj (and gate_proj, up_proj) are fused in the Llama
+// family here: a pattern naming them gets the fused name to freeze instead.
+TEST(FreezeCliTest, APatternOnAFusedProjectionNamesTheFusedOne) {
+  const std::string config = zero::testing::write_test_file("freeze-llama.json", R"({
+    "model": {"arch": "llama", "n_layer": 2, "n_head": 4, "n_kv_head": 2, "d_model": 32, "d_ff": 64,
+              "vocab_size": 256, "seq_len": 16},
+    "data": {"format": "text", "path": "/usr/share/common-licenses"},
+    "run": {"steps": 1}, "train_micro_batch_size_per_gpu": 2})");
+  Result r = train("--config " + config + R"( --set 'model.freeze=["layers\\.0\\.self_attn\\.q_proj\\.weight"]')");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("are one fused self_attn.qkv_proj here"), std::string::npos) << r.output;
+  r = train("--config " + config + R"( --set 'model.freeze=[".*\\.up_proj\\..*"]')");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("are one fused mlp.gate_up_proj here"), std::string::npos) << r.output;
+  // The fused name freezes.
+  r = train("--config " + config + R"( --set 'model.freeze=[".*\\.qkv_proj\\..*"]')");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
 TEST(FreezeCliTest, EstimatePlansOptimizerStateForTrainableParametersOnly) {
   const std::string config = zero::testing::write_test_file("freeze.json", kTinyRun);
   const Result all = estimate("--config " + config + " --world 1 --json");
