@@ -399,8 +399,6 @@ void check_pipeline_composition(ConfigReader& root, RunConfig& out) {
   }
 }
 
-}  // namespace
-
 // number_checkpoints splits each rank's blocks into segments: at most as
 // many as the fewest blocks a rank holds (the model's, or the smallest
 // pipeline stage's). A config error, before anything is built.
@@ -420,6 +418,8 @@ void check_checkpoint_segments(ConfigReader& root, const RunConfig& out) {
                             : cat(*k, " must be between 1 and the model's ", blocks, " blocks"));
   }
 }
+
+}  // namespace
 
 absl::StatusOr<RunConfig> parse_run_config(const Json& config, const ConfigOptions& options) {
   ConfigDiagnostics diag;

@@ -12,13 +12,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include "runtime/config/config_schema.h"
 #include "runtime/config/run_config.h"
+#include "tests/testing/generated_section.h"
 
 namespace zero {
 namespace {
@@ -27,28 +25,8 @@ const std::string kPage = std::string(ZE_SOURCE_DIR) + "/docs/config-reference.m
 constexpr const char* kBegin = "<!-- config-keys: begin (tests/runtime/config_schema_test.cc writes this) -->";
 constexpr const char* kEnd = "<!-- config-keys: end -->";
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 TEST(ConfigSchemaTest, DocsTablesAreTheDeclarations) {
-  const std::string page = read_file(kPage);
-  const size_t begin = page.find(kBegin), end = page.find(kEnd);
-  ASSERT_NE(begin, std::string::npos) << kPage << " has no " << kBegin;
-  ASSERT_NE(end, std::string::npos) << kPage << " has no " << kEnd;
-  const size_t from = begin + std::string(kBegin).size() + 1;
-  const std::string table = config_key_table();
-  const std::string current = page.substr(from, end - from);
-  if (current == table) return;
-  if (std::getenv("ZE_UPDATE_DOCS") != nullptr) {
-    std::ofstream(kPage) << page.substr(0, from) + table + page.substr(end);
-    GTEST_SKIP() << "docs/config-reference.md updated";
-  }
-  EXPECT_EQ(current, table) << "the key tables of docs/config-reference.md differ from the declarations "
-                               "(ZE_UPDATE_DOCS=1 rewrites them)";
+  zero::testing::expect_generated_section(kPage, kBegin, kEnd, config_key_table());
 }
 
 // Sets `path` (dotted) in `j` to v.

@@ -13,12 +13,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "nlohmann/json.hpp"
+#include "tests/testing/generated_section.h"
 #include "tests/testing/run_command.h"
 
 namespace {
@@ -111,27 +111,7 @@ std::string table() {
 }
 
 TEST(RealDeepSpeedConfigsTest, DocsTableIsWhatTheyDo) {
-  const std::string want = table();
-  const std::string page_path = kSource + "/docs/config-reference.md";
-  std::ifstream in(page_path);
-  std::stringstream buf;
-  buf << in.rdbuf();
-  std::string page = buf.str();
-  const size_t begin = page.find(kBegin), end = page.find(kEnd);
-  ASSERT_NE(begin, std::string::npos) << "docs/config-reference.md lacks the marker " << kBegin;
-  ASSERT_NE(end, std::string::npos) << "docs/config-reference.md lacks the marker " << kEnd;
-  const size_t from = begin + std::string(kBegin).size() + 1;
-  const std::string have = page.substr(from, end - from);
-  if (have == want) return;
-  const char* update = std::getenv("ZE_UPDATE_DOCS");
-  if (update != nullptr && std::string(update) == "1") {
-    page.replace(from, end - from, want);
-    std::ofstream(page_path) << page;
-    GTEST_SKIP() << "docs/config-reference.md's table rewritten";
-  }
-  FAIL() << "the table of real DeepSpeed configs in docs/config-reference.md is out of date (rerun with "
-            "ZE_UPDATE_DOCS=1 to write it). What they do now:\n"
-         << want;
+  zero::testing::expect_generated_section(kSource + "/docs/config-reference.md", kBegin, kEnd, table());
 }
 
 }  // namespace
